@@ -1,0 +1,148 @@
+"""Multi-head attention (section 3.2) with multi-query and grouped-query variants and a decode cache.
+
+Attention(Q, K, V) = softmax(Q K^T / sqrt(d_k)) V, per head, with heads concatenated and projected:
+MultiHead(Q, K, V) = Concat(head_1..head_h) W^O, head_i = Attention(Q W_i^Q, K W_i^K, V W_i^V).
+Queries have `num_heads` heads; keys and values have `kv_heads` heads (= num_heads for the paper,
+1 for multi-query, a divisor for grouped-query), each shared by num_heads / kv_heads query heads.
+
+Two interchangeable kernels compute the product: `einsum_attention`, the plain reference, and
+`jax.nn.dot_product_attention` (XLA, or cuDNN flash attention on GPUs). The einsum path is used
+when d_k != d_v or attention dropout is active, which the library kernel does not support.
+"""
+
+from __future__ import annotations
+
+import flax.linen as nn
+import jax
+import jax.numpy as jnp
+
+from tfm.model import partitioning as P
+from tfm.model.config import ModelConfig
+from tfm.model.positions import apply_rope
+
+
+def einsum_attention(q, k, v, mask=None, bias=None, dropout=None):
+  """Reference scaled dot-product attention.
+
+  q [b, t, h, d_k], k [b, s, kvh, d_k], v [b, s, kvh, d_v]; mask bool broadcastable to [b, h, t, s];
+  bias float broadcastable to [b, h, t, s]; dropout: optional callable applied to the weights.
+  Returns [b, t, h, d_v]. Softmax is taken in float32.
+  """
+  b, t, h, dk = q.shape
+  kvh = k.shape[2]
+  q = q.reshape(b, t, kvh, h // kvh, dk)
+  logits = jnp.einsum("btkgd,bskd->bkgts", q, k).astype(jnp.float32) * dk**-0.5
+  logits = logits.reshape(b, h, t, -1)
+  if bias is not None:
+    logits = logits + bias.astype(jnp.float32)
+  if mask is not None:
+    logits = jnp.where(mask, logits, jnp.finfo(jnp.float32).min)
+  weights = jax.nn.softmax(logits, axis=-1)
+  if dropout is not None:
+    weights = dropout(weights)
+  weights = weights.astype(v.dtype).reshape(b, kvh, h // kvh, t, -1)
+  return jnp.einsum("bkgts,bskd->btkgd", weights, v).reshape(b, t, h, v.shape[-1])
+
+
+def library_attention(q, k, v, mask=None, bias=None, implementation=None):
+  """jax.nn.dot_product_attention with the same contract as einsum_attention (d_k == d_v)."""
+  if bias is not None:
+    bias = bias.astype(q.dtype)
+  return jax.nn.dot_product_attention(q, k, v, bias=bias, mask=mask, implementation=implementation)
+
+
+def choose_kernel(cfg: ModelConfig, train: bool) -> str:
+  """'einsum', 'xla' or 'cudnn' for this config, backend and phase."""
+  impl = cfg.attention_impl
+  if impl != "auto":
+    return impl
+  if cfg.d_k != cfg.d_v or (train and cfg.attention_dropout_rate > 0):
+    return "einsum"
+  if jax.default_backend() == "gpu" and cfg.dtype in ("bfloat16", "float16"):
+    return "cudnn"
+  return "xla"
+
+
+def _dense(features, axis, names, bias_names, cfg: ModelConfig, name):
+  # DenseGeneral hands the initializer the kernel flattened to [fan_in, fan_out]: Glorot on that view.
+  init = nn.initializers.xavier_uniform()
+  return nn.DenseGeneral(features, axis=axis, use_bias=cfg.use_bias, dtype=cfg.compute_dtype,
+                         param_dtype=jnp.float32, kernel_init=P.with_axes(init, names),
+                         bias_init=P.with_axes(nn.initializers.zeros, bias_names), name=name)
+
+
+class Attention(nn.Module):
+  """One attention sub-layer: projections, kernel, output projection.
+
+  Modes (static): 'full' attends over kv; 'init_cache' creates the decode cache and returns zeros;
+  'decode' takes one query token per row and reads/writes the cache.
+  Self-attention caches the keys and values of past tokens ([b, max_len, kvh, d]); cross-attention
+  caches the projected encoder output once, so a decode step never recomputes it.
+  """
+
+  cfg: ModelConfig
+  is_cross: bool = False
+
+  @nn.compact
+  def __call__(self, x, kv=None, *, mask=None, bias=None, positions=None, train=False,
+               mode="full", decode_index=None):
+    """x [b, t, d_model]; kv [b, s, d_model] (cross-attention); positions [b, t] for rope.
+
+    decode_index [b]: position of the current token in 'decode' mode. Returns [b, t, d_model].
+    """
+    cfg = self.cfg
+    h, kvh = cfg.num_heads, cfg.kv_heads
+    query = _dense((h, cfg.d_k), -1, ("embed", "heads", "kv"), ("heads", "kv"), cfg, "query")
+    key = _dense((kvh, cfg.d_k), -1, ("embed", "kv_heads", "kv"), ("kv_heads", "kv"), cfg, "key")
+    value = _dense((kvh, cfg.d_v), -1, ("embed", "kv_heads", "kv"), ("kv_heads", "kv"), cfg, "value")
+    out = _dense(cfg.d_model, (-2, -1), ("heads", "kv", "embed"), ("embed",), cfg, "out")
+    use_rope = cfg.positions == "rope" and not self.is_cross
+
+    if mode == "init_cache" and not self.is_cross:
+      b, max_len = x.shape[:2]
+      self.variable("cache", "cached_key", jnp.zeros, (b, max_len, kvh, cfg.d_k), cfg.compute_dtype)
+      self.variable("cache", "cached_value", jnp.zeros, (b, max_len, kvh, cfg.d_v), cfg.compute_dtype)
+      return jnp.zeros(x.shape, cfg.compute_dtype)
+    if self.is_cross:
+      k, v = self._cross_kv(key, value, kv, mode)
+      if mode == "init_cache":
+        return jnp.zeros(x.shape, cfg.compute_dtype)
+    else:
+      k, v = key(x), value(x)
+      if use_rope:
+        k = apply_rope(k, decode_index[:, None] if mode == "decode" else positions, cfg.rope_base)
+      if mode == "decode":
+        k, v = self._write_cache(k, v, decode_index)
+
+    q = query(x)
+    if use_rope:
+      q = apply_rope(q, decode_index[:, None] if mode == "decode" else positions, cfg.rope_base)
+    q = P.constrain(q, P.BLHD)
+    k = P.constrain(k, P.BLKD)
+    v = P.constrain(v, P.BLKD)
+    kernel = choose_kernel(cfg, train)
+    if kernel == "einsum":
+      drop = None
+      if train and cfg.attention_dropout_rate > 0:
+        drop = lambda w: nn.Dropout(cfg.attention_dropout_rate)(w, deterministic=False)
+      y = einsum_attention(q, k, v, mask, bias, drop)
+    else:
+      y = library_attention(q, k, v, mask, bias, implementation=kernel)
+    return P.constrain(out(P.constrain(y, P.BLHD)), P.BLD)
+
+  def _cross_kv(self, key, value, kv, mode):
+    if mode == "full":
+      return key(kv), value(kv)
+    # 'init_cache' projects the encoder output once; 'decode' only reads the stored projection.
+    ck = self.variable("cache", "cross_key", lambda: key(kv))
+    cv = self.variable("cache", "cross_value", lambda: value(kv))
+    return ck.value, cv.value
+
+  def _write_cache(self, k, v, decode_index):
+    """Writes one token's k, v ([b, 1, kvh, d]) at decode_index [b]; returns the whole cache
+    ([b, max_len, kvh, d]). Positions after decode_index hold zeros or stale values and are masked."""
+    ck, cv = self.variable("cache", "cached_key"), self.variable("cache", "cached_value")
+    write = jax.vmap(lambda buf, new, i: jax.lax.dynamic_update_slice_in_dim(buf, new, i, axis=0))
+    ck.value = write(ck.value, k.astype(ck.value.dtype), decode_index)
+    cv.value = write(cv.value, v.astype(cv.value.dtype), decode_index)
+    return ck.value, cv.value

@@ -1,0 +1,143 @@
+"""Model hyperparameters: one frozen dataclass, validated once.
+
+The paper's encoder-decoder (section 3) is the default; every variant is one field. Modules take this
+dataclass, never the whole experiment config. `from_config` builds it from the `model` section of an
+ml_collections config and reports errors with the config key (`model.num_heads`, ...).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Any, Mapping
+
+import jax.numpy as jnp
+
+ARCHITECTURES = ("encoder_decoder", "decoder_only", "encoder_only")
+NORMS = ("post", "pre")
+POSITIONS = ("sinusoidal", "learned", "rope", "alibi", "relative")
+FFNS = ("relu", "gelu", "swiglu")
+ATTENTION_IMPLS = ("auto", "einsum", "xla", "cudnn")
+DTYPES = ("float32", "bfloat16", "float16")
+REMAT = ("none", "full", "dots")
+
+
+@dataclasses.dataclass(frozen=True)
+class ModelConfig:
+  """Hyperparameters of a Transformer; defaults are the paper's base model (Table 3, row base).
+
+  d_k and d_v are independent of d_model / num_heads (Table 3 rows A, B, C change them separately).
+  num_kv_heads: None = num_heads (multi-head), 1 = multi-query, otherwise grouped-query.
+  """
+
+  vocab_size: int = 37000
+  d_model: int = 512
+  d_ff: int = 2048
+  num_heads: int = 8
+  num_kv_heads: int | None = None
+  d_k: int = 64
+  d_v: int = 64
+  num_encoder_layers: int = 6
+  num_decoder_layers: int = 6
+  architecture: str = "encoder_decoder"
+  norm: str = "post"
+  norm_epsilon: float = 1e-6
+  positions: str = "sinusoidal"
+  max_length: int = 1024  # size of the learned position table
+  rope_base: float = 10000.0
+  relative_buckets: int = 32
+  relative_max_distance: int = 128
+  ffn: str = "relu"
+  tie_embeddings: bool = True
+  use_bias: bool = True
+  dropout_rate: float = 0.1  # residual and embedding dropout (P_drop)
+  attention_dropout_rate: float = 0.0
+  ffn_dropout_rate: float = 0.0
+  dtype: str = "float32"  # compute dtype; parameters are always float32
+  attention_impl: str = "auto"
+  remat: str = "none"
+
+  def __post_init__(self):
+    validate(self)
+
+  @property
+  def kv_heads(self) -> int:
+    return self.num_heads if self.num_kv_heads is None else self.num_kv_heads
+
+  @property
+  def compute_dtype(self):
+    return jnp.dtype(self.dtype)
+
+  @property
+  def has_encoder(self) -> bool:
+    return self.architecture in ("encoder_decoder", "encoder_only")
+
+  @property
+  def has_decoder(self) -> bool:
+    return self.architecture in ("encoder_decoder", "decoder_only")
+
+
+def _fail(key: str, expected: str, got: Any):
+  raise ValueError(f"config key model.{key}: expected {expected}, got {got!r}")
+
+
+def validate(cfg: ModelConfig) -> None:
+  """Raises ValueError naming the offending `model.*` key."""
+  for key in ("vocab_size", "d_model", "d_ff", "num_heads", "d_k", "d_v", "max_length"):
+    value = getattr(cfg, key)
+    if not isinstance(value, int) or isinstance(value, bool) or value < 1:
+      _fail(key, "a positive integer", value)
+  for key in ("num_encoder_layers", "num_decoder_layers"):
+    value = getattr(cfg, key)
+    if not isinstance(value, int) or value < 0:
+      _fail(key, "a non-negative integer", value)
+  for key, allowed in (("architecture", ARCHITECTURES), ("norm", NORMS), ("positions", POSITIONS),
+                       ("ffn", FFNS), ("attention_impl", ATTENTION_IMPLS), ("dtype", DTYPES),
+                       ("remat", REMAT)):
+    if getattr(cfg, key) not in allowed:
+      _fail(key, f"one of {allowed}", getattr(cfg, key))
+  if cfg.num_kv_heads is not None:
+    if not isinstance(cfg.num_kv_heads, int) or cfg.num_kv_heads < 1:
+      _fail("num_kv_heads", "None or a positive integer", cfg.num_kv_heads)
+    if cfg.num_heads % cfg.num_kv_heads:
+      _fail("num_kv_heads", f"a divisor of model.num_heads={cfg.num_heads}", cfg.num_kv_heads)
+  for key in ("dropout_rate", "attention_dropout_rate", "ffn_dropout_rate"):
+    value = getattr(cfg, key)
+    if not isinstance(value, (int, float)) or not 0.0 <= value < 1.0:
+      _fail(key, "a probability in [0, 1)", value)
+  if cfg.positions == "sinusoidal" and cfg.d_model % 2:
+    _fail("d_model", "an even number with sinusoidal positions", cfg.d_model)
+  if cfg.positions == "rope" and cfg.d_k % 2:
+    _fail("d_k", "an even number with rope positions", cfg.d_k)
+  if cfg.attention_impl in ("xla", "cudnn"):
+    if cfg.d_k != cfg.d_v:
+      _fail("attention_impl", "'auto' or 'einsum' when model.d_k != model.d_v "
+            "(jax.nn.dot_product_attention needs equal key and value widths)", cfg.attention_impl)
+    if cfg.attention_dropout_rate:
+      _fail("attention_impl", "'auto' or 'einsum' with attention dropout "
+            "(jax.nn.dot_product_attention has no dropout)", cfg.attention_impl)
+  if cfg.norm_epsilon <= 0:
+    _fail("norm_epsilon", "a positive number", cfg.norm_epsilon)
+  if cfg.relative_buckets < 2 or cfg.relative_max_distance < cfg.relative_buckets // 2:
+    _fail("relative_buckets", "at least 2 and at most 2 * model.relative_max_distance",
+          cfg.relative_buckets)
+  if cfg.architecture == "encoder_decoder" and not (cfg.num_encoder_layers and cfg.num_decoder_layers):
+    _fail("num_encoder_layers", "encoder and decoder layers both > 0 for encoder_decoder",
+          (cfg.num_encoder_layers, cfg.num_decoder_layers))
+  if cfg.architecture == "decoder_only" and not cfg.num_decoder_layers:
+    _fail("num_decoder_layers", "> 0 for decoder_only", cfg.num_decoder_layers)
+  if cfg.architecture == "encoder_only" and not cfg.num_encoder_layers:
+    _fail("num_encoder_layers", "> 0 for encoder_only", cfg.num_encoder_layers)
+
+
+FIELDS = tuple(f.name for f in dataclasses.fields(ModelConfig))
+
+
+def from_config(section: Mapping[str, Any], **overrides) -> ModelConfig:
+  """Builds a ModelConfig from the `model` section of a config (a ConfigDict or dict)."""
+  values = dict(section.items() if hasattr(section, "items") else section)
+  values.update(overrides)
+  unknown = sorted(set(values) - set(FIELDS))
+  if unknown:
+    raise ValueError(f"unknown config key(s) {['model.' + k for k in unknown]}; "
+                     f"known keys: {', '.join(FIELDS)}")
+  return ModelConfig(**values)

@@ -1,0 +1,143 @@
+"""The encoder and decoder stacks (section 3.1): embeddings + positions, N layers, output.
+
+Position handling is chosen once per stack: sinusoidal and learned encodings are added to the scaled
+embeddings; alibi and relative biases are computed once per stack and added to every layer's
+self-attention logits; rope is applied inside self-attention.
+"""
+
+from __future__ import annotations
+
+import flax.linen as nn
+import jax
+import jax.numpy as jnp
+
+from tfm.model import masks
+from tfm.model import partitioning as P
+from tfm.model.config import ModelConfig
+from tfm.model.embedding import Embed
+from tfm.model.layers import DecoderLayer, EncoderLayer, layer_norm
+from tfm.model.positions import LearnedPositions, RelativeBias, alibi_bias, sinusoids
+
+
+def _remat(layer_cls, cfg: ModelConfig, static_argnums):
+  if cfg.remat == "none":
+    return layer_cls
+  policy = None if cfg.remat == "full" else jax.checkpoint_policies.dots_with_no_batch_dims_saveable
+  return nn.remat(layer_cls, policy=policy, static_argnums=static_argnums)
+
+
+class _Inputs(nn.Module):
+  """Embedding + absolute positions + dropout, and the stack-level attention bias.
+
+  tokens, positions [b, l] -> x [b, l, d_model], bias [b, h, l, k] or None (k = k_positions' length).
+  """
+
+  cfg: ModelConfig
+  embed: Embed
+  bidirectional: bool
+
+  @nn.compact
+  def __call__(self, tokens, positions, k_positions, train):
+    cfg = self.cfg
+    x = self.embed(tokens)
+    if cfg.positions == "sinusoidal":
+      x = x + sinusoids(positions, cfg.d_model).astype(x.dtype)
+    elif cfg.positions == "learned":
+      x = x + LearnedPositions(cfg.max_length, cfg.d_model, name="positions")(positions).astype(x.dtype)
+    x = nn.Dropout(cfg.dropout_rate)(x, deterministic=not train)
+    bias = None
+    if cfg.positions == "alibi":
+      bias = alibi_bias(positions, k_positions, cfg.num_heads)
+    elif cfg.positions == "relative":
+      bias = RelativeBias(cfg.num_heads, cfg.relative_buckets, cfg.relative_max_distance,
+                          self.bidirectional, name="relative_bias")(positions, k_positions)
+    return P.constrain(x, P.BLD), bias
+
+
+class Encoder(nn.Module):
+  """tokens, segmentation, positions [b, s] -> encoded [b, s, d_model]."""
+
+  cfg: ModelConfig
+  embed: Embed
+
+  @nn.compact
+  def __call__(self, tokens, segmentation, positions, train: bool = False):
+    cfg = self.cfg
+    x, bias = _Inputs(cfg, self.embed, bidirectional=True, name="inputs")(tokens, positions, positions,
+                                                                           train)
+    mask = masks.segment_mask(segmentation, segmentation)
+    layer = _remat(EncoderLayer, cfg, static_argnums=(5,))
+    for i in range(cfg.num_encoder_layers):
+      x = layer(cfg, name=f"layer_{i}")(x, mask, bias, positions, train)
+    if cfg.norm == "pre":
+      x = layer_norm(cfg, "final_norm")(x)
+    return x
+
+
+class Decoder(nn.Module):
+  """Auto-regressive decoder stack ending in vocabulary logits.
+
+  'full': tokens (targets shifted right), segmentation, positions [b, t] -> logits [b, t, vocab].
+  'init_cache': tokens [b, max_len] give the cache shapes; creates the cache and returns None.
+  'decode': tokens [b, 1], the previous output token; returns logits [b, 1, vocab] and advances the
+  cache index. encoded [b, s, d_model] and encoder_segmentation [b, s] are needed in 'full' and
+  'init_cache' (they are cached for 'decode'); None for decoder-only models.
+  """
+
+  cfg: ModelConfig
+  embed: Embed
+  output_embed: Embed | None = None  # the tied matrix for logits; None: a separate projection
+
+  @nn.compact
+  def __call__(self, tokens, segmentation, positions, encoded=None, encoder_segmentation=None,
+               train: bool = False, mode: str = "full"):
+    cfg = self.cfg
+    cross = cfg.architecture == "encoder_decoder"
+    index = None
+    if mode == "init_cache":
+      b, max_len = tokens.shape
+      self.variable("cache", "index", jnp.zeros, (b,), jnp.int32)
+      if cross:
+        self.variable("cache", "encoder_segmentation", lambda: encoder_segmentation.astype(jnp.int32))
+      for i in range(cfg.num_decoder_layers):
+        DecoderLayer(cfg, cross, name=f"layer_{i}")(
+            jnp.zeros((b, max_len, cfg.d_model), cfg.compute_dtype), encoded, None, None, None, None,
+            mode=mode)
+      return None
+    if mode == "decode":
+      index_var = self.variable("cache", "index")
+      index = index_var.value
+      max_len = self.get_variable("cache", "layer_0")["self_attention"]["cached_key"].shape[1]
+      positions = index[:, None]
+      k_positions = jnp.broadcast_to(jnp.arange(max_len, dtype=jnp.int32), (tokens.shape[0], max_len))
+      self_mask = masks.decode_mask(index, max_len)
+      if cross:
+        encoder_segmentation = self.get_variable("cache", "encoder_segmentation")
+        cross_mask = (encoder_segmentation != 0)[:, None, None, :]
+    else:
+      k_positions = positions
+      length = tokens.shape[1]
+      self_mask = masks.segment_mask(segmentation, segmentation) & masks.causal_mask(length, length)
+      if cross:
+        cross_mask = masks.segment_mask(segmentation, encoder_segmentation)
+    if not cross:
+      cross_mask = None
+
+    x, bias = _Inputs(cfg, self.embed, bidirectional=False, name="inputs")(tokens, positions, k_positions,
+                                                                            train)
+    layer = _remat(DecoderLayer, cfg, static_argnums=(7, 8)) if mode == "full" else DecoderLayer
+    for i in range(cfg.num_decoder_layers):
+      x = layer(cfg, cross, name=f"layer_{i}")(x, encoded, self_mask, cross_mask, bias, positions, train,
+                                               mode, index)
+    if cfg.norm == "pre":
+      x = layer_norm(cfg, "final_norm")(x)
+    if mode == "decode":
+      index_var.value = index + 1
+    if self.output_embed is not None:
+      logits = self.output_embed.attend(x)
+    else:
+      logits = nn.DenseGeneral(cfg.vocab_size, use_bias=False, dtype=cfg.compute_dtype,
+                               param_dtype=jnp.float32, name="logits",
+                               kernel_init=P.with_axes(nn.initializers.xavier_uniform(),
+                                                       ("embed", "vocab")))(x)
+    return P.constrain(logits.astype(jnp.float32), P.BLV)
