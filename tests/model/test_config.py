@@ -1,0 +1,51 @@
+import pytest
+
+from tfm.config import load_config, validate
+from tfm.model.config import ModelConfig, from_config
+
+CASES = [
+    (dict(num_heads=8, num_kv_heads=3), "model.num_kv_heads"),
+    (dict(positions="fourier"), "model.positions"),
+    (dict(dropout_rate=1.0), "model.dropout_rate"),
+    (dict(attention_dropout_rate=-0.1), "model.attention_dropout_rate"),
+    (dict(d_model=511), "model.d_model"),
+    (dict(ffn="tanh"), "model.ffn"),
+    (dict(norm="sandwich"), "model.norm"),
+    (dict(architecture="mixture"), "model.architecture"),
+    (dict(d_k=0), "model.d_k"),
+    (dict(positions="rope", d_k=7), "model.d_k"),
+    (dict(attention_impl="xla", d_k=16, d_v=64), "model.attention_impl"),
+    (dict(dtype="float8"), "model.dtype"),
+]
+
+
+@pytest.mark.parametrize("change,key", CASES)
+def test_invalid_model_configs_name_the_key(change, key):
+  with pytest.raises(ValueError, match=key.replace(".", r"\.")):
+    ModelConfig(**change)
+
+
+def test_unknown_key_is_reported():
+  with pytest.raises(ValueError, match="model.num_layers"):
+    from_config({"num_layers": 3})
+
+
+def test_bad_override_fails_at_validation():
+  c = load_config("configs/table3.py:A2", ["model.num_kv_heads=3"])
+  with pytest.raises(ValueError, match=r"model\.num_kv_heads"):
+    validate(c)
+
+
+def test_table3_rows_change_only_what_the_paper_changes():
+  base = load_config("configs/table3.py:base")
+  b1 = load_config("configs/table3.py:B1")
+  assert (b1.model.d_k, b1.model.d_v, b1.model.num_heads) == (16, 64, 8)
+  c4 = load_config("configs/table3.py:C4")
+  assert (c4.model.d_model, c4.model.d_k, c4.model.num_heads) == (256, 32, 8)
+  big = load_config("configs/table3.py:big")
+  assert (big.model.d_model, big.model.dropout_rate, big.train.steps) == (1024, 0.3, 300_000)
+  d3 = load_config("configs/table3.py:D3")
+  assert d3.train.label_smoothing == 0.0 and base.train.label_smoothing == 0.1
+  assert load_config("configs/table3.py:E").model.positions == "learned"
+  with pytest.raises(ValueError, match="unknown row 'Z9'"):
+    load_config("configs/table3.py:Z9")
