@@ -53,7 +53,7 @@ def main(argv=None) -> int:
   try:
     fv(sub_argv)
   except flags.Error as e:
-    print(f"tfm {name}: {e}", file=sys.stderr)
+    print(f"tfm {name}: {config_lib.flag_error_message(e)}", file=sys.stderr)
     return 2
   if needs_config and fv.config is None:
     print(f"tfm {name}: --config=FILE[:ARG] is required", file=sys.stderr)

@@ -29,8 +29,17 @@ def load_config(spec: str, overrides: Sequence[str] = ()) -> ml_collections.Conf
   argv = ["tfm", f"--config={spec}"] + [f"--config.{o}" for o in overrides]
   fv = flags.FlagValues()
   holder = define_config_flag(fv, argv)
-  fv(argv)
+  try:
+    fv(argv)
+  except flags.Error as e:
+    raise ValueError(flag_error_message(e)) from None
   return holder.value
+
+
+def flag_error_message(error: Exception) -> str:
+  """The useful last line of a config-loading error (absl wraps it with a whole traceback)."""
+  lines = [line.strip() for line in str(error).splitlines() if line.strip()]
+  return lines[-1] if lines else str(error)
 
 
 def config_file(flag_values: flags.FlagValues) -> str:
