@@ -1,0 +1,88 @@
+"""Translation with a trained Transformer: encode once, then search with the decoder's cache.
+
+`make_translate_fn` returns one jitted function params, inputs -> best hypotheses, for beam search
+(section 6.1: beam 4, alpha 0.6, maximum output length input length + 50) or greedy decoding.
+`uncached_step` is the reference the tests compare the cache against: it reruns the decoder over
+the whole prefix at every step.
+"""
+
+from __future__ import annotations
+
+from typing import Callable
+
+import jax
+import jax.numpy as jnp
+
+from tfm.decode.beam import beam_search
+from tfm.decode.common import input_length_limits
+from tfm.decode.sampling import greedy
+from tfm.model.transformer import Transformer
+
+
+def cached_step(model: Transformer, params) -> Callable:
+  """tokens_to_logits over the decoder's key/value cache: ids [rows, 1], cache -> logits [rows, vocab]."""
+
+  def step(ids, cache):
+    logits, state = model.apply({"params": params, "cache": cache}, ids, method=Transformer.decode_step,
+                                mutable=["cache"])
+    return logits, state["cache"]
+
+  return step
+
+
+def init_cache(model: Transformer, params, inputs: jax.Array, max_decode_len: int):
+  """Encodes inputs [b, s] and builds the decode cache for outputs of up to max_decode_len tokens."""
+  segmentation = (inputs != 0).astype(jnp.int32)
+  encoded = model.apply({"params": params}, inputs, segmentation, method=Transformer.encode)
+  _, state = model.apply({"params": params}, encoded, segmentation, inputs.shape[0], max_decode_len,
+                         method=Transformer.init_cache, mutable=["cache"])
+  return state["cache"]
+
+
+def uncached_step(model: Transformer, params) -> tuple[Callable, Callable]:
+  """A cache-free tokens_to_logits: the 'cache' is the prefix so far and the encoder output.
+
+  Returns (make_state(inputs, max_decode_len) -> state, step(ids, state) -> (logits, state)).
+  """
+
+  def make_state(inputs, max_decode_len):
+    segmentation = (inputs != 0).astype(jnp.int32)
+    encoded = model.apply({"params": params}, inputs, segmentation, method=Transformer.encode)
+    b = inputs.shape[0]
+    return dict(prefix=jnp.zeros((b, max_decode_len), jnp.int32), index=jnp.zeros((b,), jnp.int32),
+                encoded=encoded, segmentation=segmentation)
+
+  def step(ids, state):
+    index = state["index"]
+    rows = jnp.arange(ids.shape[0])
+    prefix = state["prefix"].at[rows, index].set(ids[:, 0])  # decoder inputs: start token, y1, y2, ...
+    # decode() shifts its targets right, so pass the prefix shifted left: targets[t] = prefix[t + 1].
+    targets = jnp.pad(prefix[:, 1:], ((0, 0), (0, 1)), constant_values=3)
+    logits = model.apply({"params": params}, state["encoded"], targets, state["segmentation"],
+                         jnp.ones_like(targets), None, method=Transformer.decode)
+    return logits[rows, index], dict(state, prefix=prefix, index=index + 1)
+
+  return make_state, step
+
+
+def make_translate_fn(model: Transformer, *, beam_size: int = 4, alpha: float = 0.6,
+                      max_extra_length: int = 50, eos_id: int = 1) -> Callable:
+  """Returns jitted translate(params, inputs [b, s]) -> (tokens [b, s + extra], scores [b]).
+
+  The best hypothesis per example; tokens end at EOS and are padded with 0. beam_size 1 is greedy.
+  """
+
+  @jax.jit
+  def translate(params, inputs):
+    max_decode_len = inputs.shape[1] + max_extra_length
+    limits = input_length_limits(inputs, extra=max_extra_length)
+    cache = init_cache(model, params, inputs, max_decode_len)
+    step = cached_step(model, params)
+    if beam_size == 1:
+      result = greedy(step, cache, max_decode_len=max_decode_len, max_lengths=limits, eos_id=eos_id)
+      return result.sequences, result.log_probs
+    sequences, scores = beam_search(step, cache, beam_size=beam_size, alpha=alpha,
+                                    max_decode_len=max_decode_len, max_lengths=limits, eos_id=eos_id)
+    return sequences[:, 0], scores[:, 0]
+
+  return translate
