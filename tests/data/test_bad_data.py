@@ -1,0 +1,114 @@
+"""Bad data: over-long examples filtered or truncated, empty and non-UTF-8 text skipped, all
+counted; unknown datasets and bad config values fail naming the config key."""
+
+import re
+
+import numpy as np
+import pytest
+
+import tfm_data_testlib as testlib
+from tfm.data import config as config_lib
+from tfm.data import examples, pipeline, sources
+
+
+def _train_lengths(tok):
+  pairs = [p for ref, p in testlib.clean_pairs().items() if testlib.expected_split(ref) == "train"]
+  return [(len(tok.encode(s)), len(tok.encode(t))) for s, t in pairs]
+
+
+@pytest.mark.parametrize("policy", ["filter", "truncate"])
+def test_overlong_counts(cfg, tok, policy):
+  cfg.overlong = policy
+  cfg.max_length = 24
+  cfg.tokens_per_batch = 24 * 4
+  lengths = _train_lengths(tok)
+  overlong = sum(1 for a, b in lengths if max(a, b) > 24)
+  assert 0 < overlong < len(lengths)
+  it = pipeline.train_iterator(cfg, tok, num_epochs=1)
+  batches = list(it)
+  stats = it.stats()
+  assert stats["examples_read"] == len(lengths)
+  if policy == "filter":
+    assert stats["filtered_overlong"] == overlong and stats["truncated"] == 0
+    assert stats["examples_kept"] == len(lengths) - overlong
+  else:
+    assert stats["truncated"] == overlong and stats["filtered_overlong"] == 0
+    assert stats["examples_kept"] == len(lengths)
+  kept_tokens = sum(int(np.count_nonzero(b["inputs_segmentation"])) for b in batches)
+  want = sum(min(a, 24) for a, b in lengths if policy == "truncate" or max(a, b) <= 24)
+  assert kept_tokens == want
+
+
+class _ListSource:
+  def __init__(self, pairs):
+    self.pairs = pairs
+
+  def __len__(self):
+    return len(self.pairs)
+
+  def __getitem__(self, i):
+    return self.pairs[i]
+
+
+def test_empty_and_non_utf8_are_skipped_and_counted(cfg, tok, monkeypatch):
+  good = [(f"light day {i}.".encode(), f"luz dia {i}.".encode()) for i in range(20)]
+  bad = [(b"", b"luz."), (b"   ", b"x"), (b"light.", b"\n"), (b"\xff\xfe light", b"luz."),
+         (b"light.", b"caf\xe9")]
+  monkeypatch.setattr(sources, "open_split", lambda cfg, split: _ListSource(good + bad))
+  it = pipeline.train_iterator(cfg, tok, num_epochs=1)
+  rows = sum(len(list(testlib.segments(b, "inputs"))) for b in it)
+  stats = it.stats()
+  assert rows == 20
+  assert stats["skipped_empty"] == 3 and stats["skipped_non_utf8"] == 2
+  assert stats["examples_read"] == 25 and stats["examples_kept"] == 20
+  pairs = pipeline.eval_text_pairs(cfg, "dev")
+  assert len(pairs) == 20 and pairs[0] == ("light day 0.", "luz dia 0.")
+
+
+def test_encode_pair_marks_status(tok):
+  encode = examples.EncodePair(tok, max_length=5, overlong="filter")
+  assert encode((b"", b"x"))["status"] == examples.EMPTY
+  assert encode((b"\xc3\x28", b"x"))["status"] == examples.NON_UTF8
+  assert encode(("light " * 20, "luz"))["status"] == examples.OVERLONG
+  cut = examples.EncodePair(tok, max_length=5, overlong="truncate")(("light " * 20, "luz"))
+  assert cut["status"] == examples.OK and cut["truncated"] == 1
+  assert len(cut["inputs"]) == 5 and cut["inputs"][-1] == 1
+
+
+def test_unknown_dataset_names_key(cfg):
+  cfg.dataset = "wmt99_translate/xx-yy"
+  with pytest.raises(ValueError, match=r"data\.dataset='wmt99_translate/xx-yy'.*expected one of"):
+    config_lib.validate_data_config(cfg)
+
+
+def test_wrong_language_names_key(cfg):
+  cfg.target_lang = "de"
+  with pytest.raises(ValueError, match=r"data\.target_lang='de'.*\('en', 'es'\)"):
+    config_lib.validate_data_config(cfg)
+
+
+@pytest.mark.parametrize("key,value,message", [
+    ("overlong", "x", "data.overlong must be 'filter' or 'truncate', got 'x'"),
+    ("max_length", 0, "data.max_length must be an integer >= 2"),
+    ("num_workers", -1, "data.num_workers must be an integer >= 0"),
+    ("shuffle_seed", -1, "data.shuffle_seed must be an integer in [0, 2**32)"),
+    ("eval_max_examples", 0, "data.eval_max_examples must be a positive integer or None"),
+])
+def test_bad_values_name_key(key, value, message):
+  cfg = config_lib.default_data_config()
+  with cfg.unlocked():
+    cfg[key] = value
+  with pytest.raises(ValueError, match=re.escape(message)):
+    config_lib.validate_data_config(cfg)
+
+
+def test_rows_must_divide_among_hosts(cfg, tok):
+  cfg.tokens_per_batch = cfg.max_length * 3
+  with pytest.raises(ValueError, match=r"data\.tokens_per_batch.*2 hosts"):
+    pipeline.train_iterator(cfg, tok, process_index=0, process_count=2)
+
+
+def test_unprepared_dataset_is_a_clear_error(cfg, tmp_path):
+  cfg.data_dir = str(tmp_path)
+  with pytest.raises(FileNotFoundError, match=r"not prepared in data\.data_dir"):
+    sources.open_split(cfg, "train")

@@ -1,0 +1,106 @@
+"""The bible_translate builder on a fake SWORD library, its split rule, and the real modules."""
+
+import os
+
+import pytest
+import tensorflow_datasets as tfds
+
+import tfm_data_testlib as testlib
+from tfm.data import bible, sources, sword
+
+
+def _read_split(cfg, split):
+  ds = tfds.data_source(cfg.dataset, split=split, data_dir=cfg.data_dir, download=False)
+  return [{k: v.decode("utf-8") for k, v in ds[i].items()} for i in range(len(ds))]
+
+
+def test_splits_disjoint_complete_and_follow_hash_rule(cfg):
+  expected = testlib.clean_pairs()
+  seen = {}
+  for split in ("train", "validation", "test"):
+    for example in _read_split(cfg, split):
+      ref = example["ref"]
+      assert ref not in seen, f"{ref} in {seen.get(ref)} and {split}"
+      seen[ref] = split
+      assert split == testlib.expected_split(ref)
+      assert (example["en"], example["es"]) == expected[ref]
+  assert set(seen) == set(expected)
+  assert {"validation", "test", "train"} == set(seen.values())
+
+
+def test_markup_stripped_and_empties_counted(bible_env, cfg):
+  text = " ".join(e["en"] for e in _read_split(cfg, "train"))
+  assert "<" not in text and "footnote" not in text and "strong" not in text
+  empty = sum(1 for _, (_, es) in testlib.corpus()["sparv"].items() if not es)
+  assert empty > 0
+  assert bible_env["builder"].info.metadata["skipped_empty"] == empty
+
+
+def test_clean_osis_examples():
+  raw = ('<w lemma="strong:H1">God</w><note placement="foot">a note</note><w>created</w> the '
+         '<title>Heading</title>earth<l eID="x"/> <l sID="y"/>and ¶ sea .')
+  assert sword.clean_osis(raw) == "God created the earth and sea."
+  glossary = 'Amen. <div eID="b1" type="book"/> <div type="glossary"/> Abba is a word.'
+  assert sword.clean_osis(glossary) == "Amen."
+
+
+def test_aligned_pairs_skips_and_counts():
+  first = {"A.1.1": "one two", "A.1.2": "", "A.1.3": "x" * 300, "A.1.4": "bad \ufffd"}
+  second = {"A.1.1": "uno dos", "A.1.2": "algo", "A.1.3": "y", "A.1.4": "malo", "B.1.1": "z"}
+  pairs, counts = bible.aligned_pairs(first, second)
+  assert pairs == [("A.1.1", "one two", "uno dos")]
+  assert counts == {"empty": 1, "non_utf8": 1, "misaligned": 1}
+
+
+def test_split_sizes_on_many_refs():
+  refs = [f"Book{b}.{c}.{v}" for b in range(10) for c in range(1, 31) for v in range(1, 101)]
+  splits = [bible.verse_split(r) for r in refs]
+  for name in ("validation", "test"):
+    assert 0.028 < splits.count(name) / len(refs) < 0.036
+
+
+def test_missing_manual_dir_names_config_key(cfg, tmp_path):
+  cfg.manual_dir = str(tmp_path / "does-not-exist")
+  cfg.data_dir = str(tmp_path / "tfds")
+  with pytest.raises(FileNotFoundError, match=r"data\.manual_dir"):
+    sources.prepare(cfg)
+
+
+def test_manual_dir_without_modules_names_packages(cfg, tmp_path):
+  (tmp_path / "empty_sword" / "mods.d").mkdir(parents=True)
+  (tmp_path / "empty_sword" / "mods.d" / "other.conf").write_text("[Other]\n")
+  cfg.manual_dir = str(tmp_path / "empty_sword")
+  cfg.data_dir = str(tmp_path / "tfds")
+  with pytest.raises(FileNotFoundError, match="apt-get install sword-text-kjv sword-text-web "
+                     "sword-text-sparv") as info:
+    sources.prepare(cfg)
+  assert "data.manual_dir" in str(info.value)
+
+
+def test_find_sword_dir_error_names_packages(tmp_path):
+  with pytest.raises(FileNotFoundError, match="sword-text-sparv"):
+    sword.find_sword_dir(("spaRV1909eb",), candidates=[str(tmp_path)])
+
+
+@pytest.mark.skipif(not os.path.exists("/usr/share/sword/mods.d"),
+                    reason="Debian sword-text-* packages not installed")
+def test_real_modules_read_a_book():
+  kjv = sword.read_verses("/usr/share/sword", "engKJV2006eb", books=["Ruth"])
+  sparv = sword.read_verses("/usr/share/sword", "spaRV1909eb", books=["Ruth"])
+  assert len(kjv) == 85 and set(kjv) == set(sparv)
+  assert kjv["Ruth.1.16"].startswith("And Ruth said, Intreat me not to leave thee")
+  assert "Rut" in sparv["Ruth.1.16"] and "<" not in "".join(sparv.values())
+
+
+def test_kjv_web_config_english_pair(cfg, tmp_path):
+  cfg.dataset, cfg.source_lang, cfg.target_lang = "bible_translate/kjv-web", "kjv", "web"
+  cfg.data_dir = str(tmp_path / "tfds")
+  sources.prepare(cfg)
+  expected = testlib.clean_pairs(source="kjv", target="web")
+  got = {}
+  for split in ("train", "validation", "test"):
+    for example in _read_split(cfg, split):
+      got[example["ref"]] = (example["kjv"], example["web"])
+  assert got == expected
+  assert sources.open_split(cfg, "train")[0] in set(expected.values()) | {
+      tuple(v.encode() for v in pair) for pair in expected.values()}

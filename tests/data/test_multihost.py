@@ -1,0 +1,47 @@
+"""Per-host shards with 2 real JAX processes: disjoint, together the whole train split."""
+
+import collections
+import json
+import os
+import socket
+import subprocess
+import sys
+
+import tfm_data_testlib as testlib
+
+WORKER = os.path.join(os.path.dirname(__file__), "multihost_worker.py")
+
+
+def _free_port():
+  with socket.socket() as s:
+    s.bind(("127.0.0.1", 0))
+    return s.getsockname()[1]
+
+
+def test_two_processes_read_disjoint_complete_shards(cfg, tok, tmp_path):
+  config_path = tmp_path / "data_config.json"
+  config_path.write_text(cfg.to_json())
+  port = _free_port()
+  env = dict(os.environ, JAX_PLATFORMS="cpu",
+             PYTHONPATH=os.pathsep.join([os.getcwd(), os.environ.get("PYTHONPATH", "")]))
+  procs = [subprocess.Popen([sys.executable, WORKER, str(i), str(port), str(config_path),
+                             str(tmp_path / f"host{i}.json")],
+                            env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
+           for i in range(2)]
+  for p in procs:
+    out, _ = p.communicate(timeout=120)
+    assert p.returncode == 0, out.decode()[-3000:]
+  hosts = [json.loads((tmp_path / f"host{i}.json").read_text()) for i in range(2)]
+  assert [h["index"] for h in hosts] == [0, 1] and all(h["count"] == 2 for h in hosts)
+  reads = [collections.Counter((tuple(a), tuple(b)) for a, b in h["train"]) for h in hosts]
+  assert reads[0] and reads[1] and not set(reads[0]) & set(reads[1])
+  want = collections.Counter()
+  for ref, (src, tgt) in testlib.clean_pairs().items():
+    if testlib.expected_split(ref) == "train":
+      ids = [tok.encode(src), tok.encode(tgt)]
+      want[tuple(tuple(x if len(x) <= cfg.max_length else x[:cfg.max_length - 1] + [1])
+                 for x in ids)] += 1
+  assert reads[0] + reads[1] == want
+  assert hosts[0]["num_dev_batches"] == hosts[1]["num_dev_batches"]
+  rows = cfg.tokens_per_batch // cfg.max_length
+  assert all(h["global_shape"] == [rows, cfg.max_length] and h["local_matches"] for h in hosts)

@@ -1,0 +1,84 @@
+"""SentencePiece vocabulary: id contract, round trips, caching keyed by dataset and size."""
+
+import os
+import pickle
+
+import pytest
+
+import tfm_data_testlib as testlib
+from tfm.data import tokenizer as tokenizer_lib
+
+
+def test_id_contract(tok):
+  assert (tok.pad_id, tok.eos_id, tok.unk_id) == (0, 1, 2)
+  assert tok._sp.bos_id() == -1  # pylint: disable=protected-access
+  assert tok._sp.id_to_piece(1) == "</s>" and tok._sp.id_to_piece(0) == "<pad>"  # pylint: disable=protected-access
+  assert 0 < tok.vocab_size <= 300
+
+
+def test_round_trip_and_eos(tok):
+  for src, tgt in list(testlib.clean_pairs().values())[:50]:
+    for text in (src, tgt):
+      ids = tok.encode(text)
+      assert ids[-1] == 1 and 1 not in ids[:-1] and 0 not in ids
+      assert tok.decode(ids) == text
+
+
+def test_decode_stops_at_eos_and_ignores_pad(tok):
+  a, b = tok.encode("light and water."), tok.encode("good seed.")
+  assert tok.decode([0, 0] + a[:-1] + [0] + a) == "light and water. light and water."
+  assert tok.decode(a + b) == "light and water."
+  assert tok.decode(a + [0, 0, 0]) == "light and water."
+
+
+def test_unknown_characters_map_to_unk(tok):
+  ids = tok.encode("light \u4e2d")
+  assert 2 in ids and ids[-1] == 1
+
+
+def test_pickle_round_trip(tok):
+  clone = pickle.loads(pickle.dumps(tok))
+  assert clone.encode("the king said.") == tok.encode("the king said.")
+
+
+def test_cached_file_is_reused(cfg, tok, monkeypatch):
+  path = os.path.join(cfg.vocab_dir, tokenizer_lib.vocab_filename(cfg))
+  assert os.path.exists(path) and tok.path == path
+
+  def fail(*args, **kwargs):
+    raise AssertionError("vocab retrained although it was cached")
+
+  monkeypatch.setattr(tokenizer_lib, "train_vocab", fail)
+  again = tokenizer_lib.get_tokenizer(cfg, "/unused")
+  assert again.encode("good bread.") == tok.encode("good bread.")
+
+
+def test_cache_key_depends_on_dataset_and_size(cfg):
+  base = tokenizer_lib.vocab_filename(cfg)
+  other = cfg.copy_and_resolve_references()
+  other.vocab_size = 301
+  assert tokenizer_lib.vocab_filename(other) != base
+  other = cfg.copy_and_resolve_references()
+  other.dataset = "bible_translate/kjv-sparv"
+  assert tokenizer_lib.vocab_filename(other) != base
+  flipped = cfg.copy_and_resolve_references()
+  flipped.source_lang, flipped.target_lang = "es", "en"
+  assert tokenizer_lib.vocab_filename(flipped) == base  # one shared vocab for both directions
+
+
+def test_training_is_deterministic(cfg, tmp_path):
+  sentences = tokenizer_lib.training_sentences(cfg, max_sentences=10_000)
+  paths = [str(tmp_path / f"v{i}.model") for i in range(2)]
+  for path in paths:
+    tokenizer_lib.train_vocab(sentences, 200, path)
+  assert open(paths[0], "rb").read() == open(paths[1], "rb").read()
+
+
+def test_training_sentences_bounded(cfg):
+  assert len(tokenizer_lib.training_sentences(cfg, max_sentences=20)) == 20
+
+
+def test_missing_vocab_dir_is_a_clear_error(cfg):
+  cfg.vocab_dir = None
+  with pytest.raises(ValueError, match=r"data\.vocab_dir"):
+    tokenizer_lib.get_tokenizer(cfg, None)

@@ -1,0 +1,134 @@
+"""Known datasets, their splits, and random-access text-pair sources over TFDS.
+
+`config.data.dataset` names a TFDS dataset/config. The paper's splits map to TFDS splits as
+train -> 'train', dev (newstest2013 for WMT'14) -> 'validation', test (newstest2014) -> 'test'.
+Either direction works: `data.source_lang` / `data.target_lang` pick the feature keys.
+
+`open_split` returns a `TextPairSource`: `len(src)` and `src[i] -> (source_text, target_text)`
+(bytes from array_record, or str under `tfds.testing.mock_data`), picklable so grain worker
+processes can use it. Reading never downloads: `prepare(cfg)` does that once.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+
+import tensorflow_datasets as tfds
+
+from tfm.data import bible  # noqa: F401  (registers the `bible_translate` builder with TFDS)
+
+SPLITS = {"train": "train", "dev": "validation", "test": "test"}
+
+
+@dataclasses.dataclass(frozen=True)
+class DatasetSpec:
+  """A known dataset: TFDS name ('builder/config') and its two language (feature) keys."""
+  name: str
+  languages: tuple[str, str]
+  description: str
+
+
+DATASETS = {spec.name: spec for spec in (
+    DatasetSpec("wmt14_translate/de-en", ("de", "en"), "WMT'14 English-German (paper, 4.5M pairs)"),
+    DatasetSpec("wmt14_translate/fr-en", ("fr", "en"), "WMT'14 English-French (paper, 36M pairs)"),
+    DatasetSpec("wmt_t2t_translate/de-en", ("de", "en"), "WMT'14 en-de as in tensor2tensor"),
+    DatasetSpec("bible_translate/web-sparv", ("en", "es"), "offline: WEB English x RV1909 Spanish"),
+    DatasetSpec("bible_translate/kjv-sparv", ("en", "es"), "offline: KJV English x RV1909 Spanish"),
+    DatasetSpec("bible_translate/kjv-web", ("kjv", "web"), "offline: KJV x WEB (English-English)"),
+)}
+
+
+def resolve_dataset(cfg) -> DatasetSpec:
+  """Checks data.dataset / data.source_lang / data.target_lang; returns the DatasetSpec."""
+  spec = DATASETS.get(cfg.dataset)
+  if spec is None:
+    raise ValueError(f"data.dataset={cfg.dataset!r} is not a known dataset; expected one of "
+                     f"{sorted(DATASETS)}")
+  for key in ("source_lang", "target_lang"):
+    if cfg[key] not in spec.languages:
+      raise ValueError(f"data.{key}={cfg[key]!r} is not a language of data.dataset="
+                       f"{cfg.dataset!r}; expected one of {spec.languages}")
+  if cfg.source_lang == cfg.target_lang:
+    raise ValueError(f"data.source_lang and data.target_lang must differ, both are "
+                     f"{cfg.source_lang!r}")
+  return spec
+
+
+class TextPairSource:
+  """Random access to (source, target) texts of one split: `len(self)`, `self[i]`."""
+
+  def __init__(self, data_source, source_key: str, target_key: str):
+    self._data_source = data_source
+    self.source_key = source_key
+    self.target_key = target_key
+    self._batched = hasattr(data_source, "__getitems__")
+
+  def __len__(self) -> int:
+    return len(self._data_source)
+
+  def __getitem__(self, index: int):
+    example = self._data_source[int(index)]
+    return example[self.source_key], example[self.target_key]
+
+  def _getitems(self, indices):
+    """Batched read (grain uses it for chunks): array_record reads the records together."""
+    keys = [int(i) for i in indices]
+    if self._batched:
+      try:
+        examples = self._data_source.__getitems__(keys)
+      except TypeError:  # tfds.testing.mock_data's source cannot read batches
+        self._batched = False
+      else:
+        return [(e[self.source_key], e[self.target_key]) for e in examples]
+    return [self[i] for i in keys]
+
+  def __repr__(self) -> str:
+    return f"TextPairSource({self.source_key}->{self.target_key}, {len(self)} pairs)"
+
+
+def _check_manual_dir(cfg) -> None:
+  if cfg.manual_dir is not None and not os.path.isdir(cfg.manual_dir):
+    raise FileNotFoundError(
+        f"data.manual_dir={cfg.manual_dir!r} does not exist; expected a directory with the "
+        "dataset's manually downloaded files (for bible_translate: a SWORD data directory with "
+        "mods.d/ and modules/, e.g. /usr/share/sword), or data.manual_dir=None")
+
+
+def open_split(cfg, split: str) -> TextPairSource:
+  """Opens split 'train' | 'dev' | 'test' of data.dataset for random access (no download)."""
+  if split not in SPLITS:
+    raise ValueError(f"split must be one of {sorted(SPLITS)}, got {split!r}")
+  spec = resolve_dataset(cfg)
+  try:
+    data_source = tfds.data_source(spec.name, split=SPLITS[split], data_dir=cfg.data_dir,
+                                   download=False)
+  except (AssertionError, FileNotFoundError, NotImplementedError) as e:
+    raise FileNotFoundError(
+        f"TFDS dataset {spec.name!r} is not prepared in data.data_dir={cfg.data_dir!r} (None = "
+        "TFDS default) in array_record format; run tfm.data.prepare(cfg) "
+        f"(`tfm prepare-data`) first. TFDS said: {e}") from e
+  return TextPairSource(data_source, cfg.source_lang, cfg.target_lang)
+
+
+def prepare(cfg):
+  """Downloads (WMT) or builds (Bible, from SWORD modules) data.dataset as array_record.
+
+  Idempotent: an already prepared dataset is left as is. Returns the tfds builder.
+  """
+  from tfm.data.config import validate_data_config  # pylint: disable=import-outside-toplevel
+  validate_data_config(cfg)
+  _check_manual_dir(cfg)
+  spec = resolve_dataset(cfg)
+  builder = tfds.builder(spec.name, data_dir=cfg.data_dir, file_format="array_record")
+  download_config = tfds.download.DownloadConfig(manual_dir=cfg.manual_dir)
+  try:
+    builder.download_and_prepare(download_config=download_config)
+  except ModuleNotFoundError as e:
+    if e.name != "importlib_resources":
+      raise
+    raise ModuleNotFoundError(
+        f"preparing {spec.name} needs the `importlib_resources` package (TFDS 4.9 imports it "
+        "for its own dataset builders but only declares it for Python < 3.9): "
+        "pip install importlib-resources") from e
+  return builder

@@ -1,0 +1,156 @@
+"""Shared source+target SentencePiece BPE vocabulary: training, caching and the Tokenizer.
+
+Token id contract (used by the model and the decoder):
+  pad_id = 0 (never produced by `encode`), eos_id = 1 (ends every encoded sequence),
+  unk_id = 2, no BOS (bos_id = -1).
+
+The vocabulary is trained on the training split, both languages, at most `max_sentences`
+sentences (a fixed-seed sample of the pairs), and cached as
+`<vocab_dir>/spm_<dataset>_<lang1>-<lang2>_<size>.model`, so a different corpus or size never
+reuses a wrong file. Training writes to a temporary file and renames it, so concurrent hosts
+that all train the (identical, deterministic) model don't see half-written files.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import tempfile
+
+import numpy as np
+import sentencepiece as spm
+
+from tfm.data import sources
+
+PAD_ID, EOS_ID, UNK_ID = 0, 1, 2
+DEFAULT_MAX_SENTENCES = 1_000_000  # sentences (both languages together) used to train the vocab
+_SAMPLE_SEED = 0
+
+
+class Tokenizer:
+  """SentencePiece model with the project's id contract; picklable (for grain workers).
+
+  encode(str) -> list[int] ending in EOS; decode(ids) -> str, stopping at the first EOS and
+  ignoring pads. `vocab_size` is the number of pieces actually in the model (the requested size
+  is an upper bound for very small corpora).
+  """
+
+  pad_id = PAD_ID
+  eos_id = EOS_ID
+  unk_id = UNK_ID
+
+  def __init__(self, model_proto: bytes, path: str | None = None):
+    self._proto = model_proto
+    self.path = path
+    self._sp = spm.SentencePieceProcessor(model_proto=model_proto)
+    if (self._sp.pad_id(), self._sp.eos_id(), self._sp.unk_id(), self._sp.bos_id()) != (
+        PAD_ID, EOS_ID, UNK_ID, -1):
+      raise ValueError(f"SentencePiece model {path} does not follow the id contract pad=0, "
+                       "eos=1, unk=2, no bos")
+
+  @classmethod
+  def load(cls, path: str) -> "Tokenizer":
+    with open(path, "rb") as f:
+      return cls(f.read(), path)
+
+  @property
+  def vocab_size(self) -> int:
+    return self._sp.get_piece_size()
+
+  def encode(self, text: str) -> list[int]:
+    """Text -> piece ids followed by EOS (1)."""
+    return self._sp.encode(text) + [EOS_ID]
+
+  def decode(self, ids) -> str:
+    """Ids (list or 1-D array) -> text; stops at the first EOS, drops pads (0)."""
+    out = []
+    for i in np.asarray(ids).reshape(-1).tolist():
+      if i == EOS_ID:
+        break
+      if i != PAD_ID:
+        out.append(int(i))
+    return self._sp.decode(out)
+
+  def __getstate__(self):
+    return {"proto": self._proto, "path": self.path}
+
+  def __setstate__(self, state):
+    self.__init__(state["proto"], state["path"])
+
+
+def vocab_filename(cfg) -> str:
+  """Cache file name keyed by dataset, language pair (unordered) and size."""
+  slug = re.sub(r"[^A-Za-z0-9]+", "-", cfg.dataset).strip("-")
+  langs = "-".join(sorted((cfg.source_lang, cfg.target_lang)))
+  return f"spm_{slug}_{langs}_{cfg.vocab_size}.model"
+
+
+def _as_text(value) -> str | None:
+  if isinstance(value, bytes):
+    try:
+      value = value.decode("utf-8")
+    except UnicodeDecodeError:
+      return None
+  value = value.strip()
+  return value or None
+
+
+def training_sentences(cfg, max_sentences: int) -> list[str]:
+  """Up to `max_sentences` sentences (source and target sides) of the training split.
+
+  When the split is larger, a fixed-seed random subset of pairs is taken, in index order.
+  """
+  source = sources.open_split(cfg, "train")
+  num_pairs = min(len(source), max(1, max_sentences // 2))
+  if num_pairs < len(source):
+    rng = np.random.default_rng(_SAMPLE_SEED)
+    indices = np.sort(rng.choice(len(source), size=num_pairs, replace=False))
+  else:
+    indices = np.arange(len(source))
+  sentences = []
+  for i in indices:
+    for side in source[int(i)]:
+      text = _as_text(side)
+      if text is not None:
+        sentences.append(text)
+  return sentences
+
+
+def train_vocab(sentences: list[str], vocab_size: int, path: str) -> None:
+  """Trains a BPE model on `sentences` and writes it atomically to `path`."""
+  if not sentences:
+    raise ValueError("no training sentences to build the vocabulary from (is the train split "
+                     "empty?)")
+  directory = os.path.dirname(os.path.abspath(path))
+  os.makedirs(directory, exist_ok=True)
+  spm.set_random_generator_seed(_SAMPLE_SEED)
+  with tempfile.NamedTemporaryFile("wb", dir=directory, suffix=".tmp", delete=False) as tmp:
+    spm.SentencePieceTrainer.train(
+        sentence_iterator=iter(sentences), model_writer=tmp,
+        model_type="bpe", vocab_size=vocab_size, hard_vocab_limit=False,
+        character_coverage=0.9999,
+        # The sample is bounded (and drawn with a fixed seed) by `training_sentences`; 0 tells
+        # SentencePiece to use all of it rather than re-sampling.
+        input_sentence_size=0,
+        shuffle_input_sentence=False, num_threads=1,
+        pad_id=PAD_ID, eos_id=EOS_ID, unk_id=UNK_ID, bos_id=-1,
+        pad_piece="<pad>", eos_piece="</s>", unk_piece="<unk>",
+        minloglevel=2)
+  os.replace(tmp.name, path)
+
+
+def get_tokenizer(cfg, vocab_dir: str | None = None, *,
+                  max_sentences: int = DEFAULT_MAX_SENTENCES) -> Tokenizer:
+  """Loads the cached vocabulary for (data.dataset, languages, data.vocab_size), training it
+  from the training split first if it is missing.
+
+  The directory is data.vocab_dir if set, else `vocab_dir` (the caller's workdir).
+  """
+  directory = cfg.vocab_dir if cfg.vocab_dir is not None else vocab_dir
+  if directory is None:
+    raise ValueError("data.vocab_dir is None and no vocab_dir was passed to get_tokenizer; "
+                     "expected a directory to cache the SentencePiece model in")
+  path = os.path.join(directory, vocab_filename(cfg))
+  if not os.path.exists(path):
+    train_vocab(training_sentences(cfg, max_sentences), cfg.vocab_size, path)
+  return Tokenizer.load(path)
