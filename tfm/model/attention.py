@@ -63,12 +63,32 @@ def choose_kernel(cfg: ModelConfig, train: bool) -> str:
   return "xla"
 
 
-def _dense(features, axis, names, bias_names, cfg: ModelConfig, name):
-  # DenseGeneral hands the initializer the kernel flattened to [fan_in, fan_out]: Glorot on that view.
-  init = nn.initializers.xavier_uniform()
-  return nn.DenseGeneral(features, axis=axis, use_bias=cfg.use_bias, dtype=cfg.compute_dtype,
-                         param_dtype=jnp.float32, kernel_init=P.with_axes(init, names),
-                         bias_init=P.with_axes(nn.initializers.zeros, bias_names), name=name)
+class Projection(nn.Module):
+  """A multi-axis linear map: x [..., *in] -> [..., *features], kernel [*in, *features] + bias.
+
+  The kernel keeps its true rank (so its logical axis names always apply) and gets Glorot-uniform
+  init over fan_in = prod(in), fan_out = prod(features).
+  """
+
+  features: tuple[int, ...]
+  in_dims: int
+  names: tuple[str, ...]
+  bias_names: tuple[str, ...]
+  cfg: ModelConfig
+
+  @nn.compact
+  def __call__(self, x):
+    n_in, shape = self.in_dims, x.shape[-self.in_dims:] + tuple(self.features)
+    init = nn.initializers.variance_scaling(1.0, "fan_avg", "uniform", in_axis=tuple(range(n_in)),
+                                            out_axis=tuple(range(n_in, len(shape))))
+    kernel = self.param("kernel", P.with_axes(init, self.names), shape, jnp.float32)
+    dtype = self.cfg.compute_dtype
+    y = jnp.tensordot(x.astype(dtype), kernel.astype(dtype), axes=n_in)
+    if self.cfg.use_bias:
+      bias = self.param("bias", P.with_axes(nn.initializers.zeros, self.bias_names),
+                        tuple(self.features), jnp.float32)
+      y = y + bias.astype(dtype)
+    return y
 
 
 class Attention(nn.Module):
@@ -92,10 +112,11 @@ class Attention(nn.Module):
     """
     cfg = self.cfg
     h, kvh = cfg.num_heads, cfg.kv_heads
-    query = _dense((h, cfg.d_k), -1, ("embed", "heads", "kv"), ("heads", "kv"), cfg, "query")
-    key = _dense((kvh, cfg.d_k), -1, ("embed", "kv_heads", "kv"), ("kv_heads", "kv"), cfg, "key")
-    value = _dense((kvh, cfg.d_v), -1, ("embed", "kv_heads", "kv"), ("kv_heads", "kv"), cfg, "value")
-    out = _dense(cfg.d_model, (-2, -1), ("heads", "kv", "embed"), ("embed",), cfg, "out")
+    query = Projection((h, cfg.d_k), 1, ("embed", "heads", "kv"), ("heads", "kv"), cfg, name="query")
+    key = Projection((kvh, cfg.d_k), 1, ("embed", "kv_heads", "kv"), ("kv_heads", "kv"), cfg, name="key")
+    value = Projection((kvh, cfg.d_v), 1, ("embed", "kv_heads", "kv"), ("kv_heads", "kv"), cfg,
+                       name="value")
+    out = Projection((cfg.d_model,), 2, ("heads", "kv", "embed"), ("embed",), cfg, name="out")
     use_rope = cfg.positions == "rope" and not self.is_cross
 
     if mode == "init_cache" and not self.is_cross:
