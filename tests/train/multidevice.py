@@ -1,0 +1,137 @@
+"""Runs the train step on 8 simulated CPU devices and on 1, and writes the comparison as JSON.
+
+    python -m tests.train.multidevice OUT.json [tiny|transformer]
+
+XLA_FLAGS must give 8 host devices before jax is imported, so this runs in its own process
+(tests/train/test_multidevice.py starts it); the other test files keep their single device.
+For each mesh (data, fsdp, tensor) it records: the largest difference from the single-device run of
+the initial parameters, the per-step losses and the parameters after 2 steps; the shapes of one
+device's shard of a few weights, of an Adam moment and of the batch; and, for one mesh, whether a
+sharded checkpoint restores bit-identically with its shardings.
+"""
+
+from __future__ import annotations
+
+import os
+
+os.environ["XLA_FLAGS"] = " ".join([os.environ.get("XLA_FLAGS", ""),
+                                    "--xla_force_host_platform_device_count=8",
+                                    "--xla_backend_optimization_level=0",
+                                    "--xla_llvm_disable_expensive_passes=true"])
+
+import json  # noqa: E402
+import sys  # noqa: E402
+import tempfile  # noqa: E402
+
+import jax  # noqa: E402
+import numpy as np  # noqa: E402
+
+from tests.train import helpers  # noqa: E402
+from tfm.model.config import ModelConfig  # noqa: E402
+from tests.train.tiny_model import TinySeq2Seq, tiny_config  # noqa: E402
+from tfm.train.checkpoint import Checkpointer  # noqa: E402
+from tfm.train.sharding import batch_sharding, shard_batch  # noqa: E402
+from tfm.train.state import abstract_train_state  # noqa: E402
+
+# name: (data, fsdp, tensor), microbatches
+MESHES = {
+    "data_parallel": ((8, 1, 1), 1),
+    "fsdp": ((2, 4, 1), 2),
+    "tensor_parallel": ((2, 1, 4), 1),
+}
+STEPS = 2
+WEIGHTS = {  # name -> path in params, per model
+    "tiny": {"embedding": ("embedding",), "query": ("self_attention", "query"), "wi": ("wi",)},
+    "transformer": {"embedding": ("token_embedding", "embedding"),
+                    "query": ("encoder", "layer_0", "self_attention", "query", "kernel"),
+                    "wi": ("encoder", "layer_0", "ffn", "wi", "kernel")},
+}
+
+
+def make_model(kind: str):
+  if kind == "tiny":
+    return TinySeq2Seq(tiny_config(dropout_rate=0.0))
+  from tfm.model.transformer import Transformer  # noqa: PLC0415
+  return Transformer(ModelConfig(vocab_size=64, d_model=32, d_ff=64, num_heads=8, d_k=4, d_v=4,
+                                 num_encoder_layers=1, num_decoder_layers=1, dropout_rate=0.0,
+                                 max_length=32))
+
+
+def leaf(tree, path):
+  for key in path:
+    tree = tree[key]
+  return tree
+
+
+def max_diff(a, b) -> float:
+  """Largest |a - b| over the leaves, attention key biases excepted: softmax is invariant to q.b_k,
+  so their true gradient is 0 and Adam (eps 1e-9) turns the rounding noise into O(lr) steps."""
+  diffs = jax.tree_util.tree_map_with_path(
+      lambda path, x, y: 0.0 if jax.tree_util.keystr(path).endswith("['key']['bias']")
+      else float(np.max(np.abs(np.asarray(x) - np.asarray(y)))), a, b)
+  return max(jax.tree_util.tree_leaves(diffs))
+
+
+def shard_shape(x) -> list[int]:
+  """Shape of one device's shard of x."""
+  return list(x.addressable_shards[0].data.shape)
+
+
+def train(setup, batch):
+  """STEPS updates; returns (initial params, per-step losses, final state) as host copies."""
+  initial = jax.device_get(setup.state.params)
+  device_batch = shard_batch(batch, batch_sharding(setup.mesh, setup.rules))
+  state, losses = setup.state, []
+  for _ in range(STEPS):
+    state, metrics = setup.step(state, device_batch)
+    losses.append(float(metrics["loss"]))
+  return initial, losses, state, device_batch
+
+
+def checkpoint_roundtrip(setup, state) -> dict:
+  with tempfile.TemporaryDirectory() as workdir:
+    checkpointer = Checkpointer(workdir, keep=2)
+    checkpointer.save(STEPS, state, {"position": 7})
+    abstract, _ = abstract_train_state(setup.model, setup.tx, setup.mesh, setup.rules)
+    restored, data, step = checkpointer.restore(abstract)
+    checkpointer.close()
+  same = jax.tree_util.tree_map(lambda a, b: bool(np.array_equal(np.asarray(a), np.asarray(b))),
+                                state, restored)
+  shardings = jax.tree_util.tree_map(lambda a, b: a.sharding == b.sharding, state, restored)
+  return {"bit_identical": all(jax.tree_util.tree_leaves(same)),
+          "same_shardings": all(jax.tree_util.tree_leaves(shardings)),
+          "data": data, "step": step}
+
+
+def main(out: str, kind: str):
+  assert jax.device_count() == 8, jax.devices()
+  model = make_model(kind)
+  batch = helpers.packed_batch(rows=16, length=12, vocab=model.cfg.vocab_size, seed=1)
+  reference = helpers.Setup(model, helpers.train_cfg(), helpers.mesh_cfg(), jax.devices()[:1])
+  ref_initial, ref_losses, ref_state, _ = train(reference, batch)
+  ref_final = jax.device_get(ref_state.params)
+  meshes = MESHES if kind == "tiny" else {"mixed": ((2, 2, 2), 2)}
+  results = {"reference_losses": ref_losses, "meshes": {}}
+  for name, (shape, microbatches) in meshes.items():
+    setup = helpers.Setup(model, helpers.train_cfg(microbatches=microbatches), helpers.mesh_cfg(*shape))
+    initial, losses, state, device_batch = train(setup, batch)
+    result = {
+        "initial_diff": max_diff(initial, ref_initial),
+        "losses": losses,
+        "final_diff": max_diff(jax.device_get(state.params), ref_final),
+        "update_size": max_diff(ref_final, ref_initial),
+        "shapes": {w: leaf(state.params, p).shape for w, p in WEIGHTS[kind].items()},
+        "shard_shapes": {w: shard_shape(leaf(state.params, p)) for w, p in WEIGHTS[kind].items()},
+        "adam_mu_shard_shape": shard_shape(leaf(state.opt_state[0].mu, WEIGHTS[kind]["wi"])),
+        "batch_shard_shape": shard_shape(device_batch["targets"]),
+        "mesh": dict(setup.mesh.shape),
+    }
+    if name == "fsdp":
+      result["checkpoint"] = checkpoint_roundtrip(setup, state)
+    results["meshes"][name] = result
+  with open(out, "w") as f:
+    json.dump(results, f, indent=1)
+
+
+if __name__ == "__main__":
+  main(sys.argv[1], sys.argv[2] if len(sys.argv) > 2 else "tiny")

@@ -1,0 +1,141 @@
+"""Orbax checkpoints: bit-identical round trip, the last K kept, fallback past a corrupt latest one."""
+
+import gc
+import logging
+
+import jax
+import ml_collections
+import numpy as np
+import pytest
+
+from tfm.train.checkpoint import (Checkpointer, available_steps, read_config, restore_params,
+                                  write_config)
+from tfm.train.sharding import batch_sharding, shard_batch
+from tfm.train.state import abstract_train_state
+from tests.train import helpers
+
+
+# A failed Orbax read leaves its coroutines behind; collect them (they complain when collected) while
+# this module's warning filter applies, not during some later test.
+pytestmark = pytest.mark.filterwarnings("ignore::pytest.PytestUnraisableExceptionWarning")
+
+
+@pytest.fixture(autouse=True)
+def collect_garbage():
+  yield
+  gc.collect()
+
+
+def abstract(setup):
+  return abstract_train_state(setup.model, setup.tx, setup.mesh, setup.rules)[0]
+
+
+def identical(a, b) -> bool:
+  same = jax.tree_util.tree_map(lambda x, y: np.asarray(x).dtype == np.asarray(y).dtype
+                                and np.array_equal(np.asarray(x), np.asarray(y)), a, b)
+  return jax.tree_util.tree_structure(a) == jax.tree_util.tree_structure(b) and all(
+      jax.tree_util.tree_leaves(same))
+
+
+def perturbed(state, seed):
+  """The state with different parameter values and step, so checkpoints of 'steps' differ."""
+  rng = np.random.default_rng(seed)
+  params = jax.tree_util.tree_map(lambda x: (np.asarray(x) + rng.normal(size=x.shape)).astype(x.dtype),
+                                  state.params)
+  return state.replace(params=params, step=np.int32(seed))
+
+
+def test_roundtrip_is_bit_identical(tiny_setup, tmp_path):
+  checkpointer = Checkpointer(tmp_path, keep=3)
+  assert checkpointer.restore(abstract(tiny_setup)) is None  # nothing saved yet
+  state = perturbed(tiny_setup.initial, 5)
+  checkpointer.save(5, jax.device_put(state, tiny_setup.shardings), {"epoch": 1, "position": [3, 4]})
+  restored, data, step = checkpointer.restore(abstract(tiny_setup))
+  checkpointer.close()
+  assert step == 5 and data == {"epoch": 1, "position": [3, 4]}
+  assert identical(jax.device_get(restored), state)
+  assert restored.params["wi"].sharding == tiny_setup.shardings.params["wi"]
+
+
+def test_keeps_the_last_k(tiny_setup, tmp_path):
+  checkpointer = Checkpointer(tmp_path, keep=2)
+  for step in (1, 2, 3, 4):
+    checkpointer.save(step, jax.device_put(perturbed(tiny_setup.initial, step), tiny_setup.shardings))
+  checkpointer.wait()
+  assert checkpointer.all_steps() == [3, 4] == available_steps(tmp_path)
+  assert not checkpointer.save(4, jax.device_put(tiny_setup.initial, tiny_setup.shardings))
+  assert checkpointer.latest_step() == 4
+  checkpointer.close()
+
+
+def test_corrupt_latest_falls_back_to_previous(tiny_setup, tmp_path, caplog):
+  checkpointer = Checkpointer(tmp_path, keep=3)
+  first, second = perturbed(tiny_setup.initial, 1), perturbed(tiny_setup.initial, 2)
+  checkpointer.save(1, jax.device_put(first, tiny_setup.shardings), {"position": 1})
+  checkpointer.save(2, jax.device_put(second, tiny_setup.shardings), {"position": 2})
+  checkpointer.wait()
+  files = [f for f in (tmp_path / "checkpoints" / "2" / "state").rglob("*") if f.is_file()]
+  assert files
+  for f in files:  # a torn write: every file of the latest step's state truncated
+    f.write_bytes(f.read_bytes()[: len(f.read_bytes()) // 3])
+  with caplog.at_level(logging.WARNING):
+    restored, data, step = checkpointer.restore(abstract(tiny_setup))
+  assert step == 1 and data == {"position": 1}
+  assert identical(jax.device_get(restored), first)
+  assert any("checkpoints/2 cannot be restored" in r.getMessage() for r in caplog.records)
+  assert (tmp_path / "checkpoints" / "2.unreadable").exists()
+  assert checkpointer.all_steps() == [1]
+  checkpointer.save(2, jax.device_put(second, tiny_setup.shardings))  # the step can be written again
+  checkpointer.wait()
+  assert checkpointer.all_steps() == [1, 2]
+  checkpointer.close()
+
+
+def test_incompatible_state_raises_and_keeps_checkpoints(tiny_setup, tmp_path):
+  checkpointer = Checkpointer(tmp_path, keep=3)
+  for step in (1, 2):
+    checkpointer.save(step, jax.device_put(perturbed(tiny_setup.initial, step), tiny_setup.shardings))
+  target = abstract(tiny_setup)
+  wrong = target.replace(params={**target.params, "wi": jax.ShapeDtypeStruct(
+      (32, 65), np.float32, sharding=target.params["wi"].sharding)})  # d_ff changed
+  with pytest.raises(RuntimeError, match="no checkpoint"):
+    checkpointer.restore(wrong)
+  assert checkpointer.all_steps() == [1, 2]
+  checkpointer.close()
+
+
+def test_donating_step_right_after_an_async_save(tiny_setup, tmp_path):
+  checkpointer = Checkpointer(tmp_path, keep=2)
+  state = tiny_setup.fresh_state()
+  before = jax.device_get(state)
+  checkpointer.save(0, state)
+  batch = helpers.packed_batch(8, 12, tiny_setup.model.cfg.vocab_size)
+  tiny_setup.step(state, shard_batch(batch, batch_sharding(tiny_setup.mesh, tiny_setup.rules)))
+  restored, _, _ = checkpointer.restore(abstract(tiny_setup))
+  checkpointer.close()
+  assert identical(jax.device_get(restored), before)
+
+
+def test_restore_params_only(tiny_setup, tmp_path):
+  checkpointer = Checkpointer(tmp_path, keep=2)
+  state = perturbed(tiny_setup.initial, 9)
+  checkpointer.save(9, jax.device_put(state, tiny_setup.shardings))
+  checkpointer.close()
+  params = restore_params(tmp_path, 9, abstract(tiny_setup).params)
+  assert identical(jax.device_get(params), state.params)
+
+
+def test_config_json(tmp_path):
+  rules = (("embed", "fsdp"), ("act_batch", ("data", "fsdp")))
+  config = ml_collections.ConfigDict({"train": {"steps": 10, "schedule": "rsqrt_warmup"},
+                                      "mesh": {"rules": rules}})
+  path = write_config(tmp_path, config)
+  assert path == tmp_path / "config.json"
+  loaded = read_config(tmp_path)
+  assert loaded.train.to_dict() == {"steps": 10, "schedule": "rsqrt_warmup"}
+  assert loaded.mesh.rules == [["embed", "fsdp"], ["act_batch", ["data", "fsdp"]]]
+
+
+def test_keep_must_be_positive(tmp_path):
+  with pytest.raises(ValueError, match=r"train\.keep_checkpoints"):
+    Checkpointer(tmp_path, keep=0)

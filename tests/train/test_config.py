@@ -1,0 +1,75 @@
+"""The train and mesh config sections: defaults, the project's configs, errors naming the key."""
+
+import pytest
+
+from configs import base, big, quickstart, table3
+from tfm.train.config import (DEFAULT_RULES, default_mesh_config, default_train_config,
+                              validate_mesh_config, validate_train_config)
+
+
+def test_defaults_are_the_papers():
+  train = default_train_config()
+  validate_train_config(train)
+  validate_mesh_config(default_mesh_config())
+  assert (train.adam_b1, train.adam_b2, train.adam_eps) == (0.9, 0.98, 1e-9)
+  assert (train.schedule, train.warmup_steps, train.learning_rate) == ("rsqrt_warmup", 4000, 1.0)
+  assert (train.label_smoothing, train.steps, train.average_checkpoints) == (0.1, 100_000, 5)
+  assert (train.weight_decay, train.grad_clip_norm) == (0.0, 0.0)
+
+
+@pytest.mark.parametrize("config", [base.get_config(), big.get_config(), quickstart.get_config(),
+                                    table3.get_config("D3"), table3.get_config("big")])
+def test_project_configs_validate(config):
+  validate_train_config(config.train)
+  validate_mesh_config(config.mesh)
+
+
+@pytest.mark.parametrize("changes, key", [
+    (dict(schedule="cosine"), "train.schedule"),
+    (dict(warmup_steps=0), "train.warmup_steps"),
+    (dict(schedule="linear_cosine", steps=100, warmup_steps=100), "train.steps"),
+    (dict(keep_checkpoints=3, average_checkpoints=5), "train.keep_checkpoints"),
+    (dict(label_smoothing=1.0), "train.label_smoothing"),
+    (dict(microbatches=0), "train.microbatches"),
+    (dict(nonfinite="ignore"), "train.nonfinite"),
+    (dict(adam_b2=1.0), "train.adam_b2"),
+    (dict(learning_rate=0), "train.learning_rate"),
+    (dict(grad_clip_norm=-1.0), "train.grad_clip_norm"),
+    (dict(steps=1.5), "train.steps"),
+])
+def test_train_errors_name_the_key(changes, key):
+  train = default_train_config().to_dict()  # a dict: ConfigDict would refuse some wrong types itself
+  train.update(changes)
+  with pytest.raises(ValueError, match=key.replace(".", r"\.")):
+    validate_train_config(train)
+
+
+def test_unknown_and_missing_keys_are_named():
+  train = default_train_config().to_dict()
+  train["warmup"] = 10
+  with pytest.raises(ValueError, match=r"train\.warmup\b"):
+    validate_train_config(train)
+  del train["warmup"], train["seed"]
+  with pytest.raises(ValueError, match=r"train\.seed"):
+    validate_train_config(train)
+
+
+@pytest.mark.parametrize("changes, key", [
+    (dict(data=-1, fsdp=-1), "mesh.fsdp"),
+    (dict(tensor=0), "mesh.tensor"),
+    (dict(rules=(("embed", "model"),)), "mesh.rules"),
+    (dict(rules=(("embed",),)), "mesh.rules"),
+])
+def test_mesh_errors_name_the_key(changes, key):
+  mesh = default_mesh_config().to_dict()
+  mesh.update(changes)
+  with pytest.raises(ValueError, match=key.replace(".", r"\.")):
+    validate_mesh_config(mesh)
+
+
+def test_default_rules_cover_every_logical_axis():
+  from tfm.model.partitioning import ACTIVATION_AXES, PARAM_AXES
+  named = [name for name, _ in DEFAULT_RULES]
+  assert sorted(named) == sorted(PARAM_AXES + ACTIVATION_AXES)
+  assert dict(DEFAULT_RULES)["act_batch"] == ("data", "fsdp")
+  assert dict(DEFAULT_RULES)["embed"] == "fsdp"

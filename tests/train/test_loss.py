@@ -1,0 +1,83 @@
+"""Label-smoothed cross-entropy against an independent numpy computation; padding is excluded."""
+
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+from tfm.train.loss import loss_sums, per_token, smoothed_cross_entropy, target_weights
+
+
+def numpy_log_softmax(logits):
+  shifted = logits - logits.max(-1, keepdims=True)
+  return shifted - np.log(np.exp(shifted).sum(-1, keepdims=True))
+
+
+def numpy_smoothed(logits, targets, eps):
+  """-sum_v q(v) log p(v) with q = 1 - eps on the target and eps / (V - 1) on every other id."""
+  vocab = logits.shape[-1]
+  q = np.full(logits.shape, eps / (vocab - 1))
+  np.put_along_axis(q, targets[..., None], 1.0 - eps, axis=-1)
+  return -(q * numpy_log_softmax(logits)).sum(-1)
+
+
+@pytest.fixture
+def example():
+  rng = np.random.default_rng(0)
+  logits = rng.normal(size=(3, 7, 11)).astype(np.float64) * 3
+  targets = rng.integers(1, 11, size=(3, 7))
+  targets[0, 5:] = 0  # padding
+  targets[2, 3:] = 0
+  return logits, targets
+
+
+@pytest.mark.parametrize("eps", [0.0, 0.1, 0.2])
+def test_matches_numpy(example, eps):
+  logits, targets = example
+  smoothed, nll = smoothed_cross_entropy(jnp.asarray(logits, jnp.float32), jnp.asarray(targets), eps)
+  np.testing.assert_allclose(smoothed, numpy_smoothed(logits, targets, eps), rtol=1e-5)
+  expected_nll = -np.take_along_axis(numpy_log_softmax(logits), targets[..., None], -1)[..., 0]
+  np.testing.assert_allclose(nll, expected_nll, rtol=1e-5)
+
+
+def test_sums_exclude_padding(example):
+  logits, targets = example
+  weights = target_weights(jnp.asarray(targets))
+  sums = loss_sums(jnp.asarray(logits, jnp.float32), jnp.asarray(targets), weights, 0.1)
+  real = targets != 0
+  assert float(sums["tokens"]) == real.sum() == 21 - 2 - 4
+  np.testing.assert_allclose(sums["loss"], numpy_smoothed(logits, targets, 0.1)[real].sum(), rtol=1e-5)
+  # Whatever the model predicts at padded positions does not count.
+  noisy = np.where(real[..., None], logits, 1e3 * np.random.default_rng(1).normal(size=logits.shape))
+  sums2 = loss_sums(jnp.asarray(noisy, jnp.float32), jnp.asarray(targets), weights, 0.1)
+  for key in ("loss", "nll", "correct", "tokens"):
+    assert float(sums2[key]) == pytest.approx(float(sums[key]), rel=1e-6)
+
+
+def test_segmentation_zero_is_padding():
+  targets = jnp.array([[5, 6, 7, 8]])
+  np.testing.assert_array_equal(target_weights(targets, jnp.array([[1, 1, 2, 0]])), [[1, 1, 1, 0]])
+  np.testing.assert_array_equal(target_weights(jnp.array([[5, 0, 7, 0]])), [[1, 0, 1, 0]])
+
+
+def test_per_token_and_perplexity(example):
+  logits, targets = example
+  sums = loss_sums(jnp.asarray(logits, jnp.float32), jnp.asarray(targets),
+                   target_weights(jnp.asarray(targets)), 0.1)
+  metrics = per_token(sums)
+  real = targets != 0
+  nll = -np.take_along_axis(numpy_log_softmax(logits), targets[..., None], -1)[..., 0][real].mean()
+  assert float(metrics["nll"]) == pytest.approx(nll, rel=1e-5)
+  assert float(metrics["perplexity"]) == pytest.approx(np.exp(nll), rel=1e-5)
+  assert float(metrics["accuracy"]) == pytest.approx((logits.argmax(-1) == targets)[real].mean())
+  empty = per_token({k: jnp.zeros(()) for k in ("loss", "nll", "correct", "tokens")})
+  assert float(empty["loss"]) == 0.0 and float(empty["perplexity"]) == 1.0
+
+
+def test_smoothed_loss_minimum_is_the_entropy_of_q():
+  """With p = q the loss equals H(q) > 0: we report H(q, p), not H(q, p) - H(q)."""
+  vocab, eps = 5, 0.1
+  q = np.full(vocab, eps / (vocab - 1))
+  q[2] = 1 - eps
+  smoothed, _ = smoothed_cross_entropy(jnp.log(jnp.asarray(q, jnp.float32))[None, None],
+                                       jnp.array([[2]]), eps)
+  assert float(smoothed[0, 0]) == pytest.approx(-(q * np.log(q)).sum(), rel=1e-5)

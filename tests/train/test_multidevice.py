@@ -1,0 +1,71 @@
+"""Data parallel, FSDP and tensor parallel steps on 8 CPU devices equal the single-device step.
+
+The 8-device runs happen in subprocesses (tests/train/multidevice.py): XLA_FLAGS must be set before
+jax is imported, and this pytest process keeps one device for the other tests.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import pathlib
+import subprocess
+import sys
+
+import pytest
+
+ROOT = pathlib.Path(__file__).resolve().parents[2]
+TOLERANCE = 2e-5  # float32 reductions in a different order
+
+
+def run_script(kind: str, tmp_path: pathlib.Path) -> dict:
+  """Runs tests/train/multidevice.py in a fresh process; its JSON results, or RuntimeError."""
+  out = tmp_path / f"{kind}.json"
+  env = dict(os.environ, PYTHONPATH=str(ROOT), JAX_PLATFORMS="cpu")
+  env.pop("XLA_FLAGS", None)
+  proc = subprocess.run([sys.executable, "-m", "tests.train.multidevice", str(out), kind], cwd=ROOT,
+                        env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                        timeout=600)
+  if proc.returncode:
+    raise RuntimeError(f"tests/train/multidevice.py {kind} failed:\n{proc.stdout[-3000:]}")
+  return json.loads(out.read_text())
+
+
+def check_matches_single_device(result: dict, name: str) -> None:
+  run = result["meshes"][name]
+  assert run["initial_diff"] == 0.0, f"{name}: sharded init differs from the single-device init"
+  assert run["losses"] == pytest.approx(result["reference_losses"], abs=TOLERANCE), name
+  assert run["update_size"] > 100 * TOLERANCE, f"{name}: the steps did not move the parameters"
+  assert run["final_diff"] < TOLERANCE, f"{name}: parameters after {len(run['losses'])} steps differ"
+
+
+# One test per script run: under pytest-xdist a module fixture would run once per worker.
+def test_tiny_model_on_8_devices(tmp_path):
+  result = run_script("tiny", tmp_path)
+  for name in ("data_parallel", "fsdp", "tensor_parallel"):
+    check_matches_single_device(result, name)
+  meshes = result["meshes"]
+  # Shard shapes on one device. vocab 64 x d_model 32; query 32 x 8 heads x 4; wi 32 x d_ff 64.
+  # Data parallel: everything replicated, 16 rows over data=8.
+  assert meshes["data_parallel"]["shard_shapes"] == {"embedding": [64, 32], "query": [32, 8, 4],
+                                                     "wi": [32, 64]}
+  assert meshes["data_parallel"]["batch_shard_shape"] == [2, 12]
+  # FSDP (data 2, fsdp 4): d_model split 4 ways (Adam moments too), the batch 8 ways.
+  assert meshes["fsdp"]["shard_shapes"] == {"embedding": [64, 8], "query": [8, 8, 4], "wi": [8, 64]}
+  assert meshes["fsdp"]["adam_mu_shard_shape"] == [8, 64]
+  assert meshes["fsdp"]["batch_shard_shape"] == [2, 12]
+  # Tensor parallel (data 2, tensor 4): vocab, heads and d_ff split 4 ways, the batch 2 ways.
+  assert meshes["tensor_parallel"]["shard_shapes"] == {"embedding": [16, 32], "query": [32, 2, 4],
+                                                       "wi": [32, 16]}
+  assert meshes["tensor_parallel"]["adam_mu_shard_shape"] == [32, 16]
+  assert meshes["tensor_parallel"]["batch_shard_shape"] == [8, 12]
+  # A sharded checkpoint (FSDP mesh) restores bit-identically with the same shardings.
+  assert meshes["fsdp"]["checkpoint"] == {"bit_identical": True, "same_shardings": True,
+                                          "data": {"position": 7}, "step": 2}
+
+
+def test_transformer_on_8_devices(tmp_path):
+  """The project's Transformer (1 + 1 layers) on a (2, 2, 2) mesh with 2 microbatches."""
+  result = run_script("transformer", tmp_path)
+  check_matches_single_device(result, "mixed")  # mesh (2, 2, 2), 2 microbatches
+  assert result["meshes"]["mixed"]["shard_shapes"]["wi"] == [16, 32]  # d_model / fsdp, d_ff / tensor

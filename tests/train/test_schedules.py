@@ -1,0 +1,81 @@
+"""Learning-rate schedules against their formulas, and the paper's schedule inside the optimizer."""
+
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+from tfm.train.optimizer import make_optimizer
+from tfm.train.schedules import constant, linear_cosine, make_schedule, rsqrt, rsqrt_warmup
+from tests.train.helpers import train_cfg
+
+
+def paper(step, d_model=512, warmup=4000):
+  return d_model**-0.5 * min(step**-0.5, step * warmup**-1.5)
+
+
+def test_paper_schedule_peaks_at_6_99e_4_at_step_4000():
+  schedule = rsqrt_warmup(512, 4000)
+  counts = np.arange(0, 20000)
+  values = np.asarray(schedule(jnp.asarray(counts)))
+  assert counts[np.argmax(values)] + 1 == 4000  # optax count 3999 = step 4000
+  assert values.max() == pytest.approx(6.99e-4, abs=5e-7)
+  for step in (1, 2, 100, 3999, 4000, 4001, 50000):
+    assert float(schedule(step - 1)) == pytest.approx(paper(step), rel=1e-6)
+
+
+def test_scale_factor_multiplies():
+  assert float(rsqrt_warmup(512, 4000, 2.0)(10)) == pytest.approx(2 * paper(11), rel=1e-6)
+
+
+def test_first_update_uses_step_1():
+  train = train_cfg(warmup_steps=4000)
+  tx, _ = make_optimizer(train, d_model=512)
+  params = {"w": jnp.zeros(3)}
+  grads = {"w": jnp.array([1.0, -2.0, 0.5])}
+  state = tx.init(params)
+  for step in (1, 2, 3):
+    updates, state = tx.update(grads, state, params)
+    # Adam's bias-corrected direction of a constant gradient is sign(g) (up to eps).
+    np.testing.assert_allclose(updates["w"], -paper(step) * np.sign(grads["w"]), rtol=1e-5)
+
+
+def test_other_schedules():
+  peak, warmup, total, end = 2e-3, 10, 110, 0.1
+  cosine = linear_cosine(peak, warmup, total, end)
+  for step in (1, 5, 10, 11, 60, 110, 200):
+    if step < warmup:
+      expected = peak * step / warmup
+    else:
+      progress = min(1.0, (step - warmup) / (total - warmup))
+      expected = peak * (end + (1 - end) * 0.5 * (1 + np.cos(np.pi * progress)))
+    assert float(cosine(step - 1)) == pytest.approx(expected, rel=1e-5), step
+    assert float(constant(peak, warmup)(step - 1)) == pytest.approx(peak * min(1, step / warmup))
+    assert float(rsqrt(peak, warmup)(step - 1)) == pytest.approx(
+        peak * min(step / warmup, (warmup / step) ** 0.5), rel=1e-6)
+  assert float(rsqrt(peak)(99)) == pytest.approx(peak / 10)
+  assert float(constant(peak)(0)) == pytest.approx(peak)
+
+
+def test_make_schedule_by_name():
+  train = train_cfg(schedule="constant", learning_rate=0.5, warmup_steps=0)
+  assert float(make_schedule(train, 512)(7)) == 0.5
+  with pytest.raises(ValueError, match=r"train\.schedule"):
+    make_schedule(train_cfg(schedule="bogus"), 512)
+
+
+def test_clipping_and_weight_decay():
+  params = {"w": jnp.ones((2, 2)), "b": jnp.ones(2)}
+  grads = {"w": jnp.full((2, 2), 30.0), "b": jnp.full(2, 40.0)}
+  norm = np.sqrt(4 * 30.0**2 + 2 * 40.0**2)
+  train = train_cfg(schedule="constant", learning_rate=0.1, warmup_steps=0, grad_clip_norm=1.0,
+                    weight_decay=0.5)
+  tx, _ = make_optimizer(train, d_model=512)
+  updates, _ = tx.update(grads, tx.init(params), params)
+  # Adam's first direction is sign(g) whatever the clipping; decay 0.5 * param on matrices only.
+  np.testing.assert_allclose(updates["w"], -0.1 * (1 + 0.5), rtol=1e-6)
+  np.testing.assert_allclose(updates["b"], -0.1, rtol=1e-6)
+  # Clipping shows in Adam's first moment: (1 - b1) * g / global norm.
+  _, state = tx.update(grads, tx.init(params), params)
+  adam_state = state[1]
+  np.testing.assert_allclose(adam_state.mu["w"], 0.1 * 30.0 / norm, rtol=1e-5)
+  np.testing.assert_allclose(adam_state.mu["b"], 0.1 * 40.0 / norm, rtol=1e-5)

@@ -1,0 +1,46 @@
+"""Training metrics to the console and to TensorBoard event files, from the lead host only."""
+
+from __future__ import annotations
+
+import os
+import sys
+from typing import Mapping
+
+import jax
+
+
+class MetricsWriter:
+  """write(step, {name: float}, prefix) -> one console line and TensorBoard scalars `prefix/name`."""
+
+  def __init__(self, workdir: str, stream=sys.stdout):
+    self.lead = jax.process_index() == 0
+    self.stream = stream
+    self.tensorboard = None
+    if self.lead:
+      from tensorboardX import SummaryWriter  # pylint: disable=import-outside-toplevel
+      self.tensorboard = SummaryWriter(os.path.join(workdir, "tensorboard"))
+
+  def write(self, step: int, scalars: Mapping[str, float], prefix: str = "train") -> None:
+    if not self.lead:
+      return
+    for name, value in scalars.items():
+      self.tensorboard.add_scalar(f"{prefix}/{name}", value, step)
+    self.tensorboard.flush()
+    text = " | ".join(f"{name} {_format(value)}" for name, value in scalars.items())
+    print(f"[{prefix}] step {step} | {text}", file=self.stream, flush=True)
+
+  def text(self, message: str) -> None:
+    if self.lead:
+      print(message, file=self.stream, flush=True)
+
+  def close(self) -> None:
+    if self.tensorboard is not None:
+      self.tensorboard.close()
+
+
+def _format(value: float) -> str:
+  if isinstance(value, int):
+    return str(value)
+  if value != 0 and (abs(value) < 1e-2 or abs(value) >= 1e5):
+    return f"{value:.3e}"
+  return f"{value:.4f}"

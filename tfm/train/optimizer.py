@@ -1,0 +1,39 @@
+"""The optimizer (section 5.3): Adam with beta1 = 0.9, beta2 = 0.98, eps = 1e-9 and a schedule.
+
+The chain, in order (each optional part is off in the paper's configs):
+  1. clip_by_global_norm(train.grad_clip_norm)      when grad_clip_norm > 0
+  2. scale_by_adam(b1, b2, eps)                    m_t / (sqrt(v_t) + eps), bias-corrected
+  3. add_decayed_weights(train.weight_decay)       decoupled weight decay (Loshchilov & Hutter), on
+                                                   parameters with 2+ dimensions only (weight matrices
+                                                   and embeddings, not biases or LayerNorm scales)
+  4. scale_by_learning_rate(schedule)              -lrate(step), step = update count + 1
+so an update is  -lrate * (adam_direction + weight_decay * param).
+"""
+
+from __future__ import annotations
+
+import jax
+import optax
+
+from tfm.train.schedules import Schedule, make_schedule
+
+
+def decay_mask(params):
+  """True for parameters that weight decay applies to: those with at least 2 dimensions."""
+  return jax.tree_util.tree_map(lambda p: p.ndim >= 2, params)
+
+
+def make_optimizer(train, d_model: int) -> tuple[optax.GradientTransformation, Schedule]:
+  """Builds the optimizer from a `train` config section; returns (optimizer, schedule).
+
+  The schedule maps the optimizer's update count (0 on the first update) to the learning rate it uses.
+  """
+  schedule = make_schedule(train, d_model)
+  parts = []
+  if train.grad_clip_norm > 0:
+    parts.append(optax.clip_by_global_norm(train.grad_clip_norm))
+  parts.append(optax.scale_by_adam(b1=train.adam_b1, b2=train.adam_b2, eps=train.adam_eps))
+  if train.weight_decay > 0:
+    parts.append(optax.add_decayed_weights(train.weight_decay, mask=decay_mask))
+  parts.append(optax.scale_by_learning_rate(schedule))
+  return optax.chain(*parts), schedule

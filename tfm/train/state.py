@@ -1,0 +1,101 @@
+"""The train state and its sharded initialisation.
+
+The state's shardings are known before any array exists: `jax.eval_shape` traces the initialiser to
+get shapes and the logical axis names of every parameter (the model creates them boxed with
+`nn.with_logical_partitioning`; Adam's moments inherit the boxes of the parameters they mirror), the
+rules turn names into NamedShardings, and `jax.jit(init, out_shardings=...)` then creates every array
+directly in its shards: no device ever holds the full parameters unless the rules say so.
+
+Initialisation is traced without a current mesh: the out_shardings alone decide where the parameters
+live (and flax's DenseGeneral, which reshapes a boxed kernel after unboxing it, cannot initialise
+multi-axis kernels under a mesh).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import flax.linen as nn
+import jax
+import jax.numpy as jnp
+import optax
+from flax import struct
+from jax.sharding import Mesh
+
+from tfm.model.config import ModelConfig
+from tfm.train.sharding import Rules, state_shardings
+
+
+class TrainState(struct.PyTreeNode):
+  """Everything a step reads and writes; a pytree of arrays (checkpointed as is).
+
+  step             int32 []: batches consumed so far (applied updates + skipped ones)
+  params           the model's parameters, float32, unboxed
+  opt_state        the optax state (Adam moments mirror params; counts are applied updates)
+  rng              uint32 [2]: base key; the dropout key of step s is fold_in(rng, s)
+  nonfinite_count  int32 []: updates skipped because the loss or the gradients were not finite
+  """
+
+  step: jax.Array
+  params: Any
+  opt_state: Any
+  rng: jax.Array
+  nonfinite_count: jax.Array
+
+  @property
+  def applied_updates(self) -> jax.Array:
+    """The optimizer's update count: steps minus skipped steps."""
+    return self.step - self.nonfinite_count
+
+
+def init_inputs(cfg: ModelConfig, rows: int = 1, length: int = 8) -> dict[str, jax.Array | None]:
+  """Dummy token arrays [rows, length] for `model.init` (parameter shapes do not depend on them)."""
+  tokens = jnp.ones((rows, length), jnp.int32)
+  return {"inputs": tokens if cfg.has_encoder else None, "targets": tokens if cfg.has_decoder else None}
+
+
+def _boxed_state(model: nn.Module, tx: optax.GradientTransformation, seed: int, rows: int) -> TrainState:
+  """A fresh state whose parameters (and Adam moments) are still in their LogicallyPartitioned boxes."""
+  params_key, dropout_key, train_key = jax.random.split(jax.random.PRNGKey(seed), 3)
+  example = init_inputs(model.cfg, rows)
+  variables = model.init({"params": params_key, "dropout": dropout_key}, example["inputs"],
+                         example["targets"], train=False)
+  params = variables["params"]
+  return TrainState(step=jnp.zeros((), jnp.int32), params=params, opt_state=tx.init(params),
+                    rng=train_key, nonfinite_count=jnp.zeros((), jnp.int32))
+
+
+def _batch_rows(mesh: Mesh) -> int:
+  return mesh.shape.get("data", 1) * mesh.shape.get("fsdp", 1)
+
+
+def abstract_train_state(model: nn.Module, tx: optax.GradientTransformation, mesh: Mesh, rules: Rules,
+                         seed: int = 0) -> tuple[TrainState, TrainState]:
+  """(abstract state, shardings), computed without allocating anything.
+
+  The abstract state holds jax.ShapeDtypeStruct leaves that carry their sharding: the target for a
+  sharded checkpoint restore. `model` is a tfm Transformer (it must have a `cfg` ModelConfig field).
+  """
+  boxed = jax.eval_shape(lambda: _boxed_state(model, tx, seed, _batch_rows(mesh)))
+  shardings = state_shardings(boxed, mesh, rules)
+  abstract = jax.tree_util.tree_map(
+      lambda x, s: jax.ShapeDtypeStruct(x.shape, x.dtype, sharding=s), nn.meta.unbox(boxed), shardings)
+  return abstract, shardings
+
+
+def init_train_state(model: nn.Module, tx: optax.GradientTransformation, mesh: Mesh, rules: Rules,
+                     seed: int = 0, compiler_options: dict | None = None
+                     ) -> tuple[TrainState, TrainState]:
+  """(state, shardings): a fresh state created directly in its shards, and the shardings tree.
+
+  compiler_options: passed to jax.jit (XLA options, e.g. a lower optimisation level for CPU tests).
+  """
+  _, shardings = abstract_train_state(model, tx, mesh, rules, seed)
+  init = jax.jit(lambda: nn.meta.unbox(_boxed_state(model, tx, seed, _batch_rows(mesh))),
+                 out_shardings=shardings, compiler_options=compiler_options)
+  return init(), shardings
+
+
+def parameter_count(params: Any) -> int:
+  """Number of scalars in a (possibly abstract) parameter tree."""
+  return sum(int(x.size) for x in jax.tree_util.tree_leaves(params))

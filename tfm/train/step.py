@@ -1,0 +1,164 @@
+"""The train step and the eval step, each one `jax.jit` over the mesh.
+
+train step (one update):
+  1. N = real target tokens of the global batch; dropout key = fold_in(state.rng, state.step)
+  2. g = sum over microbatches of grad(label-smoothed CE sum / N)           (tfm/train/accumulate.py)
+  3. if the loss and g are finite: params, opt_state <- Adam update with lrate(applied updates + 1)
+     else: params and opt_state unchanged, nonfinite_count + 1   (no NaN ever enters the state)
+  4. step + 1
+Metrics stay on device (no host sync): loss (label-smoothed CE per token, the objective), nll (per
+token, unsmoothed), perplexity = exp(nll), accuracy, tokens, grad_norm (global, before clipping),
+learning_rate (the one this update used), nonfinite (1 if this update was skipped), nonfinite_count.
+
+Batches are dicts of int32 [batch, length]: targets and, for models with an encoder, inputs; optional
+inputs_segmentation / targets_segmentation and inputs_position / targets_position (the `*_positions`
+spelling is accepted too). Pad id 0 is excluded from the loss.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Callable, Mapping
+
+import flax.linen as nn
+import jax
+import jax.numpy as jnp
+import optax
+from jax.sharding import Mesh, NamedSharding, PartitionSpec
+
+from tfm.train.accumulate import accumulate_gradients
+from tfm.train.loss import loss_sums, per_token, target_weights
+from tfm.train.schedules import Schedule
+from tfm.train.sharding import Rules, batch_sharding, check_batch_size, mesh_context
+from tfm.train.state import TrainState
+
+Batch = Mapping[str, jax.Array]
+
+
+def _position(batch: Batch, prefix: str):
+  return batch.get(f"{prefix}_position", batch.get(f"{prefix}_positions"))
+
+
+def apply_model(model: nn.Module, params: Any, batch: Batch, train: bool, dropout_key=None) -> jax.Array:
+  """Logits [batch, target_len, vocab] (float32) for a batch dict."""
+  rngs = {"dropout": dropout_key} if train else {}
+  return model.apply({"params": params}, batch.get("inputs"), batch.get("targets"),
+                     inputs_segmentation=batch.get("inputs_segmentation"),
+                     targets_segmentation=batch.get("targets_segmentation"),
+                     inputs_positions=_position(batch, "inputs"),
+                     targets_positions=_position(batch, "targets"), train=train, rngs=rngs)
+
+
+def batch_loss_sums(model: nn.Module, params: Any, batch: Batch, label_smoothing: float, train: bool,
+                    dropout_key=None) -> dict[str, jax.Array]:
+  """loss/nll/correct/tokens sums over the real target tokens of `batch` (tfm/train/loss.py)."""
+  logits = apply_model(model, params, batch, train, dropout_key)
+  weights = target_weights(batch["targets"], batch.get("targets_segmentation"))
+  return loss_sums(logits, batch["targets"], weights, label_smoothing)
+
+
+def _where_finite(finite, new, old):
+  return jax.tree_util.tree_map(lambda n, o: jnp.where(finite, n, o), new, old)
+
+
+def train_step(state: TrainState, batch: Batch, *, model: nn.Module, tx: optax.GradientTransformation,
+               schedule: Schedule, label_smoothing: float, microbatches: int = 1,
+               grad_shardings: Any = None) -> tuple[TrainState, dict[str, jax.Array]]:
+  """One update (unjitted; see make_train_step). Returns (new state, metrics)."""
+  weights = target_weights(batch["targets"], batch.get("targets_segmentation"))
+  num_tokens = jnp.maximum(jnp.sum(weights), 1.0)
+
+  def grad_fn(params, microbatch, key):
+    def objective(p):
+      sums = batch_loss_sums(model, p, microbatch, label_smoothing, True, key)
+      return sums["loss"] / num_tokens, sums
+    return jax.grad(objective, has_aux=True)(params)
+
+  key = jax.random.fold_in(state.rng, state.step)
+  grads, sums = accumulate_gradients(grad_fn, state.params, batch, microbatches, key, grad_shardings)
+  grad_norm = optax.tree.norm(grads)
+  # One NaN/inf gradient makes the norm non-finite (so does a norm overflowing float32: skipped too).
+  finite = jnp.isfinite(sums["loss"]) & jnp.isfinite(grad_norm)
+  updates, opt_state = tx.update(grads, state.opt_state, state.params)
+  params = optax.apply_updates(state.params, updates)
+  skipped = (~finite).astype(jnp.int32)
+  new_state = state.replace(
+      step=state.step + 1,
+      params=_where_finite(finite, params, state.params),
+      opt_state=_where_finite(finite, opt_state, state.opt_state),
+      nonfinite_count=state.nonfinite_count + skipped)
+  metrics = dict(per_token(sums), grad_norm=grad_norm,
+                 learning_rate=schedule(state.applied_updates), nonfinite=skipped,
+                 nonfinite_count=new_state.nonfinite_count)
+  return new_state, metrics
+
+
+def eval_step(params: Any, batch: Batch, *, model: nn.Module, label_smoothing: float
+              ) -> dict[str, jax.Array]:
+  """Sums over the batch's real target tokens (no dropout): loss, nll, correct, tokens.
+
+  Add them up over the dev set and pass the totals to tfm.train.loss.per_token for the dev loss,
+  NLL and perplexity.
+  """
+  return batch_loss_sums(model, params, batch, label_smoothing, train=False)
+
+
+class OnMesh:
+  """A jitted function that is always traced and called with its mesh and logical rules current."""
+
+  def __init__(self, jitted: Callable, mesh: Mesh, rules: Rules):
+    self.jitted, self.mesh, self.rules = jitted, mesh, rules
+
+  def __call__(self, *args):
+    with mesh_context(self.mesh, self.rules):
+      return self.jitted(*args)
+
+  def lower(self, *args):
+    with mesh_context(self.mesh, self.rules):
+      return self.jitted.lower(*args)
+
+
+def make_train_step(model: nn.Module, tx: optax.GradientTransformation, schedule: Schedule, train,
+                    mesh: Mesh, rules: Rules, state_shardings: TrainState,
+                    compiler_options: dict | None = None) -> OnMesh:
+  """Compiled `step(state, batch) -> (state, metrics)`; the state argument is donated.
+
+  train: the `train` config section (label_smoothing, microbatches). state_shardings: from
+  init_train_state / abstract_train_state. Metrics come back replicated, as device arrays.
+  compiler_options: passed to jax.jit (XLA options).
+  """
+  microbatches = int(train.microbatches)
+
+  def step(state, batch):
+    check_batch_size(batch["targets"].shape[0], mesh, rules, microbatches)
+    return train_step(state, batch, model=model, tx=tx, schedule=schedule,
+                      label_smoothing=float(train.label_smoothing), microbatches=microbatches,
+                      grad_shardings=state_shardings.params)
+
+  replicated = NamedSharding(mesh, PartitionSpec())
+  jitted = jax.jit(step, in_shardings=(state_shardings, batch_sharding(mesh, rules)),
+                   out_shardings=(state_shardings, replicated), donate_argnums=(0,),
+                   compiler_options=compiler_options)
+  return OnMesh(jitted, mesh, rules)
+
+
+def make_eval_step(model: nn.Module, label_smoothing: float, mesh: Mesh, rules: Rules,
+                   param_shardings: Any, compiler_options: dict | None = None) -> OnMesh:
+  """Compiled `eval(params, batch) -> sums` (see eval_step); params are not donated."""
+
+  def evaluate(params, batch):
+    return eval_step(params, batch, model=model, label_smoothing=label_smoothing)
+
+  replicated = NamedSharding(mesh, PartitionSpec())
+  jitted = jax.jit(evaluate, in_shardings=(param_shardings, batch_sharding(mesh, rules)),
+                   out_shardings=replicated, compiler_options=compiler_options)
+  return OnMesh(jitted, mesh, rules)
+
+
+def check_nonfinite(metrics: Mapping[str, Any], step: int, policy: str) -> None:
+  """Host side, after fetching a step's metrics: with train.nonfinite='stop', raises on a skipped
+  update, naming the step (the state itself is still the last finite one)."""
+  if policy == "stop" and int(metrics["nonfinite"]):
+    raise FloatingPointError(
+        f"non-finite loss or gradients at step {step} (loss={float(metrics['loss'])}, "
+        f"grad_norm={float(metrics['grad_norm'])}); the update was not applied and training stops "
+        f"because train.nonfinite='stop' (set it to 'skip' to skip such updates)")
