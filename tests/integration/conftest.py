@@ -1,0 +1,43 @@
+"""A tiny experiment on the fake Bible corpus (tests/data/tfm_data_testlib.py), run end to end."""
+
+import io
+import os
+
+import pytest
+
+from tests.data import tfm_data_testlib as testlib
+from tfm.config import load_config
+
+MODEL = ["model.vocab_size=300", "model.d_model=16", "model.d_ff=32", "model.num_heads=2", "model.d_k=8",
+         "model.d_v=8", "model.num_encoder_layers=1", "model.num_decoder_layers=1",
+         "model.dtype=float32", "model.dropout_rate=0.1"]
+
+
+@pytest.fixture(scope="session")
+def corpus(tmp_path_factory):
+  root = tmp_path_factory.mktemp("corpus")
+  return dict(sword=testlib.write_library(str(root / "sword")), tfds=str(root / "tfds"),
+              vocab=str(root / "vocab"))
+
+
+@pytest.fixture
+def experiment(corpus):
+  """make(**train_overrides) -> a validated tiny config on the fake corpus."""
+
+  def make(*overrides):
+    data = [f"data.manual_dir={corpus['sword']}", f"data.data_dir={corpus['tfds']}",
+            f"data.vocab_dir={corpus['vocab']}", "data.vocab_size=300", "data.max_length=32",
+            "data.tokens_per_batch=256", "data.eval_max_examples=16", "data.overlong=truncate"]
+    train = ["train.steps=6", "train.warmup_steps=4", "train.learning_rate=4.0", "train.log_every=3",
+             "train.eval_every=100", "train.checkpoint_every=3", "train.keep_checkpoints=3",
+             "train.average_checkpoints=2", "eval.bleu_every=0"]
+    return load_config("configs/quickstart.py", MODEL + data + train + list(overrides))
+
+  return make
+
+
+def run_train(config, workdir):
+  from tfm.train.loop import train  # pylint: disable=import-outside-toplevel
+  out = io.StringIO()
+  state = train(config, str(workdir), stream=out)
+  return state, out.getvalue()

@@ -1,0 +1,20 @@
+"""`tfm prepare-data --config=FILE --workdir=DIR`: build the dataset and the shared vocabulary."""
+
+from __future__ import annotations
+
+from absl import flags
+
+
+def define_flags(fv: flags.FlagValues):
+  flags.DEFINE_string("workdir", None, "where the vocabulary is cached (unless data.vocab_dir is set)",
+                      flag_values=fv)
+
+
+def run(fv: flags.FlagValues):
+  from tfm.data import sources, tokenizer  # pylint: disable=import-outside-toplevel
+  config = fv.config
+  builder = sources.prepare(config.data)
+  print(f"dataset {builder.info.full_name} ready in {builder.data_dir}")
+  if fv.workdir or config.data.vocab_dir:
+    tok = tokenizer.get_tokenizer(config.data, fv.workdir)
+    print(f"vocabulary of {tok.vocab_size} tokens ready")

@@ -1,0 +1,17 @@
+"""`tfm train --config=FILE[:ARG] --workdir=DIR`: train, or resume what DIR holds."""
+
+from __future__ import annotations
+
+from absl import flags
+
+
+def define_flags(fv: flags.FlagValues):
+  flags.DEFINE_string("workdir", None, "directory for checkpoints, vocabulary, config and TensorBoard",
+                      flag_values=fv)
+
+
+def run(fv: flags.FlagValues):
+  if not fv.workdir:
+    raise ValueError("--workdir is required (checkpoints, vocabulary and metrics go there)")
+  from tfm.train.loop import train  # pylint: disable=import-outside-toplevel
+  train(fv.config, fv.workdir)
