@@ -20,9 +20,8 @@ def corpus(tmp_path_factory):
               vocab=str(root / "vocab"))
 
 
-@pytest.fixture
-def experiment(corpus):
-  """make(**train_overrides) -> a validated tiny config on the fake corpus."""
+def _experiment(corpus):
+  """make(*overrides) -> a tiny config on the fake corpus."""
 
   def make(*overrides):
     data = [f"data.manual_dir={corpus['sword']}", f"data.data_dir={corpus['tfds']}",
@@ -34,6 +33,16 @@ def experiment(corpus):
     return load_config("configs/quickstart.py", MODEL + data + train + list(overrides))
 
   return make
+
+
+@pytest.fixture
+def experiment(corpus):
+  return _experiment(corpus)
+
+
+@pytest.fixture(scope="module")
+def experiment_module(corpus):
+  return _experiment(corpus)
 
 
 def run_train(config, workdir):

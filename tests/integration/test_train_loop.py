@@ -21,12 +21,15 @@ def _same_params(a, b):
                                                   jax.tree.leaves(jax.device_get(b.params))))
 
 
-def test_loss_falls_and_everything_is_logged(experiment, tmp_path):
-  state, log = run_train(experiment("train.steps=24", "train.log_every=6", "train.eval_every=24"), tmp_path)
+def test_loss_falls_and_everything_is_logged(experiment, tmp_path, monkeypatch):
+  config = experiment("train.steps=24", "train.log_every=6", "train.eval_every=24")
+  monkeypatch.chdir(tmp_path.parent)  # a relative workdir, as the README's command uses
+  state, log = run_train(config, tmp_path.name)
   losses = _losses(log)
   assert len(losses) >= 4 and losses[-1] < losses[0] - 0.5, log
   assert "[dev] step 24 | loss" in log and "perplexity" in log
   assert int(state.step) == 24
+  assert ckpt_lib.available_steps(tmp_path) == [18, 21, 24]  # every 3 steps, keep_checkpoints=3
   assert os.listdir(tmp_path / "tensorboard")
   assert (tmp_path / "config.json").exists()
 

@@ -8,7 +8,8 @@ from tfm.eval.bleu import score
 
 
 def dev_bleu(config, tokenizer, model, params, split: str = "dev", limit: int | None = None) -> dict:
-  """{'bleu': sacreBLEU, 'tokenized_bleu': the paper's tokenized BLEU, 'decode_tokens_per_s'}.
+  """{'bleu': sacreBLEU, 'tokenized_bleu': the paper's tokenized BLEU, 'sacrebleu_signature',
+  'sentences', 'decode_tokens_per_s'}.
 
   limit: number of pairs (default eval.bleu_examples); the first pairs of the split, in order.
   """
@@ -23,4 +24,5 @@ def dev_bleu(config, tokenizer, model, params, split: str = "dev", limit: int | 
                                 max_input_length=config.data.max_length)
   scores = score(hyps, [t for _, t in pairs], config.data.target_lang)
   return dict(bleu=scores["sacrebleu"], tokenized_bleu=scores["tokenized_bleu"],
+              sacrebleu_signature=scores["sacrebleu_signature"], sentences=len(pairs),
               decode_tokens_per_s=stats["tokens_per_s"])

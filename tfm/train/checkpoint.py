@@ -16,6 +16,7 @@ is a changed model or optimizer config, not a torn write.
 from __future__ import annotations
 
 import json
+import os
 import logging
 from typing import Any
 
@@ -31,7 +32,11 @@ STATE, DATA = "state", "data"
 
 
 def checkpoint_dir(workdir: str | epath.Path) -> epath.Path:
-  return epath.Path(workdir) / "checkpoints"
+  """workdir/checkpoints, made absolute (Orbax refuses relative paths; gs:// paths are absolute)."""
+  path = epath.Path(workdir)
+  if not path.is_absolute():
+    path = epath.Path(os.path.abspath(os.fspath(path)))
+  return path / "checkpoints"
 
 
 def write_config(workdir: str | epath.Path, config: ml_collections.ConfigDict) -> epath.Path:

@@ -24,7 +24,8 @@ class MetricsWriter:
     if not self.lead:
       return
     for name, value in scalars.items():
-      self.tensorboard.add_scalar(f"{prefix}/{name}", value, step)
+      if isinstance(value, (int, float)):  # strings (e.g. a BLEU signature) go to the console only
+        self.tensorboard.add_scalar(f"{prefix}/{name}", value, step)
     self.tensorboard.flush()
     text = " | ".join(f"{name} {_format(value)}" for name, value in scalars.items())
     print(f"[{prefix}] step {step} | {text}", file=self.stream, flush=True)
@@ -38,8 +39,8 @@ class MetricsWriter:
       self.tensorboard.close()
 
 
-def _format(value: float) -> str:
-  if isinstance(value, int):
+def _format(value) -> str:
+  if isinstance(value, (int, str)):
     return str(value)
   if value != 0 and (abs(value) < 1e-2 or abs(value) >= 1e5):
     return f"{value:.3e}"

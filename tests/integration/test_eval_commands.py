@@ -1,0 +1,57 @@
+"""`tfm eval` and `tfm translate` on a briefly trained tiny model."""
+
+import glob
+import json
+import math
+
+import numpy as np
+import pytest
+
+from tests.integration.conftest import run_train
+from tfm import cli
+from tfm.eval.restore import load_trained
+from tfm.train import checkpoint as ckpt_lib
+
+
+@pytest.fixture(scope="module")
+def trained(experiment_module, tmp_path_factory):
+  workdir = tmp_path_factory.mktemp("trained")
+  run_train(experiment_module("train.steps=6", "eval.beam_size=2", "eval.max_extra_length=5",
+                              "eval.batch_size=4"), workdir)
+  return str(workdir)
+
+
+def test_eval_writes_bleu_perplexity_and_signature(trained, capsys):
+  assert cli.main(["tfm", "eval", f"--workdir={trained}", "--limit=6"]) == 0
+  (path,) = glob.glob(f"{trained}/eval_dev_6.json")
+  result = json.load(open(path))
+  assert result["checkpoints"] == [3, 6] and result["averaged"] == 2  # train.average_checkpoints=2
+  assert 0.0 <= result["bleu"] <= 100.0 and 0.0 <= result["tokenized_bleu"] <= 100.0
+  assert result["sacrebleu_signature"].startswith("nrefs:1")
+  assert math.isclose(result["perplexity"], math.exp(result["nll"]), rel_tol=1e-5)
+  assert result["sentences"] == 6 and result["decode_tokens_per_s"] > 0
+  assert "perplexity" in capsys.readouterr().out
+
+
+def test_eval_uses_the_averaged_parameters(trained):
+  averaged = load_trained(trained, average=2)
+  latest = load_trained(trained, average=1)
+  assert averaged.steps == [3, 6] and latest.steps == [6]
+  leaf = lambda t: np.asarray(t.params["token_embedding"]["embedding"])
+  three = ckpt_lib.restore_params(trained, 3, averaged.params)
+  np.testing.assert_allclose(leaf(averaged), (np.asarray(three["token_embedding"]["embedding"])
+                                              + leaf(latest)) / 2, rtol=1e-6, atol=1e-7)
+
+
+def test_translate_reads_a_file_and_prints_one_line_each(trained, tmp_path, capsys):
+  source = tmp_path / "in.txt"
+  source.write_text("in the beginning god made the light\nthe word of life\n", encoding="utf-8")
+  assert cli.main(["tfm", "translate", f"--workdir={trained}", f"--input={source}", "--beam-size=1"]) == 0
+  out = capsys.readouterr()
+  assert len(out.out.splitlines()) == 2
+  assert "output tokens/s" in out.err
+
+
+def test_eval_on_an_empty_workdir_is_a_clear_error(tmp_path, capsys):
+  assert cli.main(["tfm", "eval", f"--workdir={tmp_path}"]) == 1
+  assert "config.json not found" in capsys.readouterr().err

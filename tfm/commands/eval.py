@@ -1,0 +1,53 @@
+"""`tfm eval --workdir DIR [--split dev|test] [--average N] [--limit K]`: BLEU and perplexity.
+
+Prints and writes workdir/eval_<split>_<step>.json with sacreBLEU (and its signature), the paper's
+tokenized BLEU, dev perplexity per target token (no smoothing) and decoding speed.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+
+from absl import flags
+
+
+def define_flags(fv: flags.FlagValues):
+  flags.DEFINE_string("workdir", None, "a workdir written by `tfm train`", flag_values=fv)
+  flags.DEFINE_enum("split", "dev", ["dev", "test"], "dev = newstest2013, test = newstest2014",
+                    flag_values=fv)
+  flags.DEFINE_integer("average", None, "average the last N checkpoints (default "
+                       "train.average_checkpoints; 1 = latest only)", flag_values=fv)
+  flags.DEFINE_integer("limit", None, "score only the first K sentence pairs", flag_values=fv)
+
+
+def run(fv: flags.FlagValues):
+  if not fv.workdir:
+    raise ValueError("--workdir is required")
+  # pylint: disable=import-outside-toplevel
+  from tfm.eval.dev_bleu import dev_bleu
+  from tfm.eval.restore import load_trained
+  from tfm.train.evaluate import DevEvaluator
+  from tfm.train.step import make_eval_step
+
+  t = load_trained(fv.workdir, fv.average)
+  c = t.config
+  eval_step = make_eval_step(t.model, c.train.label_smoothing, t.mesh, t.rules,
+                             jax_tree_shardings(t.params))
+  losses = DevEvaluator(c, t.tokenizer, eval_step, t.mesh, t.rules, split=fv.split)(t.params)
+  bleu = dev_bleu(c, t.tokenizer, t.model, t.params, split=fv.split, limit=fv.limit or 0)
+  result = dict(split=fv.split, checkpoints=t.steps, averaged=len(t.steps), **bleu,
+                perplexity=losses["perplexity"], nll=losses["nll"], loss=losses["loss"],
+                target_tokens=losses["tokens"], beam_size=c.eval.beam_size,
+                length_penalty=c.eval.length_penalty, max_extra_length=c.eval.max_extra_length)
+  path = os.path.join(fv.workdir, f"eval_{fv.split}_{t.steps[-1]}.json")
+  with open(path, "w", encoding="utf-8") as f:
+    json.dump(result, f, indent=1)
+  for key, value in result.items():
+    print(f"{key:>22}: {value}")
+  print(f"{'written':>22}: {path}")
+
+
+def jax_tree_shardings(tree):
+  import jax  # pylint: disable=import-outside-toplevel
+  return jax.tree.map(lambda x: x.sharding, tree)
