@@ -26,10 +26,11 @@ def cached_logits(model, v, inputs, decoder_inputs, max_len):
   if model.cfg.architecture == "decoder_only":
     encoded, segmentation = None, None
   else:
-    encoded = model.apply(v, inputs, method=Transformer.encode)
+    encoded = jax.jit(lambda v, i: model.apply(v, i, method=Transformer.encode))(v, inputs)
     segmentation = (inputs != 0).astype(jnp.int32)
-  _, state = model.apply(v, encoded, segmentation, b, max_len, method=Transformer.init_cache,
-                         mutable=["cache"])
+  init = jax.jit(lambda v, e, s: model.apply(v, e, s, b, max_len, method=Transformer.init_cache,
+                                             mutable=["cache"])[1])
+  state = init(v, encoded, segmentation)
   cache = state["cache"]
   step = jax.jit(lambda c, tok: model.apply({**v, "cache": c}, tok, method=Transformer.decode_step,
                                             mutable=["cache"]))
@@ -47,7 +48,8 @@ def test_cached_decoding_matches_full_forward(name):
   inputs = jnp.array([[5, 6, 7, 1, 0, 0], [8, 9, 10, 11, 12, 1]])
   targets = jnp.array([[13, 14, 15, 1, 0], [16, 17, 1, 0, 0]])
   model, v = init(cfg, None if cfg.architecture == "decoder_only" else inputs, targets)
-  full = np.asarray(model.apply(v, None if cfg.architecture == "decoder_only" else inputs, targets))
+  full = np.asarray(jax.jit(model.apply)(v, None if cfg.architecture == "decoder_only" else inputs,
+                                         targets))
   decoder_inputs = jnp.pad(targets, ((0, 0), (1, 0)))[:, :-1]
   got, cache = cached_logits(model, v, inputs, decoder_inputs, max_len=8)
   valid = np.asarray(targets != 0)
