@@ -9,7 +9,7 @@ from tfm.eval.bleu import score
 
 def dev_bleu(config, tokenizer, model, params, split: str = "dev", limit: int | None = None) -> dict:
   """{'bleu': sacreBLEU, 'tokenized_bleu': the paper's tokenized BLEU, 'sacrebleu_signature',
-  'sentences', 'decode_tokens_per_s'}.
+  'sentences', 'decode_tokens_per_s' (compilation excluded), 'decode_compile_s'}.
 
   limit: number of pairs (default eval.bleu_examples); the first pairs of the split, in order.
   """
@@ -25,4 +25,4 @@ def dev_bleu(config, tokenizer, model, params, split: str = "dev", limit: int | 
   scores = score(hyps, [t for _, t in pairs], config.data.target_lang)
   return dict(bleu=scores["sacrebleu"], tokenized_bleu=scores["tokenized_bleu"],
               sacrebleu_signature=scores["sacrebleu_signature"], sentences=len(pairs),
-              decode_tokens_per_s=stats["tokens_per_s"])
+              decode_tokens_per_s=stats["tokens_per_s"], decode_compile_s=stats["compile_seconds"])
