@@ -7,7 +7,8 @@ import numpy as np
 
 from tests.model.helpers import init, tiny
 from tfm.decode.beam import beam_search
-from tfm.decode.translate import cached_step, init_cache, make_translate_fn, uncached_step
+from tfm.decode.translate import (beam_invariant_cache, cached_step, init_cache, make_translate_fn,
+                                  uncached_step)
 
 
 def _model():
@@ -41,3 +42,20 @@ def test_translate_scores_are_the_models_log_probability():
   np.testing.assert_allclose(scores, expected, rtol=1e-4, atol=1e-4)
   lengths = np.asarray((tokens != 0).sum(-1))
   assert np.all(lengths <= np.asarray((inputs != 0).sum(-1)) + 3)
+
+
+def test_skipping_beam_invariant_cache_leaves_changes_nothing():
+  model, params, inputs = _model()
+  max_len = 7
+  cache = init_cache(model, params, inputs, max_len)
+  skipped = [jax.tree_util.keystr(p) for p, _ in jax.tree_util.tree_leaves_with_path(cache)
+             if beam_invariant_cache(p)]
+  # cross K/V per decoder layer, the encoder padding and the decode position; never self-attention.
+  assert len(skipped) == 2 * model.cfg.num_decoder_layers + 2, skipped
+  assert not any("cached_key" in p or "cached_value" in p for p in skipped)
+  run = lambda invariant: beam_search(cached_step(model, params), cache, beam_size=3, alpha=0.6,
+                                      max_decode_len=max_len, early_stopping=False,
+                                      beam_invariant=invariant)
+  (full_seqs, full_scores), (fast_seqs, fast_scores) = run(None), run(beam_invariant_cache)
+  np.testing.assert_array_equal(full_seqs, fast_seqs)
+  np.testing.assert_array_equal(full_scores, fast_scores)

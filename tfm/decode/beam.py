@@ -30,7 +30,7 @@ model's log P), which keeps 0 unambiguous as padding; pad_id=None allows it.
 
 from __future__ import annotations
 
-from typing import NamedTuple
+from typing import Callable, NamedTuple
 
 import jax
 import jax.numpy as jnp
@@ -63,15 +63,21 @@ def gather_beams(tree: PyTree, parents: jax.Array) -> PyTree:
   return jax.tree.map(lambda x: jax.vmap(lambda row, idx: row[idx])(x, parents), tree)
 
 
-def _gather_flat(tree: PyTree, parents: jax.Array) -> PyTree:
-  """`gather_beams` for leaves laid out [batch*beam, ...] (the cache)."""
+def _gather_flat(tree: PyTree, parents: jax.Array, beam_invariant: Callable | None = None) -> PyTree:
+  """`gather_beams` for leaves laid out [batch*beam, ...] (the cache).
+
+  Leaves for which beam_invariant(path) is true hold the same value in every beam of an example
+  (the projected encoder output, say); reordering them would change nothing, so they are skipped.
+  """
   batch, beam = parents.shape
 
-  def one(x):
+  def one(path, x):
+    if beam_invariant is not None and beam_invariant(path):
+      return x
     x = x.reshape((batch, beam) + x.shape[1:])
     return gather_beams(x, parents).reshape((batch * beam,) + x.shape[2:])
 
-  return jax.tree.map(one, tree)
+  return jax.tree_util.tree_map_with_path(one, tree)
 
 
 class BeamSearchResult(NamedTuple):
@@ -105,7 +111,8 @@ def beam_search_result(tokens_to_logits: TokensToLogits, cache: PyTree, *, beam_
                        alpha: float | jax.Array = 0.6, max_decode_len: int,
                        max_lengths: jax.Array | None = None, eos_id: int = 1, start_id: int = 0,
                        batch_size: int | None = None, early_stopping: bool = True,
-                       pad_id: int | None = 0) -> BeamSearchResult:
+                       pad_id: int | None = 0,
+                       beam_invariant: Callable | None = None) -> BeamSearchResult:
   """Runs the search described in the module docstring; see `beam_search` for the arguments."""
   batch = infer_batch_size(cache, max_lengths, batch_size)
   limits = resolve_max_lengths(max_lengths, batch, max_decode_len)  # [batch]
@@ -161,7 +168,7 @@ def beam_search_result(tokens_to_logits: TokensToLogits, cache: PyTree, *, beam_
       bound = jnp.max(live_logp, axis=1) / lp_max  # log P only falls as a beam grows
       done = done | (bound <= fin_scores[:, -1])
     return _State(step=t + 1, live_last=tokens, live_seqs=seqs, live_logp=live_logp,
-                  cache=_gather_flat(new_cache, parents), fin_seqs=fin_seqs,
+                  cache=_gather_flat(new_cache, parents, beam_invariant), fin_seqs=fin_seqs,
                   fin_scores=fin_scores, fin_lens=fin_lens, done=done)
 
   s = jax.lax.while_loop(cond, body, state)
@@ -177,8 +184,8 @@ def beam_search_result(tokens_to_logits: TokensToLogits, cache: PyTree, *, beam_
 def beam_search(tokens_to_logits: TokensToLogits, cache: PyTree, *, beam_size: int = 4,
                 alpha: float | jax.Array = 0.6, max_decode_len: int,
                 max_lengths: jax.Array | None = None, eos_id: int = 1, start_id: int = 0,
-                batch_size: int | None = None, early_stopping: bool = True, pad_id: int | None = 0
-                ) -> tuple[jax.Array, jax.Array]:
+                batch_size: int | None = None, early_stopping: bool = True, pad_id: int | None = 0,
+                beam_invariant: Callable | None = None) -> tuple[jax.Array, jax.Array]:
   """Beam search (section 6.1 / GNMT scoring); returns (sequences, scores), best beam first.
 
   Args:
@@ -195,6 +202,8 @@ def beam_search(tokens_to_logits: TokensToLogits, cache: PyTree, *, beam_size: i
     batch_size: static batch size; by default from max_lengths or the first cache leaf.
     early_stopping: stop a row once no live beam can beat its worst finished hypothesis.
     pad_id: a token never generated (the padding id, 0); None lets the model emit it.
+    beam_invariant: optional predicate on a cache leaf's key path (as `jax.tree_util` gives it),
+      true for leaves equal across the beams of an example; they are not reordered each step.
 
   Returns:
     sequences int32[batch, beam, max_decode_len] (tokens, EOS, then 0) and scores
@@ -204,5 +213,5 @@ def beam_search(tokens_to_logits: TokensToLogits, cache: PyTree, *, beam_size: i
   r = beam_search_result(tokens_to_logits, cache, beam_size=beam_size, alpha=alpha,
                          max_decode_len=max_decode_len, max_lengths=max_lengths, eos_id=eos_id,
                          start_id=start_id, batch_size=batch_size, early_stopping=early_stopping,
-                         pad_id=pad_id)
+                         pad_id=pad_id, beam_invariant=beam_invariant)
   return r.sequences, r.scores

@@ -65,6 +65,17 @@ def uncached_step(model: Transformer, params) -> tuple[Callable, Callable]:
   return make_state, step
 
 
+# Decoder cache entries that are the same in every beam of an example: the projected encoder output,
+# the encoder's padding and the decode position (all beams advance together).
+_BEAM_INVARIANT = frozenset({"cross_key", "cross_value", "encoder_segmentation", "index"})
+
+
+def beam_invariant_cache(path) -> bool:
+  """True for the Transformer decode-cache leaves that beam search need not reorder."""
+  last = path[-1]
+  return getattr(last, "key", None) in _BEAM_INVARIANT
+
+
 def make_translate_fn(model: Transformer, *, beam_size: int = 4, alpha: float = 0.6,
                       max_extra_length: int = 50, eos_id: int = 1) -> Callable:
   """Returns jitted translate(params, inputs [b, s]) -> (tokens [b, s + extra], scores [b]).
@@ -82,7 +93,8 @@ def make_translate_fn(model: Transformer, *, beam_size: int = 4, alpha: float = 
       result = greedy(step, cache, max_decode_len=max_decode_len, max_lengths=limits, eos_id=eos_id)
       return result.sequences, result.log_probs
     sequences, scores = beam_search(step, cache, beam_size=beam_size, alpha=alpha,
-                                    max_decode_len=max_decode_len, max_lengths=limits, eos_id=eos_id)
+                                    max_decode_len=max_decode_len, max_lengths=limits, eos_id=eos_id,
+                                    beam_invariant=beam_invariant_cache)
     return sequences[:, 0], scores[:, 0]
 
   return translate
