@@ -11,19 +11,18 @@ import os
 
 from absl import flags
 
+from tfm.commands import define_trained_flags, require_workdir
+
 
 def define_flags(fv: flags.FlagValues):
-  flags.DEFINE_string("workdir", None, "a workdir written by `tfm train`", flag_values=fv)
+  define_trained_flags(fv)
   flags.DEFINE_enum("split", "dev", ["dev", "test"], "dev = newstest2013, test = newstest2014",
                     flag_values=fv)
-  flags.DEFINE_integer("average", None, "average the last N checkpoints (default "
-                       "train.average_checkpoints; 1 = latest only)", flag_values=fv)
   flags.DEFINE_integer("limit", None, "score only the first K sentence pairs", flag_values=fv)
 
 
 def run(fv: flags.FlagValues):
-  if not fv.workdir:
-    raise ValueError("--workdir is required")
+  require_workdir(fv)
   # pylint: disable=import-outside-toplevel
   from tfm.eval.dev_bleu import dev_bleu
   from tfm.eval.restore import load_trained

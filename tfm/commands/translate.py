@@ -6,19 +6,18 @@ import sys
 
 from absl import flags
 
+from tfm.commands import define_trained_flags, require_workdir
+
 
 def define_flags(fv: flags.FlagValues):
-  flags.DEFINE_string("workdir", None, "a workdir written by `tfm train`", flag_values=fv)
+  define_trained_flags(fv)
   flags.DEFINE_string("input", None, "a UTF-8 file with one sentence per line (default: stdin)",
                       flag_values=fv)
-  flags.DEFINE_integer("average", None, "average the last N checkpoints (default "
-                       "train.average_checkpoints)", flag_values=fv)
   flags.DEFINE_integer("beam_size", None, "override eval.beam_size (1 = greedy)", flag_values=fv)
 
 
 def run(fv: flags.FlagValues):
-  if not fv.workdir:
-    raise ValueError("--workdir is required")
+  require_workdir(fv)
   # pylint: disable=import-outside-toplevel
   from tfm.decode.text import translate_texts
   from tfm.eval.restore import load_trained
