@@ -50,6 +50,9 @@ def main(argv=None) -> int:
   fv = flags.FlagValues()
   config_lib.define_config_flag(fv, sub_argv)
   command.define_flags(fv)
+  if any(a in ("-h", "--help", "--helpfull") for a in sub_argv[1:]):
+    print(f"usage: tfm {name} [flags]\n\n{COMMANDS[name][1]}\n\n{fv.get_help()}")
+    return 0
   try:
     fv(sub_argv)
   except flags.Error as e:

@@ -1,0 +1,27 @@
+"""`tfm` and `tfm SUBCOMMAND --help`: the usage and each subcommand's own flags."""
+
+import pytest
+
+from tfm import cli
+
+
+def test_usage_lists_every_subcommand(capsys):
+  assert cli.main(["tfm", "--help"]) == 0
+  out = capsys.readouterr().out
+  assert all(name in out for name in cli.COMMANDS)
+
+
+@pytest.mark.parametrize("name,flags", [("eval", ["--workdir", "--average", "--split", "--limit"]),
+                                        ("translate", ["--workdir", "--average", "--input",
+                                                       "--beam_size"]),
+                                        ("params", ["--config", "--vocab_size", "json"])])
+def test_subcommand_help_lists_its_flags(capsys, name, flags):
+  assert cli.main(["tfm", name, "--helpfull"]) == 0
+  out = capsys.readouterr().out
+  assert out.startswith(f"usage: tfm {name}")
+  assert all(f"{flag}:" in out for flag in flags), out  # booleans print as --[no]NAME
+
+
+def test_unknown_flag_is_an_error(capsys):
+  assert cli.main(["tfm", "translate", "--no_such_flag=1"]) == 2
+  assert "no_such_flag" in capsys.readouterr().err
