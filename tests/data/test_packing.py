@@ -4,6 +4,7 @@ import collections
 
 import grain
 import numpy as np
+import pytest
 
 import tfm_data_testlib as testlib
 from tfm.data import batching, cursor, packing, pipeline
@@ -139,3 +140,16 @@ def test_bucket_boundaries_and_rows(cfg):
   assert len(batching.bucket_boundaries(256)) <= 12  # a bounded number of jit shapes
   assert batching.host_rows(cfg, 2) == ROWS // 2
   assert batching.bucket_rows(cfg, 12, 2) == (cfg.tokens_per_batch // 12) // 2
+  # Buckets on 2 hosts feeding a step that splits the batch 6 ways (3 shards x 2 microbatches):
+  # global rows = the largest multiple of lcm(2, 6) = 6 within the token budget.
+  for boundary in batching.bucket_boundaries(MAX_LENGTH):
+    global_rows = 2 * batching.bucket_rows(cfg, boundary, 2, row_multiple=6)
+    assert global_rows % 6 == 0 and 0 <= cfg.tokens_per_batch // boundary - global_rows < 6
+  with pytest.raises(ValueError, match="data.tokens_per_batch"):
+    batching.bucket_rows(cfg, MAX_LENGTH, 1, row_multiple=cfg.tokens_per_batch)
+
+
+def test_bucketed_batches_split_over_the_step(cfg, tok):
+  cfg.packing = False
+  batches = list(pipeline.train_iterator(cfg, tok, num_epochs=1, row_multiple=5))
+  assert batches and all(b["inputs"].shape[0] % 5 == 0 for b in batches)  # budgets: 48, 32, 24 rows...

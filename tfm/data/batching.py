@@ -10,6 +10,8 @@ packed row holding a single example is therefore identical to an unpacked row.)
 
 from __future__ import annotations
 
+import math
+
 import numpy as np
 
 BATCH_KEYS = ("inputs", "targets", "inputs_segmentation", "targets_segmentation",
@@ -40,14 +42,17 @@ def bucket_boundaries(max_length: int) -> list[int]:
   return boundaries + [max_length]
 
 
-def bucket_rows(cfg, boundary: int, process_count: int) -> int:
+def bucket_rows(cfg, boundary: int, process_count: int, row_multiple: int = 1) -> int:
   """Rows per host in a bucket of row length `boundary`: global tokens_per_batch // boundary,
-  rounded down to a multiple of the number of hosts."""
-  rows = (cfg.tokens_per_batch // boundary) // process_count
+  rounded down to a multiple of the hosts and of `row_multiple` (the step's batch shards times
+  train.microbatches, so every bucket splits evenly over the devices), then split over the hosts."""
+  multiple = math.lcm(process_count, row_multiple)
+  rows = (cfg.tokens_per_batch // boundary) // multiple * multiple
   if rows < 1:
-    raise ValueError(f"data.tokens_per_batch={cfg.tokens_per_batch} is too small for "
-                     f"{process_count} hosts at row length {boundary}")
-  return rows
+    raise ValueError(f"data.tokens_per_batch={cfg.tokens_per_batch} is too small for row length "
+                     f"{boundary}: fewer than {multiple} rows ({process_count} hosts, batches in "
+                     f"multiples of {row_multiple} rows)")
+  return rows // process_count
 
 
 def pad_examples(examples, rows: int, length: int) -> dict[str, np.ndarray]:

@@ -119,11 +119,12 @@ class TrainIterator:
 
 
 def train_iterator(cfg, tokenizer, *, process_index: int = 0, process_count: int = 1,
-                   num_epochs: int | None = None) -> TrainIterator:
+                   num_epochs: int | None = None, row_multiple: int = 1) -> TrainIterator:
   """Per-host train batches: packed [rows, max_length] (data.packing) or length-bucketed.
 
   One seed (data.shuffle_seed) gives one sequence of batches; num_epochs=None repeats forever.
-  With a finite num_epochs the last batch is padded with empty rows.
+  With a finite num_epochs the last batch is padded with empty rows. row_multiple: the global
+  row count of every bucketed batch is a multiple of it (the step's batch shards x microbatches).
   """
   validate_data_config(cfg)
   _check_host(process_index, process_count)
@@ -145,7 +146,7 @@ def train_iterator(cfg, tokenizer, *, process_index: int = 0, process_count: int
     boundaries = batching.bucket_boundaries(cfg.max_length)
     batcher = bucketing.BucketBatcher(
         example_cursor, boundaries=boundaries,
-        rows_for={b: batching.bucket_rows(cfg, b, process_count) for b in boundaries},
+        rows_for={b: batching.bucket_rows(cfg, b, process_count, row_multiple) for b in boundaries},
         window_tokens=_WINDOW_BATCHES * cfg.tokens_per_batch // process_count,
         seed=cfg.shuffle_seed)
   return TrainIterator(batcher, grain_iterator)

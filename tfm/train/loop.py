@@ -22,7 +22,7 @@ import ml_collections
 import numpy as np
 
 from tfm import config as config_lib
-from tfm.data import pipeline, prefetch, sources, tokenizer as tokenizer_lib
+from tfm.data import batching, pipeline, prefetch, sources, tokenizer as tokenizer_lib
 from tfm.model.transformer import Transformer
 from tfm.train import checkpoint as ckpt_lib
 from tfm.train import distributed
@@ -30,7 +30,8 @@ from tfm.train.evaluate import DevEvaluator
 from tfm.train.mesh import create_mesh
 from tfm.train.metrics_writer import MetricsWriter
 from tfm.train.optimizer import make_optimizer
-from tfm.train.sharding import batch_sharding, check_batch_size, logical_rules, rules_for_model
+from tfm.train.sharding import (batch_row_multiple, batch_sharding, check_batch_size, logical_rules,
+                                rules_for_model)
 from tfm.train.state import abstract_train_state, init_train_state, parameter_count
 from tfm.train.step import check_nonfinite, make_eval_step, make_train_step
 
@@ -98,8 +99,11 @@ def _train(config, model_cfg, workdir, stream, preemption):
   writer.text(f"tfm: {parameter_count(abstract.params):,} parameters; mesh {dict(mesh.shape)}; "
               f"{jax.process_count()} host(s), {jax.device_count()} device(s)")
 
+  # Packed (and dev) batches have a fixed row count, checked here; bucketed ones are sized to fit.
+  check_batch_size(batching.host_rows(config.data, 1), mesh, rules, tc.microbatches)
   iterator = pipeline.train_iterator(config.data, tokenizer, process_index=jax.process_index(),
-                                     process_count=jax.process_count())
+                                     process_count=jax.process_count(),
+                                     row_multiple=batch_row_multiple(mesh, rules, tc.microbatches))
   checkpointer = ckpt_lib.Checkpointer(workdir, keep=tc.keep_checkpoints)
   ckpt_lib.write_config(workdir, config)
   restored = checkpointer.restore(abstract)
@@ -111,8 +115,6 @@ def _train(config, model_cfg, workdir, stream, preemption):
     iterator.set_state(data_state)
     writer.text(f"tfm: resumed from step {start} in {workdir}")
   batches = prefetch.prefetch_to_device(iterator, batch_sharding(mesh, rules))
-  rows = config.data.tokens_per_batch // config.data.max_length
-  check_batch_size(rows, mesh, rules, tc.microbatches)
   train_step = make_train_step(model, tx, schedule, tc, mesh, rules, shardings)
   eval_step = make_eval_step(model, tc.label_smoothing, mesh, rules, shardings.params)
   evaluate_dev = DevEvaluator(config, tokenizer, eval_step, mesh, rules)

@@ -119,13 +119,18 @@ def batch_sharding(mesh: Mesh, rules: Rules) -> NamedSharding:
   return NamedSharding(mesh, batch_spec(rules))
 
 
+def batch_row_multiple(mesh: Mesh, rules: Rules, microbatches: int = 1) -> int:
+  """The global batch's row count must be a multiple of this: microbatches x the batch shards."""
+  return microbatches * axes_size(mesh, batch_spec(rules)[0])
+
+
 def check_batch_size(batch_size: int, mesh: Mesh, rules: Rules, microbatches: int = 1) -> None:
   """The global batch must split evenly into microbatches and each microbatch over the batch axes."""
-  shards = axes_size(mesh, batch_spec(rules)[0])
-  if batch_size % (microbatches * shards):
+  if batch_size % batch_row_multiple(mesh, rules, microbatches):
     raise ValueError(
         f"global batch of {batch_size} rows cannot be split into train.microbatches={microbatches} "
-        f"slices of a multiple of {shards} rows (the mesh axes {batch_spec(rules)[0]} of act_batch); "
+        f"slices of a multiple of {axes_size(mesh, batch_spec(rules)[0])} rows (the mesh axes "
+        f"{batch_spec(rules)[0]} of act_batch); "
         f"change data.tokens_per_batch, train.microbatches or mesh.data / mesh.fsdp")
 
 
