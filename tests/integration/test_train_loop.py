@@ -59,7 +59,8 @@ def test_corrupt_latest_checkpoint_falls_back(experiment, tmp_path, caplog):
 
 
 def test_sigterm_saves_the_current_step(experiment, tmp_path):
-  config = experiment("train.steps=100000", "train.checkpoint_every=100000", "train.log_every=100000")
+  config = experiment("train.steps=100000", "train.checkpoint_every=100000", "train.log_every=100000",
+                      "train.eval_every=100000")
   timer = threading.Timer(3.0, lambda: os.kill(os.getpid(), signal.SIGTERM))
   timer.start()
   try:
@@ -67,6 +68,7 @@ def test_sigterm_saves_the_current_step(experiment, tmp_path):
   finally:
     timer.cancel()
   assert "SIGTERM" in log
+  assert "[dev]" not in log  # no evaluation between the signal and the checkpoint
   step = int(state.step)
   assert 0 < step < 100000
   assert ckpt_lib.available_steps(tmp_path) == [step], (log, os.listdir(tmp_path), os.listdir(tmp_path / "checkpoints"))

@@ -13,6 +13,7 @@ from typing import Callable, Sequence
 import jax
 import numpy as np
 
+from tfm.data.examples import fit_length
 from tfm.decode.translate import make_translate_fn
 from tfm.model.transformer import Transformer
 
@@ -29,13 +30,15 @@ def translate_texts(model: Transformer, params, tokenizer, texts: Sequence[str],
                     translate_fn: Callable | None = None) -> tuple[list[str], dict]:
   """Translates `texts`; returns (translations, stats).
 
+  Inputs longer than max_input_length are truncated as in training (EOS kept at the end).
+  translate_fn: a `make_translate_fn` result to reuse (and its compilations); else one is built.
   stats: output_tokens, seconds (decoding only), compile_seconds (one compile per padded input
   length, done ahead of the timed loop so tokens_per_s is a steady-state figure) and tokens_per_s.
   """
   translate = translate_fn or make_translate_fn(model, beam_size=beam_size, alpha=alpha,
                                                 max_extra_length=max_extra_length,
                                                 eos_id=tokenizer.eos_id)
-  encoded = [tokenizer.encode(t)[:max_input_length] for t in texts]
+  encoded = [fit_length(tokenizer.encode(t), max_input_length, "truncate")[0] for t in texts]
   order = sorted(range(len(texts)), key=lambda i: len(encoded[i]))
   batches = []
   for first in range(0, len(order), batch_size):
@@ -43,15 +46,14 @@ def translate_texts(model: Transformer, params, tokenizer, texts: Sequence[str],
     length = _padded_length(max(len(encoded[i]) for i in chunk), max_input_length)
     inputs = np.zeros((batch_size, length), np.int32)  # a fixed batch size: one compile per length
     for row, i in enumerate(chunk):
-      inputs[row, :len(encoded[i])] = encoded[i][:length]
+      inputs[row, :len(encoded[i])] = encoded[i]
     batches.append((chunk, inputs))
 
   start = time.perf_counter()
   compiled = {}
   for _, inputs in batches:
     if inputs.shape not in compiled:
-      compiled[inputs.shape] = (translate.lower(params, inputs).compile()
-                                if hasattr(translate, "lower") else translate)
+      compiled[inputs.shape] = translate.lower(params, inputs).compile()
   compile_seconds = time.perf_counter() - start
 
   outputs: list[str] = [""] * len(texts)

@@ -86,7 +86,9 @@ def make_translate_fn(model: Transformer, *, beam_size: int = 4, alpha: float = 
   @jax.jit
   def translate(params, inputs):
     max_decode_len = inputs.shape[1] + max_extra_length
-    limits = input_length_limits(inputs, extra=max_extra_length)
+    # The paper's limit (input length + 50); 1 for all-padding rows that fill up a last batch, so
+    # they finish at the first step instead of keeping the search running.
+    limits = jnp.where(inputs[:, 0] == 0, 1, input_length_limits(inputs, extra=max_extra_length))
     cache = init_cache(model, params, inputs, max_decode_len)
     step = cached_step(model, params)
     if beam_size == 1:

@@ -8,7 +8,8 @@
          fetched, non-finite updates checked, a console line and TensorBoard scalars;
          every train.eval_every dev loss / perplexity (and dev BLEU every eval.bleu_every);
          every train.checkpoint_every and at the end an async Orbax checkpoint.
-SIGTERM (preemption) finishes the current step, saves it and returns.
+SIGTERM (preemption) finishes the current step, saves it and returns (several hosts: at the step
+JAX's preemption service agrees on).
 """
 
 from __future__ import annotations
@@ -20,9 +21,11 @@ import time
 import jax
 import ml_collections
 import numpy as np
+from jax.experimental import multihost_utils
 
 from tfm import config as config_lib
 from tfm.data import batching, pipeline, prefetch, sources, tokenizer as tokenizer_lib
+from tfm.eval.dev_bleu import DevBleu
 from tfm.model.transformer import Transformer
 from tfm.train import checkpoint as ckpt_lib
 from tfm.train import distributed
@@ -37,7 +40,14 @@ from tfm.train.step import check_nonfinite, make_eval_step, make_train_step
 
 
 class Preemption:
-  """Turns SIGTERM into a flag the loop reads between steps (no host sync needed)."""
+  """SIGTERM -> stop after the current step; stop(step) is read once per step, no host sync.
+
+  One process: a Python signal handler sets a flag, and the loop stops after the step in which
+  the signal came. Under jax.distributed, JAX's preemption service owns SIGTERM; hosts get the
+  notice at different steps, and one host leaving the loop alone would hang the others in a
+  collective, so every host stops at the step the service agrees on
+  (`multihost_utils.reached_preemption_sync_point`, which must be called at every step).
+  """
 
   def __init__(self):
     self.requested = False
@@ -45,6 +55,11 @@ class Preemption:
 
   def _handle(self, signum, frame):
     self.requested = True
+
+  def stop(self, step: int) -> bool:
+    if jax.distributed.is_initialized():
+      return multihost_utils.reached_preemption_sync_point(step)
+    return self.requested
 
   def restore(self):
     signal.signal(signal.SIGTERM, self._previous)
@@ -119,30 +134,33 @@ def _train(config, model_cfg, workdir, stream, preemption):
   eval_step = make_eval_step(model, tc.label_smoothing, mesh, rules, shardings.params)
   evaluate_dev = DevEvaluator(config, tokenizer, eval_step, mesh, rules)
 
+  bleu_every = config.eval.get("bleu_every", 0)
+  evaluate_bleu = DevBleu(config, tokenizer, model) if bleu_every else None
+
   window, window_start, step = [], time.perf_counter(), start
   try:
     while step < tc.steps:
       state, metrics = train_step(state, next(batches))
       step += 1
       window.append(metrics)
-      last = step == tc.steps or preemption.requested
-      if step % tc.log_every == 0 or last or step % tc.checkpoint_every == 0:
+      done = step == tc.steps
+      stop = preemption.stop(step)
+      if step % tc.log_every == 0 or done or stop or step % tc.checkpoint_every == 0:
         window = jax.device_get(window)  # the one host sync: this window's metrics
         for offset, m in enumerate(window):
           check_nonfinite(m, step - len(window) + offset + 1, tc.nonfinite)
         writer.write(step, _window_summary(window, time.perf_counter() - window_start))
         window, window_start = [], time.perf_counter()
-      if step % tc.eval_every == 0 or last:
+      # A preempted run saves at once: evaluation could outlast the grace period after SIGTERM.
+      if step % tc.eval_every == 0 or done:
         writer.write(step, evaluate_dev(state.params), prefix="dev")
         window_start = time.perf_counter()
-      bleu_every = config.eval.get("bleu_every", 0)
-      if bleu_every and (step % bleu_every == 0 or last):
-        from tfm.eval.dev_bleu import dev_bleu  # pylint: disable=import-outside-toplevel
-        writer.write(step, dev_bleu(config, tokenizer, model, state.params), prefix="dev")
+      if evaluate_bleu and (step % bleu_every == 0 or done):
+        writer.write(step, evaluate_bleu(state.params), prefix="dev")
         window_start = time.perf_counter()
-      if step % tc.checkpoint_every == 0 or last:
+      if step % tc.checkpoint_every == 0 or done or stop:
         checkpointer.save(step, state, batches.get_state())
-      if preemption.requested:
+      if stop:
         writer.text(f"tfm: SIGTERM: saved step {step}, exiting")
         break
   finally:
