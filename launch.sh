@@ -41,8 +41,8 @@ while [ $# -gt 0 ]; do
     *) break ;;
   esac
 done
-[ $# -gt 0 ] || { "$VENV/bin/tfm" --help; exit 0; }
 [ -x "$VENV/bin/tfm" ] || { echo "launch.sh: run './launch.sh setup' first" >&2; exit 1; }
+[ $# -gt 0 ] || { "$VENV/bin/tfm" --help; exit 0; }
 
 case "$mode" in
   local) exec "$VENV/bin/tfm" "$@" ;;
@@ -54,8 +54,15 @@ case "$mode" in
         "$VENV/bin/tfm" "$@" &
       pids+=($!)
     done
+    # The first process to fail ends the others: they would wait forever in collectives.
     status=0
-    for pid in "${pids[@]}"; do wait "$pid" || status=$?; done
+    for ((i = 0; i < processes; i++)); do
+      wait -n && continue
+      status=$?
+      kill -KILL "${pids[@]}" 2>/dev/null
+      break
+    done
+    wait
     exit $status ;;
   slurm) exec srun --kill-on-bad-exit=1 env TFM_DISTRIBUTED=auto "$VENV/bin/tfm" "$@" ;;
   tpu) TFM_DISTRIBUTED=auto exec "$VENV/bin/tfm" "$@" ;;
