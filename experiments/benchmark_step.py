@@ -22,13 +22,10 @@ import numpy as np
 from absl import app, flags
 
 from tfm import config as config_lib
-from tfm.model.transformer import Transformer
+from tfm.experiment import Experiment
 from tfm.train.flops import mfu, peak_flops, train_flops
-from tfm.train.mesh import create_mesh
-from tfm.train.optimizer import make_optimizer
-from tfm.train.sharding import batch_sharding, logical_rules, rules_for_model, shard_batch
-from tfm.train.state import init_train_state, parameter_count
-from tfm.train.step import make_train_step
+from tfm.train.sharding import shard_batch
+from tfm.train.state import parameter_count
 
 FLAGS = flags.FLAGS
 flags.DEFINE_integer("rows", None, "global batch rows (default: data.tokens_per_batch // length)")
@@ -61,18 +58,15 @@ def process_rows(batch: dict) -> dict:
   return {k: np.split(v, n)[i] for k, v in batch.items()}
 
 
-def benchmark(config, rows: int | None, length: int | None, warmup: int, steps: int, seed: int) -> dict:
-  cfg = config_lib.validate(config)
+def benchmark(config: config_lib.Config, rows: int | None, length: int | None, warmup: int,
+              steps: int, seed: int) -> dict:
+  cfg = config.model
   length = length or config.data.max_length
   rows = rows or max(1, config.data.tokens_per_batch // length)
-  mesh = create_mesh(config.mesh)
-  rules = rules_for_model(logical_rules(config.mesh), mesh, cfg)
-  tx, schedule = make_optimizer(config.train, cfg.d_model)
-  model = Transformer(cfg)
-  state, shardings = init_train_state(model, tx, mesh, rules, config.train.seed)
-  step = make_train_step(model, tx, schedule, config.train, mesh, rules, shardings)
+  exp = Experiment(config)
+  state, step = exp.init_state(), exp.train_step
   host = synthetic_batch(rows, length, cfg.vocab_size, cfg.has_encoder, seed)
-  batch = shard_batch(process_rows(host), batch_sharding(mesh, rules))
+  batch = shard_batch(process_rows(host), exp.batch_sharding)
 
   start = time.perf_counter()
   for _ in range(max(1, warmup)):
@@ -90,7 +84,7 @@ def benchmark(config, rows: int | None, length: int | None, warmup: int, steps: 
   sides = 2 if cfg.architecture == "encoder_decoder" else 1
   return {
       "devices": f"{jax.device_count()} x {jax.devices()[0].device_kind}",
-      "mesh": dict(mesh.shape), "parameters": parameter_count(state.params),
+      "mesh": dict(exp.mesh.shape), "parameters": parameter_count(state.params),
       "batch": f"{rows} rows x {length} tokens", "microbatches": config.train.microbatches,
       "dtype": cfg.dtype, "remat": cfg.remat,
       "warmup_seconds": warmup_seconds, "step_seconds": step_seconds,
@@ -105,7 +99,7 @@ def main(argv):
   del argv
   if FLAGS.config is None:
     raise app.UsageError("--config=FILE[:ARG] is required")
-  result = benchmark(FLAGS.config, FLAGS.rows, FLAGS.length, FLAGS.warmup, FLAGS.steps, FLAGS.seed)
+  result = benchmark(config_lib.build(FLAGS.config), FLAGS.rows, FLAGS.length, FLAGS.warmup, FLAGS.steps, FLAGS.seed)
   width = max(map(len, result))
   for key, value in result.items():
     if key == "mfu" and value is None:

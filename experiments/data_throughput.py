@@ -39,14 +39,12 @@ def parse_args():
 
 
 def make_config(args):
-  from tfm.data.config import default_data_config  # pylint: disable=import-outside-toplevel
-  cfg = default_data_config()
-  cfg.dataset, cfg.source_lang, cfg.target_lang = args.dataset, args.source_lang, args.target_lang
-  cfg.data_dir = args.data_dir
-  cfg.vocab_size, cfg.vocab_dir = args.vocab_size, args.workdir
-  cfg.max_length, cfg.tokens_per_batch = args.max_length, args.tokens_per_batch
-  cfg.packing, cfg.overlong, cfg.num_workers = not args.bucketed, args.overlong, args.num_workers
-  return cfg
+  from tfm.data.config import DataConfig  # pylint: disable=import-outside-toplevel
+  return DataConfig(dataset=args.dataset, source_lang=args.source_lang, target_lang=args.target_lang,
+                    data_dir=args.data_dir, vocab_size=args.vocab_size, vocab_dir=args.workdir,
+                    max_length=args.max_length, tokens_per_batch=args.tokens_per_batch,
+                    packing=not args.bucketed, overlong=args.overlong,
+                    num_workers=args.num_workers)
 
 
 def main():

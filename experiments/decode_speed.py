@@ -14,14 +14,12 @@ from __future__ import annotations
 import sys
 import time
 
-import flax.linen as nn
 import jax
 import numpy as np
 from absl import app, flags
 
 from tfm import config as config_lib
-from tfm.decode.translate import make_translate_fn
-from tfm.model.transformer import Transformer
+from tfm.experiment import Experiment
 
 FLAGS = flags.FLAGS
 flags.DEFINE_string("workdir", None, "a trained workdir (else --config with random weights)")
@@ -32,13 +30,12 @@ flags.DEFINE_integer("repeats", 2, "timed calls")
 
 
 def _random_setup(config):
-  cfg = config_lib.model_config(config)
-  model = Transformer(cfg)
+  exp = Experiment(config_lib.build(config))
   rng = np.random.default_rng(0)
-  tokens = rng.integers(3, cfg.vocab_size, (FLAGS.batch_size, FLAGS.source_length)).astype(np.int32)
+  tokens = rng.integers(3, exp.config.model.vocab_size,
+                        (FLAGS.batch_size, FLAGS.source_length)).astype(np.int32)
   tokens[:, -1] = 1  # EOS
-  params = nn.meta.unbox(jax.jit(model.init)(jax.random.PRNGKey(0), tokens[:1], tokens[:1]))["params"]
-  return model, params, tokens, config.eval
+  return exp, exp.init_state().params, tokens
 
 
 def _trained_setup(workdir):
@@ -50,27 +47,28 @@ def _trained_setup(workdir):
   tokens = np.zeros((FLAGS.batch_size, max(map(len, encoded))), np.int32)
   for row, ids in enumerate(encoded):
     tokens[row, :len(ids)] = ids
-  return t.model, t.params, tokens, t.config.eval
+  return t.experiment, t.params, tokens
 
 
 def main(argv):
   del argv
   if FLAGS.workdir:
-    model, params, tokens, e = _trained_setup(FLAGS.workdir)
+    exp, params, tokens = _trained_setup(FLAGS.workdir)
   else:
-    model, params, tokens, e = _random_setup(FLAGS.config)
-  translate = make_translate_fn(model, beam_size=FLAGS.beam_size, alpha=e.length_penalty,
-                                max_extra_length=e.max_extra_length)
-  out, _ = jax.block_until_ready(translate(params, tokens))  # compile
+    exp, params, tokens = _random_setup(FLAGS.config)
+  translate = exp.translate_fn(beam_size=FLAGS.beam_size)
+  key = jax.random.PRNGKey(0)
+  out, _ = jax.block_until_ready(translate(params, tokens, key))  # compile
   times, produced = [], 0
   for _ in range(FLAGS.repeats):
     start = time.perf_counter()
-    out, _ = jax.block_until_ready(translate(params, tokens))
+    out, _ = jax.block_until_ready(translate(params, tokens, key))
     times.append(time.perf_counter() - start)
     produced = int(np.sum(np.asarray(out) != 0))
   seconds = float(np.mean(times))
-  print(f"model: {model.cfg.d_model=} layers={model.cfg.num_encoder_layers}+{model.cfg.num_decoder_layers} "
-        f"vocab={model.cfg.vocab_size}; device: {jax.devices()[0].device_kind}")
+  cfg = exp.config.model
+  print(f"model: {cfg.d_model=} layers={cfg.num_encoder_layers}+{cfg.num_decoder_layers} "
+        f"vocab={cfg.vocab_size}; device: {jax.devices()[0].device_kind}")
   print(f"beam {FLAGS.beam_size}, batch {tokens.shape[0]}, source length {tokens.shape[1]}: "
         f"{produced} output tokens in {seconds:.2f} s = {produced / seconds:.1f} tokens/s "
         f"({tokens.shape[0] / seconds:.2f} sentences/s)")

@@ -21,7 +21,7 @@ import sys
 from absl import app, flags
 
 from configs.table3 import ROWS
-from tfm.config import load_config, model_config
+from tfm.config import load_config
 from tfm.model.params import count_params
 
 FLAGS = flags.FLAGS
@@ -51,7 +51,7 @@ def run_row(row: str) -> dict:
     _tfm("eval", f"--workdir={workdir}", "--average=1", f"--limit={FLAGS.eval_limit}")
   result = _result(workdir)
   return dict(row=row, ppl=result["perplexity"], bleu=result["bleu"], tok_bleu=result["tokenized_bleu"],
-              params=count_params(model_config(config)) / 1e6, paper=config.paper, steps=steps)
+              params=count_params(config.model) / 1e6, paper=config.paper, steps=steps)
 
 
 def print_table(results) -> None:

@@ -62,7 +62,8 @@ def main(argv=None) -> int:
     print(f"tfm {name}: --config=FILE[:ARG] is required", file=sys.stderr)
     return 2
   try:
-    return command.run(fv) or 0
+    config = None if fv.config is None else config_lib.build(fv.config)
+    return command.run(fv, config) or 0
   except ValueError as e:  # config and input errors: one clear line, no traceback
     print(f"tfm {name}: error: {e}", file=sys.stderr)
     return 1

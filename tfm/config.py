@@ -1,20 +1,96 @@
-"""Loading and checking experiment configs (ml_collections).
+"""The experiment config: five typed sections, loaded from an ml_collections file and validated once.
 
-A config is a Python file with `get_config(arg=None)`, named as `path.py` or `path.py:arg`, with
-overrides the ml_collections way: `--config=configs/table3.py:A1 --config.model.num_heads=2`.
-`validate` checks every section up front so a bad value fails before any compilation, with a message
-naming the key.
+  config = load_config("configs/table3.py:C5", ["model.num_heads=4"])   # -> Config
+  config.model.d_model, config.train.warmup_steps, config.data.dataset, ...
+
+A config file is a Python file with `get_config(arg=None)` returning a ConfigDict, named as
+`path.py` or `path.py:arg`, with overrides the ml_collections way (`--config.model.num_heads=2`).
+Files start from `default_config()`, which holds every key of every section with its default (the
+dataclass field defaults in model/, data/, train/ and eval/ are the one home of each default), and
+state only what differs. `build` turns the ConfigDict into a `Config`: each section is a frozen
+dataclass validated when it is built, so a bad value fails before anything is compiled, with a
+message naming the key.
 """
 
 from __future__ import annotations
 
-from typing import Sequence
+import dataclasses
+from typing import Any, Mapping, Sequence
 
 import ml_collections
 from absl import flags
 from ml_collections import config_flags
 
-from tfm.model.config import ModelConfig, from_config
+from tfm import sections
+from tfm.data import config as data_config
+from tfm.data.config import DataConfig
+from tfm.eval import config as eval_config
+from tfm.eval.config import EvalConfig
+from tfm.model.config import ModelConfig, from_config as model_from_mapping
+from tfm.train.config import MeshConfig, TrainConfig, mesh_from_mapping, train_from_mapping
+
+SECTIONS = ("model", "data", "train", "mesh", "eval")
+# Keys a config may hold beside the sections: a table config's rows, one row's name and figures.
+EXTRAS = ("rows", "row", "paper")
+
+
+@dataclasses.dataclass(frozen=True)
+class Config:
+  """A whole experiment. rows: the row names of a table config (configs/table3.py without a
+  row); row / paper: the name of one row and the paper's figures for it ({ppl, bleu, params_m})."""
+
+  model: ModelConfig = dataclasses.field(default_factory=ModelConfig)
+  data: DataConfig = dataclasses.field(default_factory=DataConfig)
+  train: TrainConfig = dataclasses.field(default_factory=TrainConfig)
+  mesh: MeshConfig = dataclasses.field(default_factory=MeshConfig)
+  eval: EvalConfig = dataclasses.field(default_factory=EvalConfig)
+  rows: tuple[str, ...] | None = None
+  row: str | None = None
+  paper: Mapping[str, Any] | None = None
+
+  def __post_init__(self):
+    if self.data.vocab_size != self.model.vocab_size:
+      raise ValueError(f"config keys data.vocab_size ({self.data.vocab_size}) and model.vocab_size "
+                       f"({self.model.vocab_size}) must be equal: the model embeds the data's "
+                       "vocabulary")
+
+  def replace(self, **sections_changes) -> "Config":
+    """A copy with whole sections (or extras) replaced, validated again."""
+    return dataclasses.replace(self, **sections_changes)
+
+  def to_dict(self) -> dict[str, Any]:
+    """Plain values, JSON-ready (the workdir's config.json)."""
+    out = {name: sections.to_dict(getattr(self, name)) for name in SECTIONS}
+    out.update({k: getattr(self, k) for k in EXTRAS if getattr(self, k) is not None})
+    return out
+
+
+def default_config() -> ml_collections.ConfigDict:
+  """Every section with every key at its default: the starting point of every config file."""
+  c = ml_collections.ConfigDict()
+  for name in SECTIONS:
+    c[name] = sections.to_config_dict(getattr(Config(), name))
+  return c
+
+
+def build(values: Mapping[str, Any]) -> Config:
+  """A validated Config from a ConfigDict or a dict (e.g. config.json); absent sections and keys
+  take their defaults, unknown ones are named."""
+  values = dict(values.items())
+  unknown = sorted(set(values) - set(SECTIONS) - set(EXTRAS))
+  if unknown:
+    raise ValueError(f"unknown config section(s) {unknown}; expected {', '.join(SECTIONS)}")
+  section = lambda name: values.get(name)
+  extras = {k: values[k] for k in EXTRAS if values.get(k) is not None}
+  if "rows" in extras:
+    extras["rows"] = tuple(extras["rows"])
+  if "paper" in extras:
+    extras["paper"] = dict(extras["paper"])
+  return Config(model=model_from_mapping(section("model")),
+                data=data_config.from_mapping(section("data")),
+                train=train_from_mapping(section("train")),
+                mesh=mesh_from_mapping(section("mesh")),
+                eval=eval_config.from_mapping(section("eval")), **extras)
 
 
 def define_config_flag(flag_values: flags.FlagValues, argv: Sequence[str], default=None):
@@ -24,8 +100,8 @@ def define_config_flag(flag_values: flags.FlagValues, argv: Sequence[str], defau
                                          sys_argv=list(argv))
 
 
-def load_config(spec: str, overrides: Sequence[str] = ()) -> ml_collections.ConfigDict:
-  """load_config('configs/table3.py:C5', ['model.num_heads=4']) -> ConfigDict (not yet validated)."""
+def load_config_dict(spec: str, overrides: Sequence[str] = ()) -> ml_collections.ConfigDict:
+  """The ConfigDict a config file and overrides give, before validation."""
   argv = ["tfm", f"--config={spec}"] + [f"--config.{o}" for o in overrides]
   fv = flags.FlagValues()
   holder = define_config_flag(fv, argv)
@@ -34,6 +110,11 @@ def load_config(spec: str, overrides: Sequence[str] = ()) -> ml_collections.Conf
   except flags.Error as e:
     raise ValueError(flag_error_message(e)) from None
   return holder.value
+
+
+def load_config(spec: str, overrides: Sequence[str] = ()) -> Config:
+  """load_config('configs/table3.py:C5', ['model.num_heads=4']) -> a validated Config."""
+  return build(load_config_dict(spec, overrides))
 
 
 def flag_error_message(error: Exception) -> str:
@@ -46,34 +127,22 @@ def config_file(flag_values: flags.FlagValues) -> str:
   return config_flags.get_config_filename(flag_values["config"])
 
 
-def model_config(config: ml_collections.ConfigDict) -> ModelConfig:
-  """The validated ModelConfig of an experiment config (errors name the `model.*` key)."""
-  if "model" not in config:
-    raise ValueError("config has no `model` section")
-  return from_config(config.model.to_dict())
-
-
-def validate(config: ml_collections.ConfigDict) -> ModelConfig:
-  """Checks every section that is present; returns the ModelConfig."""
-  model = model_config(config)
-  if "data" in config:
-    from tfm.data.config import validate_data_config
-    validate_data_config(config.data)
-    if config.data.vocab_size != model.vocab_size:
-      raise ValueError(f"config keys data.vocab_size ({config.data.vocab_size}) and model.vocab_size "
-                       f"({model.vocab_size}) must be equal: the model embeds the data's vocabulary")
-  if "train" in config:
-    from tfm.train.config import validate_train_config
-    validate_train_config(config.train)
-  if "mesh" in config:
-    from tfm.train.config import validate_mesh_config
-    validate_mesh_config(config.mesh)
-  if "eval" in config:
-    e = config.eval
-    if e.beam_size < 1:
-      raise ValueError(f"config key eval.beam_size: expected >= 1, got {e.beam_size}")
-    if e.length_penalty < 0:
-      raise ValueError(f"config key eval.length_penalty: expected >= 0, got {e.length_penalty}")
-    if e.max_extra_length < 0:
-      raise ValueError(f"config key eval.max_extra_length: expected >= 0, got {e.max_extra_length}")
-  return model
+def table_rows(flag_values: flags.FlagValues, names: Sequence[str] | None = None
+               ) -> list[tuple[str, Config]]:
+  """(row, Config) for the rows of the table config in --config (`FILE:ROW` each, with the
+  command line's --config.* overrides applied to every row); `names` picks rows, in its order.
+  A config that is not a table is its own single row."""
+  config = build(flag_values.config)
+  if config.rows is None:
+    return [(config.row or "config", config)]
+  unknown = [n for n in names or () if n not in config.rows]
+  if unknown:
+    raise ValueError(f"unknown row(s) {unknown} of {config_file(flag_values)}; expected some of "
+                     f"{', '.join(config.rows)}")
+  overrides = config_flags.get_override_values(flag_values["config"])
+  out = []
+  for row in names or config.rows:
+    values = load_config_dict(f"{config_file(flag_values)}:{row}")
+    values.update_from_flattened_dict(overrides)
+    out.append((row, build(values)))
+  return out

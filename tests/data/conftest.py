@@ -7,7 +7,7 @@ import pytest
 os.environ.setdefault("JAX_PLATFORMS", "cpu")
 
 import tfm_data_testlib as testlib  # noqa: E402
-from tfm.data import config as config_lib  # noqa: E402
+from tfm.data.config import DataConfig  # noqa: E402
 
 MAX_LENGTH = 48
 ROWS = 8
@@ -21,16 +21,10 @@ def bible_env(tmp_path_factory):
   from tfm.data import sources, tokenizer  # pylint: disable=import-outside-toplevel
   root = tmp_path_factory.mktemp("bible")
   sword_dir = testlib.write_library(str(root / "sword"))
-  cfg = config_lib.default_data_config()
-  cfg.dataset = "bible_translate/web-sparv"
-  cfg.source_lang, cfg.target_lang = "en", "es"
-  cfg.data_dir = str(root / "tfds")
-  cfg.manual_dir = sword_dir
-  cfg.vocab_size = VOCAB_SIZE
-  cfg.vocab_dir = str(root / "vocab")
-  cfg.max_length = MAX_LENGTH
-  cfg.tokens_per_batch = MAX_LENGTH * ROWS
-  cfg.overlong = "truncate"
+  cfg = DataConfig(dataset="bible_translate/web-sparv", source_lang="en", target_lang="es",
+                   data_dir=str(root / "tfds"), manual_dir=sword_dir, vocab_size=VOCAB_SIZE,
+                   vocab_dir=str(root / "vocab"), max_length=MAX_LENGTH,
+                   tokens_per_batch=MAX_LENGTH * ROWS, overlong="truncate")
   builder = sources.prepare(cfg)
   tok = tokenizer.get_tokenizer(cfg, None)
   return {"cfg": cfg, "tokenizer": tok, "builder": builder, "root": root, "sword_dir": sword_dir}
@@ -38,8 +32,8 @@ def bible_env(tmp_path_factory):
 
 @pytest.fixture
 def cfg(bible_env):
-  """A fresh, modifiable copy of the fake-Bible data config."""
-  return bible_env["cfg"].copy_and_resolve_references()
+  """The fake-Bible data config (frozen: tests derive variants with cfg.replace(...))."""
+  return bible_env["cfg"]
 
 
 @pytest.fixture

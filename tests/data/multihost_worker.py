@@ -11,7 +11,6 @@ import sys
 os.environ["JAX_PLATFORMS"] = "cpu"
 
 import jax  # noqa: E402
-import ml_collections  # noqa: E402
 import numpy as np  # noqa: E402
 
 
@@ -28,8 +27,9 @@ def main():
   jax.distributed.initialize(coordinator_address=f"127.0.0.1:{port}", num_processes=2,
                              process_id=int(process_id), initialization_timeout=60)
   from tfm.data import pipeline, prefetch, tokenizer  # pylint: disable=import-outside-toplevel
+  from tfm.data.config import DataConfig  # pylint: disable=import-outside-toplevel
   with open(config_path, encoding="utf-8") as f:
-    cfg = ml_collections.ConfigDict(json.load(f))
+    cfg = DataConfig(**json.load(f))
   tok = tokenizer.get_tokenizer(cfg, None)
   index, count = jax.process_index(), jax.process_count()
   it = pipeline.train_iterator(cfg, tok, process_index=index, process_count=count, num_epochs=1)

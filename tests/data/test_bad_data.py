@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 
 import tfm_data_testlib as testlib
-from tfm.data import config as config_lib
+from tfm.data.config import DataConfig
 from tfm.data import examples, pipeline, sources
 
 
@@ -18,9 +18,9 @@ def _train_lengths(tok):
 
 @pytest.mark.parametrize("policy", ["filter", "truncate"])
 def test_overlong_counts(cfg, tok, policy):
-  cfg.overlong = policy
-  cfg.max_length = 24
-  cfg.tokens_per_batch = 24 * 4
+  cfg = cfg.replace(overlong=policy)
+  cfg = cfg.replace(max_length=24)
+  cfg = cfg.replace(tokens_per_batch=24 * 4)
   lengths = _train_lengths(tok)
   overlong = sum(1 for a, b in lengths if max(a, b) > 24)
   assert 0 < overlong < len(lengths)
@@ -76,15 +76,13 @@ def test_encode_pair_marks_status(tok):
 
 
 def test_unknown_dataset_names_key(cfg):
-  cfg.dataset = "wmt99_translate/xx-yy"
   with pytest.raises(ValueError, match=r"data\.dataset='wmt99_translate/xx-yy'.*expected one of"):
-    config_lib.validate_data_config(cfg)
+    cfg.replace(dataset="wmt99_translate/xx-yy")
 
 
 def test_wrong_language_names_key(cfg):
-  cfg.target_lang = "de"
   with pytest.raises(ValueError, match=r"data\.target_lang='de'.*\('en', 'es'\)"):
-    config_lib.validate_data_config(cfg)
+    cfg.replace(target_lang="de")
 
 
 @pytest.mark.parametrize("key,value,message", [
@@ -95,20 +93,17 @@ def test_wrong_language_names_key(cfg):
     ("eval_max_examples", 0, "data.eval_max_examples must be a positive integer or None"),
 ])
 def test_bad_values_name_key(key, value, message):
-  cfg = config_lib.default_data_config()
-  with cfg.unlocked():
-    cfg[key] = value
   with pytest.raises(ValueError, match=re.escape(message)):
-    config_lib.validate_data_config(cfg)
+    DataConfig(**{key: value})
 
 
 def test_rows_must_divide_among_hosts(cfg, tok):
-  cfg.tokens_per_batch = cfg.max_length * 3
+  cfg = cfg.replace(tokens_per_batch=cfg.max_length * 3)
   with pytest.raises(ValueError, match=r"data\.tokens_per_batch.*2 hosts"):
     pipeline.train_iterator(cfg, tok, process_index=0, process_count=2)
 
 
 def test_unprepared_dataset_is_a_clear_error(cfg, tmp_path):
-  cfg.data_dir = str(tmp_path)
+  cfg = cfg.replace(data_dir=str(tmp_path))
   with pytest.raises(FileNotFoundError, match=r"not prepared in data\.data_dir"):
     sources.open_split(cfg, "train")

@@ -60,8 +60,8 @@ def test_split_sizes_on_many_refs():
 
 
 def test_missing_manual_dir_names_config_key(cfg, tmp_path):
-  cfg.manual_dir = str(tmp_path / "does-not-exist")
-  cfg.data_dir = str(tmp_path / "tfds")
+  cfg = cfg.replace(manual_dir=str(tmp_path / "does-not-exist"))
+  cfg = cfg.replace(data_dir=str(tmp_path / "tfds"))
   with pytest.raises(FileNotFoundError, match=r"data\.manual_dir"):
     sources.prepare(cfg)
 
@@ -69,8 +69,8 @@ def test_missing_manual_dir_names_config_key(cfg, tmp_path):
 def test_manual_dir_without_modules_names_packages(cfg, tmp_path):
   (tmp_path / "empty_sword" / "mods.d").mkdir(parents=True)
   (tmp_path / "empty_sword" / "mods.d" / "other.conf").write_text("[Other]\n")
-  cfg.manual_dir = str(tmp_path / "empty_sword")
-  cfg.data_dir = str(tmp_path / "tfds")
+  cfg = cfg.replace(manual_dir=str(tmp_path / "empty_sword"))
+  cfg = cfg.replace(data_dir=str(tmp_path / "tfds"))
   with pytest.raises(FileNotFoundError, match="apt-get install sword-text-kjv sword-text-web "
                      "sword-text-sparv") as info:
     sources.prepare(cfg)
@@ -93,8 +93,8 @@ def test_real_modules_read_a_book():
 
 
 def test_kjv_web_config_english_pair(cfg, tmp_path):
-  cfg.dataset, cfg.source_lang, cfg.target_lang = "bible_translate/kjv-web", "kjv", "web"
-  cfg.data_dir = str(tmp_path / "tfds")
+  cfg = cfg.replace(dataset="bible_translate/kjv-web", source_lang="kjv", target_lang="web")
+  cfg = cfg.replace(data_dir=str(tmp_path / "tfds"))
   sources.prepare(cfg)
   expected = testlib.clean_pairs(source="kjv", target="web")
   got = {}

@@ -21,10 +21,10 @@ def _same(a, b):
 
 @pytest.mark.parametrize("packing", [True, False])
 def test_same_seed_same_batches_different_seed_different(cfg, tok, packing):
-  cfg.packing = packing
+  cfg = cfg.replace(packing=packing)
   first = _take(pipeline.train_iterator(cfg, tok), 6)
   assert _same(first, _take(pipeline.train_iterator(cfg, tok), 6))
-  cfg.shuffle_seed = 1
+  cfg = cfg.replace(shuffle_seed=1)
   assert not _same(first, _take(pipeline.train_iterator(cfg, tok), 6))
 
 
@@ -38,7 +38,7 @@ def test_each_epoch_is_a_new_permutation(cfg, tok):
 
 @pytest.mark.parametrize("packing", [True, False])
 def test_resume_is_exact(cfg, tok, packing):
-  cfg.packing = packing
+  cfg = cfg.replace(packing=packing)
   it = pipeline.train_iterator(cfg, tok)
   _take(it, 5)
   state = json.loads(json.dumps(it.get_state()))  # must survive a JSON checkpoint
@@ -61,7 +61,7 @@ def test_infinite_stream_repeats_with_new_order(cfg, tok):
 
 
 def test_worker_processes_same_data_and_resumable(cfg, tok):
-  cfg.num_workers = 1
+  cfg = cfg.replace(num_workers=1)
   it = pipeline.train_iterator(cfg, tok)
   try:
     _take(it, 3)
@@ -75,6 +75,6 @@ def test_worker_processes_same_data_and_resumable(cfg, tok):
     assert _same(_take(fresh, 4), expected)
   finally:
     fresh.close()
-  cfg.num_workers = 0
+  cfg = cfg.replace(num_workers=0)
   in_process = _take(pipeline.train_iterator(cfg, tok), 7)
   assert _same(in_process[3:], expected)  # one worker sees the same order as no worker

@@ -34,7 +34,7 @@ def test_eval_batches_cover_dev_in_order(cfg, tok):
 
 
 def test_eval_max_examples(cfg, tok):
-  cfg.eval_max_examples = 5
+  cfg = cfg.replace(eval_max_examples=5)
   dev = _dev_in_order(cfg)[:5]
   assert pipeline.eval_text_pairs(cfg, "dev") == dev
   assert [tok.decode(s) for s, _ in _segments(pipeline.eval_batches(cfg, tok, "dev"))] == [
@@ -42,7 +42,7 @@ def test_eval_max_examples(cfg, tok):
 
 
 def test_eval_hosts_disjoint_complete_same_batch_count(cfg, tok):
-  cfg.tokens_per_batch = MAX_LENGTH * 4  # 2 rows per host, several batches
+  cfg = cfg.replace(tokens_per_batch=MAX_LENGTH * 4)  # 2 rows per host, several batches
   per_host = [pipeline.eval_batches(cfg, tok, "test", process_index=i, process_count=2)
               for i in range(2)]
   assert len(per_host[0]) == len(per_host[1]) > 1

@@ -1,6 +1,7 @@
 """Per-host shards with 2 real JAX processes: disjoint, together the whole train split."""
 
 import collections
+import dataclasses
 import json
 import os
 import socket
@@ -20,7 +21,7 @@ def _free_port():
 
 def test_two_processes_read_disjoint_complete_shards(cfg, tok, tmp_path):
   config_path = tmp_path / "data_config.json"
-  config_path.write_text(cfg.to_json())
+  config_path.write_text(json.dumps(dataclasses.asdict(cfg)))
   port = _free_port()
   env = dict(os.environ, JAX_PLATFORMS="cpu",
              PYTHONPATH=os.pathsep.join([os.getcwd(), os.environ.get("PYTHONPATH", "")]))

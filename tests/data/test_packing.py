@@ -113,7 +113,7 @@ def test_one_epoch_preserves_every_train_pair(cfg, tok):
 
 
 def test_bucketed_batches_shapes_and_content(cfg, tok):
-  cfg.packing = False
+  cfg = cfg.replace(packing=False)
   it = pipeline.train_iterator(cfg, tok, num_epochs=1)
   batches = list(it)
   boundaries = batching.bucket_boundaries(MAX_LENGTH)
@@ -150,6 +150,6 @@ def test_bucket_boundaries_and_rows(cfg):
 
 
 def test_bucketed_batches_split_over_the_step(cfg, tok):
-  cfg.packing = False
+  cfg = cfg.replace(packing=False)
   batches = list(pipeline.train_iterator(cfg, tok, num_epochs=1, row_multiple=5))
   assert batches and all(b["inputs"].shape[0] % 5 == 0 for b in batches)  # budgets: 48, 32, 24 rows...

@@ -55,14 +55,9 @@ def test_cached_file_is_reused(cfg, tok, monkeypatch):
 
 def test_cache_key_depends_on_dataset_and_size(cfg):
   base = tokenizer_lib.vocab_filename(cfg)
-  other = cfg.copy_and_resolve_references()
-  other.vocab_size = 301
-  assert tokenizer_lib.vocab_filename(other) != base
-  other = cfg.copy_and_resolve_references()
-  other.dataset = "bible_translate/kjv-sparv"
-  assert tokenizer_lib.vocab_filename(other) != base
-  flipped = cfg.copy_and_resolve_references()
-  flipped.source_lang, flipped.target_lang = "es", "en"
+  assert tokenizer_lib.vocab_filename(cfg.replace(vocab_size=301)) != base
+  assert tokenizer_lib.vocab_filename(cfg.replace(dataset="bible_translate/kjv-sparv")) != base
+  flipped = cfg.replace(source_lang="es", target_lang="en")
   assert tokenizer_lib.vocab_filename(flipped) == base  # one shared vocab for both directions
 
 
@@ -79,6 +74,6 @@ def test_training_sentences_bounded(cfg):
 
 
 def test_missing_vocab_dir_is_a_clear_error(cfg):
-  cfg.vocab_dir = None
+  cfg = cfg.replace(vocab_dir=None)
   with pytest.raises(ValueError, match=r"data\.vocab_dir"):
     tokenizer_lib.get_tokenizer(cfg, None)

@@ -12,7 +12,7 @@ import pytest
 import tensorflow_datasets as tfds
 
 import tfm_data_testlib as testlib
-from tfm.data import config as config_lib
+from tfm.data.config import DataConfig
 from tfm.data import pipeline, sources, tokenizer
 
 NUM_EXAMPLES = 40
@@ -25,12 +25,9 @@ def mocked():
 
 
 def _cfg(tmp_path, dataset="wmt14_translate/de-en", source="en", target="de"):
-  cfg = config_lib.default_data_config()
-  cfg.dataset, cfg.source_lang, cfg.target_lang = dataset, source, target
-  cfg.data_dir = str(tmp_path / "tfds")
-  cfg.vocab_size, cfg.vocab_dir = 200, str(tmp_path / "vocab")
-  cfg.max_length, cfg.tokens_per_batch, cfg.overlong = 64, 64 * 4, "truncate"
-  return cfg
+  return DataConfig(dataset=dataset, source_lang=source, target_lang=target,
+                    data_dir=str(tmp_path / "tfds"), vocab_size=200, vocab_dir=str(tmp_path / "vocab"),
+                    max_length=64, tokens_per_batch=64 * 4, overlong="truncate")
 
 
 def _normalize(text):
@@ -64,8 +61,7 @@ def test_wmt14_en_de_end_to_end(mocked, tmp_path):
 @pytest.mark.parametrize("dataset,langs", [("wmt14_translate/fr-en", ("en", "fr")),
                                            ("wmt_t2t_translate/de-en", ("de", "en"))])
 def test_other_wmt_sources_and_directions(mocked, tmp_path, dataset, langs):
-  cfg = _cfg(tmp_path, dataset, *langs)
-  config_lib.validate_data_config(cfg)
+  cfg = _cfg(tmp_path, dataset, *langs)  # validated when built
   source = sources.open_split(cfg, "dev")
   raw = tfds.data_source(dataset, split="validation")
   assert len(source) == NUM_EXAMPLES

@@ -28,10 +28,6 @@ from tests.train import helpers
 from tests.train.tiny_model import TinySeq2Seq, tiny_config
 from tfm.eval import averaging
 from tfm.train import checkpoint as ckpt_lib
-from tfm.train.mesh import create_mesh
-from tfm.train.optimizer import make_optimizer
-from tfm.train.sharding import logical_rules, rules_for_model
-from tfm.train.state import abstract_train_state, init_train_state
 
 ROOT = pathlib.Path(__file__).resolve().parents[2]
 STEPS = (100, 200, 300, 400)
@@ -45,13 +41,11 @@ class Tiny:
   """The tiny train-test model on a mesh: its state, shardings and abstract state."""
 
   def __init__(self, mesh_config, devices):
-    self.model = TinySeq2Seq(tiny_config(dropout_rate=0.0))
-    self.mesh = create_mesh(mesh_config, devices)
-    self.rules = rules_for_model(logical_rules(mesh_config), self.mesh, self.model.cfg)
-    self.tx, _ = make_optimizer(helpers.train_cfg(), self.model.cfg.d_model)
-    self.state, self.shardings = init_train_state(self.model, self.tx, self.mesh, self.rules, 0,
-                                                  helpers.FAST_COMPILE)
-    self.abstract = abstract_train_state(self.model, self.tx, self.mesh, self.rules)[0]
+    setup = helpers.Setup(TinySeq2Seq(tiny_config(dropout_rate=0.0)), helpers.train_cfg(),
+                          mesh_config, devices)
+    self.model, self.mesh, self.rules = setup.model, setup.mesh, setup.rules
+    self.state, self.shardings = setup.state, setup.shardings
+    self.abstract = setup.experiment.abstract_state
 
   def write_checkpoints(self, workdir, steps=STEPS) -> dict[int, dict]:
     """Saves one checkpoint per step whose params are distinct random values; returns them (numpy)."""

@@ -46,7 +46,7 @@ def experiment_module(corpus):
 
 
 def run_train(config, workdir):
-  from tfm.train.loop import train  # pylint: disable=import-outside-toplevel
+  from tfm.loop import train  # pylint: disable=import-outside-toplevel
   out = io.StringIO()
   state = train(config, str(workdir), stream=out)
   return state, out.getvalue()

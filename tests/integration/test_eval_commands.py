@@ -53,6 +53,26 @@ def test_translate_reads_a_file_and_prints_one_line_each(trained, tmp_path, caps
   assert "output tokens/s" in out.err
 
 
+def test_translate_samples_reproducibly(trained, tmp_path, capsys):
+  source = tmp_path / "in.txt"
+  source.write_text("in the beginning god made the light\nthe word of life\nbread\n", encoding="utf-8")
+  args = ["tfm", "translate", f"--workdir={trained}", f"--input={source}", "--sample",
+          "--temperature=1.5", "--top_k=20", "--top_p=0.95"]
+  outputs = []
+  for seed in (1, 1, 2):
+    assert cli.main(args + [f"--seed={seed}"]) == 0
+    outputs.append(capsys.readouterr().out.splitlines())
+  assert len(outputs[0]) == 3 and outputs[0] == outputs[1]  # the same seed, the same samples
+  assert outputs[0] != outputs[2]  # a 6-step model at temperature 1.5 is far from deterministic
+
+
+def test_translate_flags_are_checked(trained, capsys):
+  assert cli.main(["tfm", "translate", f"--workdir={trained}", "--beam_size=0"]) == 1
+  assert "--beam_size: expected a positive integer, got 0" in capsys.readouterr().err
+  assert cli.main(["tfm", "translate", f"--workdir={trained}", "--sample", "--top_p=0"]) == 1
+  assert "--top_p" in capsys.readouterr().err
+
+
 def test_eval_on_an_empty_workdir_is_a_clear_error(tmp_path, capsys):
   assert cli.main(["tfm", "eval", f"--workdir={tmp_path}"]) == 1
   assert "config.json not found" in capsys.readouterr().err

@@ -28,6 +28,10 @@ def test_loss_falls_and_everything_is_logged(experiment, tmp_path, monkeypatch):
   losses = _losses(log)
   assert len(losses) >= 4 and losses[-1] < losses[0] - 0.5, log
   assert "[dev] step 24 | loss" in log and "perplexity" in log
+  # The input pipeline's packing efficiency and dropped-example counts, at each evaluation.
+  data = re.search(r"\[data\] step 24 \| inputs_efficiency ([0-9.]+) .*examples_read (\d+) \| "
+                   r"examples_kept (\d+)", log)
+  assert data and 0.3 < float(data[1]) <= 1 and int(data[3]) <= int(data[2]), log
   assert int(state.step) == 24
   assert ckpt_lib.available_steps(tmp_path) == [18, 21, 24]  # every 3 steps, keep_checkpoints=3
   assert os.listdir(tmp_path / "tensorboard")

@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 
 from tests.model.helpers import tiny
-from tfm.config import load_config, model_config
+from tfm.config import load_config
 from tfm.model.transformer import Transformer
 from configs.table3 import ROWS
 
@@ -65,7 +65,8 @@ def test_variant_forward_backward(change):
 
 def _row_model(row):
   # The row's real widths and depths; a small vocabulary and a tiny batch keep it fast on CPU.
-  return model_config(load_config(f"configs/table3.py:{row}", ["model.vocab_size=64", "model.dtype=float32"]))
+  return load_config(f"configs/table3.py:{row}", ["model.vocab_size=64", "data.vocab_size=64",
+                                                  "model.dtype=float32"]).model
 
 
 def _architecture(row):

@@ -2,15 +2,15 @@
 
 from __future__ import annotations
 
+import dataclasses
+
 import jax
 import numpy as np
 
-from tfm.train import config as train_config
-from tfm.train.mesh import create_mesh
-from tfm.train.optimizer import make_optimizer
-from tfm.train.sharding import logical_rules, rules_for_model
-from tfm.train.state import init_train_state
-from tfm.train.step import make_eval_step, make_train_step
+from tfm.config import Config
+from tfm.data.config import DataConfig
+from tfm.experiment import Experiment
+from tfm.train.config import MeshConfig, TrainConfig
 
 
 def packed_batch(rows: int, length: int, vocab: int, seed: int = 0, max_pad: int = 6):
@@ -34,16 +34,18 @@ def packed_batch(rows: int, length: int, vocab: int, seed: int = 0, max_pad: int
   return batch
 
 
-def train_cfg(**changes):
-  cfg = train_config.default_train_config()
-  cfg.update(dict(warmup_steps=10, label_smoothing=0.1), **changes)
-  return cfg
+def train_cfg(**changes) -> TrainConfig:
+  return TrainConfig(**{**dict(warmup_steps=10, label_smoothing=0.1), **changes})
 
 
-def mesh_cfg(data=1, fsdp=1, tensor=1):
-  cfg = train_config.default_mesh_config()
-  cfg.update(data=data, fsdp=fsdp, tensor=tensor)
-  return cfg
+def mesh_cfg(data=1, fsdp=1, tensor=1, **changes) -> MeshConfig:
+  return MeshConfig(data=data, fsdp=fsdp, tensor=tensor, **changes)
+
+
+def experiment_config(model_cfg, train: TrainConfig, mesh: MeshConfig) -> Config:
+  """An experiment around a ModelConfig (the data section only carries its vocabulary size)."""
+  return Config(model=model_cfg, data=DataConfig(vocab_size=model_cfg.vocab_size), train=train,
+                mesh=mesh)
 
 
 # Tests compile many small programs on CPU: XLA's LLVM optimisations cost more than they save here.
@@ -51,20 +53,18 @@ FAST_COMPILE = {"xla_backend_optimization_level": 0, "xla_llvm_disable_expensive
 
 
 class Setup:
-  """Mesh, rules, optimizer, fresh state and compiled steps for a model on a mesh."""
+  """An Experiment for a model on a mesh, with its fresh state and compiled steps at hand."""
 
   def __init__(self, model, train, mesh_config, devices=None, seed=0):
     self.model, self.train = model, train
-    self.mesh = create_mesh(mesh_config, devices)
-    self.rules = rules_for_model(logical_rules(mesh_config), self.mesh, model.cfg)
-    self.tx, self.schedule = make_optimizer(train, model.cfg.d_model)
-    self.state, self.shardings = init_train_state(model, self.tx, self.mesh, self.rules, seed,
-                                                   FAST_COMPILE)
+    config = experiment_config(model.cfg, dataclasses.replace(train, seed=seed), mesh_config)
+    self.experiment = Experiment(config, model=model, devices=devices, compiler_options=FAST_COMPILE)
+    self.mesh, self.rules = self.experiment.mesh, self.experiment.rules
+    self.tx, self.schedule = self.experiment.tx, self.experiment.schedule
+    self.state, self.shardings = self.experiment.init_state(), self.experiment.state_shardings
     self.initial = jax.device_get(self.state)
-    self.step = make_train_step(model, self.tx, self.schedule, train, self.mesh, self.rules,
-                                self.shardings, FAST_COMPILE)
-    self.eval = make_eval_step(model, train.label_smoothing, self.mesh, self.rules,
-                               self.shardings.params, FAST_COMPILE)
+    self.step = self.experiment.train_step
+    self.eval = self.experiment.eval_step
 
   def fresh_state(self):
     """The initial state again, on device (a train step donates the state it is given)."""

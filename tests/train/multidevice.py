@@ -31,7 +31,6 @@ from tfm.model.config import ModelConfig  # noqa: E402
 from tests.train.tiny_model import TinySeq2Seq, tiny_config  # noqa: E402
 from tfm.train.checkpoint import Checkpointer  # noqa: E402
 from tfm.train.sharding import batch_sharding, shard_batch  # noqa: E402
-from tfm.train.state import abstract_train_state  # noqa: E402
 
 # name: (data, fsdp, tensor), microbatches
 MESHES = {
@@ -92,8 +91,7 @@ def checkpoint_roundtrip(setup, state) -> dict:
   with tempfile.TemporaryDirectory() as workdir:
     checkpointer = Checkpointer(workdir, keep=2)
     checkpointer.save(STEPS, state, {"position": 7})
-    abstract, _ = abstract_train_state(setup.model, setup.tx, setup.mesh, setup.rules)
-    restored, data, step = checkpointer.restore(abstract)
+    restored, data, step = checkpointer.restore(setup.experiment.abstract_state)
     checkpointer.close()
   same = jax.tree_util.tree_map(lambda a, b: bool(np.array_equal(np.asarray(a), np.asarray(b))),
                                 state, restored)
@@ -101,6 +99,26 @@ def checkpoint_roundtrip(setup, state) -> dict:
   return {"bit_identical": all(jax.tree_util.tree_leaves(same)),
           "same_shardings": all(jax.tree_util.tree_leaves(shardings)),
           "data": data, "step": step}
+
+
+def decode_check(setup, reference, state) -> dict:
+  """Beam search and greedy decoding with the sharded parameters, through the experiment's mesh
+  context, against the same parameters on one device."""
+  rng = np.random.default_rng(3)
+  inputs = rng.integers(2, setup.model.cfg.vocab_size, (8, 10)).astype(np.int32)
+  inputs[:, -1] = 1  # EOS
+  inputs[5, 6:] = 0  # a shorter source
+  inputs[5, 5] = 1
+  key = jax.random.PRNGKey(0)
+  single = jax.device_put(jax.device_get(state.params), reference.experiment.param_shardings)
+  out = {"wi_replicated": leaf(state.params, WEIGHTS["transformer"]["wi"]).sharding.is_fully_replicated}
+  for name, beam in (("beam", 4), ("greedy", 1)):
+    tokens, scores = setup.experiment.translate_fn(beam_size=beam)(state.params, inputs, key)
+    ref_tokens, ref_scores = reference.experiment.translate_fn(beam_size=beam)(single, inputs, key)
+    out[name] = {"same_tokens": bool(np.array_equal(np.asarray(tokens), np.asarray(ref_tokens))),
+                 "score_diff": float(np.max(np.abs(np.asarray(scores) - np.asarray(ref_scores)))),
+                 "output_tokens": int(np.count_nonzero(np.asarray(tokens)))}
+  return out
 
 
 def main(out: str, kind: str):
@@ -128,6 +146,8 @@ def main(out: str, kind: str):
     }
     if name == "fsdp":
       result["checkpoint"] = checkpoint_roundtrip(setup, state)
+    if kind == "transformer":
+      result["decode"] = decode_check(setup, reference, state)
     results["meshes"][name] = result
   with open(out, "w") as f:
     json.dump(results, f, indent=1)

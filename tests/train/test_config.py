@@ -1,16 +1,18 @@
 """The train and mesh config sections: defaults, the project's configs, errors naming the key."""
 
+import dataclasses
+
 import pytest
 
 from configs import base, big, quickstart, table3
-from tfm.train.config import (DEFAULT_RULES, default_mesh_config, default_train_config,
-                              validate_mesh_config, validate_train_config)
+from tfm.config import build
+from tfm.train.config import (DEFAULT_RULES, MeshConfig, TrainConfig, mesh_from_mapping,
+                              train_from_mapping)
 
 
 def test_defaults_are_the_papers():
-  train = default_train_config()
-  validate_train_config(train)
-  validate_mesh_config(default_mesh_config())
+  train = TrainConfig()
+  MeshConfig()
   assert (train.adam_b1, train.adam_b2, train.adam_eps) == (0.9, 0.98, 1e-9)
   assert (train.schedule, train.warmup_steps, train.learning_rate) == ("rsqrt_warmup", 4000, 1.0)
   assert (train.label_smoothing, train.steps, train.average_checkpoints) == (0.1, 100_000, 5)
@@ -20,8 +22,9 @@ def test_defaults_are_the_papers():
 @pytest.mark.parametrize("config", [base.get_config(), big.get_config(), quickstart.get_config(),
                                     table3.get_config("D3"), table3.get_config("big")])
 def test_project_configs_validate(config):
-  validate_train_config(config.train)
-  validate_mesh_config(config.mesh)
+  built = build(config)
+  assert built.train == train_from_mapping(config.train)
+  assert built.mesh == mesh_from_mapping(config.mesh)
 
 
 @pytest.mark.parametrize("changes, key", [
@@ -38,20 +41,18 @@ def test_project_configs_validate(config):
     (dict(steps=1.5), "train.steps"),
 ])
 def test_train_errors_name_the_key(changes, key):
-  train = default_train_config().to_dict()  # a dict: ConfigDict would refuse some wrong types itself
-  train.update(changes)
   with pytest.raises(ValueError, match=key.replace(".", r"\.")):
-    validate_train_config(train)
+    TrainConfig(**changes)
 
 
-def test_unknown_and_missing_keys_are_named():
-  train = default_train_config().to_dict()
+def test_unknown_keys_are_named_and_absent_keys_take_the_defaults():
+  train = dataclasses.asdict(TrainConfig())
   train["warmup"] = 10
   with pytest.raises(ValueError, match=r"train\.warmup\b"):
-    validate_train_config(train)
+    train_from_mapping(train)
   del train["warmup"], train["seed"]
-  with pytest.raises(ValueError, match=r"train\.seed"):
-    validate_train_config(train)
+  assert train_from_mapping(train).seed == TrainConfig().seed
+  assert train_from_mapping({"steps": 7}) == dataclasses.replace(TrainConfig(), steps=7)
 
 
 @pytest.mark.parametrize("changes, key", [
@@ -61,10 +62,14 @@ def test_unknown_and_missing_keys_are_named():
     (dict(rules=(("embed",),)), "mesh.rules"),
 ])
 def test_mesh_errors_name_the_key(changes, key):
-  mesh = default_mesh_config().to_dict()
-  mesh.update(changes)
   with pytest.raises(ValueError, match=key.replace(".", r"\.")):
-    validate_mesh_config(mesh)
+    MeshConfig(**changes)
+
+
+def test_rules_are_stored_as_tuples():
+  assert MeshConfig().rules == DEFAULT_RULES
+  assert MeshConfig(rules=None).rules == DEFAULT_RULES
+  assert MeshConfig(rules=[["embed", ["fsdp", "tensor"]]]).rules == (("embed", ("fsdp", "tensor")),)
 
 
 def test_default_rules_cover_every_logical_axis():

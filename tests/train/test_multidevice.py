@@ -69,3 +69,9 @@ def test_transformer_on_8_devices(tmp_path):
   result = run_script("transformer", tmp_path)
   check_matches_single_device(result, "mixed")  # mesh (2, 2, 2), 2 microbatches
   assert result["meshes"]["mixed"]["shard_shapes"]["wi"] == [16, 32]  # d_model / fsdp, d_ff / tensor
+  # Decoding runs under the training mesh with the sharded parameters and finds what one device finds.
+  decode = result["meshes"]["mixed"]["decode"]
+  assert decode["wi_replicated"] is False  # wi stays split over fsdp x tensor
+  for name in ("beam", "greedy"):
+    assert decode[name]["same_tokens"] and decode[name]["score_diff"] < 1e-4, decode
+    assert decode[name]["output_tokens"] > 8, decode

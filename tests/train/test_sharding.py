@@ -11,7 +11,7 @@ from jax.sharding import AbstractMesh, PartitionSpec as P
 from tfm.model.config import ModelConfig
 from tfm.train.config import DEFAULT_RULES
 from tfm.train.mesh import create_mesh, mesh_shape
-from tfm.train.sharding import (batch_spec, check_batch_size, fit_spec, logical_rules, rules_for_model,
+from tfm.train.sharding import (batch_spec, check_batch_size, fit_spec, rules_for_model,
                                 state_shardings)
 from tests.train.helpers import mesh_cfg
 
@@ -33,14 +33,6 @@ def test_create_mesh_on_this_host():
   mesh = create_mesh(mesh_cfg(-1), jax.devices())
   assert mesh.axis_names == ("data", "fsdp", "tensor")
   assert mesh.shape["data"] == jax.device_count()
-
-
-def test_rules_from_config():
-  assert logical_rules(mesh_cfg()) == DEFAULT_RULES
-  config = mesh_cfg()
-  config.rules = None
-  assert logical_rules(config) == DEFAULT_RULES
-  assert logical_rules({"rules": [["embed", ["fsdp", "tensor"]]]}) == (("embed", ("fsdp", "tensor")),)
 
 
 def test_indivisible_dimensions_fall_back_to_replicated(caplog):

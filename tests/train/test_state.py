@@ -4,21 +4,17 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from tests.train.helpers import mesh_cfg, train_cfg
+from tests.train.helpers import experiment_config, mesh_cfg, train_cfg
+from tfm.experiment import Experiment
 from tfm.model.config import ModelConfig
-from tfm.model.transformer import Transformer
-from tfm.train.mesh import create_mesh
-from tfm.train.optimizer import make_optimizer
-from tfm.train.sharding import logical_rules
-from tfm.train.state import abstract_train_state, parameter_count
+from tfm.train.state import parameter_count
 
 
 def test_bfloat16_model_keeps_float32_state():
   cfg = ModelConfig(vocab_size=64, d_model=32, d_ff=64, num_heads=4, d_k=8, d_v=8,
                     num_encoder_layers=1, num_decoder_layers=1, dtype="bfloat16")
-  mesh = create_mesh(mesh_cfg(), jax.devices()[:1])
-  tx, _ = make_optimizer(train_cfg(), cfg.d_model)
-  abstract, shardings = abstract_train_state(Transformer(cfg), tx, mesh, logical_rules(mesh_cfg()))
+  exp = Experiment(experiment_config(cfg, train_cfg(), mesh_cfg()), devices=jax.devices()[:1])
+  abstract, shardings = exp.abstract_state, exp.state_shardings
   floats = jax.tree_util.tree_leaves((abstract.params, abstract.opt_state))
   assert {x.dtype for x in floats if jnp.issubdtype(x.dtype, jnp.floating)} == {np.dtype("float32")}
   assert abstract.step.dtype == np.int32 and abstract.nonfinite_count.dtype == np.int32
@@ -27,3 +23,17 @@ def test_bfloat16_model_keeps_float32_state():
   assert parameter_count(adam.mu) == parameter_count(abstract.params) == parameter_count(adam.nu)
   # Every leaf carries the sharding it will be created (or restored) with.
   assert jax.tree_util.tree_all(jax.tree_util.tree_map(lambda x, s: x.sharding == s, abstract, shardings))
+
+
+def test_inference_parameters_need_no_optimizer():
+  """Experiment.abstract_params: the train state's parameters, shapes and shardings, without Adam."""
+  cfg = ModelConfig(vocab_size=64, d_model=32, d_ff=64, num_heads=4, d_k=8, d_v=8,
+                    num_encoder_layers=1, num_decoder_layers=1)
+  exp = Experiment(experiment_config(cfg, train_cfg(), mesh_cfg()), devices=jax.devices()[:1])
+  params = exp.abstract_params
+  assert "_optimizer" not in exp.__dict__  # nothing built the optimizer
+  state_params = exp.abstract_state.params
+  same = jax.tree_util.tree_map(lambda a, b: (a.shape, a.dtype, a.sharding) == (b.shape, b.dtype, b.sharding),
+                                params, state_params)
+  assert jax.tree_util.tree_structure(params) == jax.tree_util.tree_structure(state_params)
+  assert all(jax.tree_util.tree_leaves(same))

@@ -1,4 +1,8 @@
-"""The `tfm` subcommands, one module each (see tfm/cli.py), and the flags they share."""
+"""The `tfm` subcommands, one module each (see tfm/cli.py), and the flags they share.
+
+Each module has define_flags(flag_values) and run(flag_values, config), where config is the
+validated `tfm.config.Config` of --config (None when the subcommand was given none).
+"""
 
 from __future__ import annotations
 
@@ -15,3 +19,4 @@ def define_trained_flags(fv: flags.FlagValues):
 def require_workdir(fv: flags.FlagValues):
   if not fv.workdir:
     raise ValueError("--workdir is required")
+

@@ -21,20 +21,20 @@ def define_flags(fv: flags.FlagValues):
   flags.DEFINE_integer("limit", None, "score only the first K sentence pairs", flag_values=fv)
 
 
-def run(fv: flags.FlagValues):
+def run(fv: flags.FlagValues, config):
+  del config  # the workdir's own config is used
   require_workdir(fv)
   # pylint: disable=import-outside-toplevel
-  from tfm.eval.dev_bleu import dev_bleu
+  from tfm.eval.dev_bleu import DevBleu
+  from tfm.eval.dev_loss import DevLoss
   from tfm.eval.restore import load_trained
-  from tfm.train.evaluate import DevEvaluator
-  from tfm.train.step import make_eval_step
 
   t = load_trained(fv.workdir, fv.average)
-  c = t.config
-  eval_step = make_eval_step(t.model, c.train.label_smoothing, t.mesh, t.rules,
-                             jax_tree_shardings(t.params))
-  losses = DevEvaluator(c, t.tokenizer, eval_step, t.mesh, t.rules, split=fv.split)(t.params)
-  bleu = dev_bleu(c, t.tokenizer, t.model, t.params, split=fv.split, limit=fv.limit or 0)
+  exp, c = t.experiment, t.config
+  losses = DevLoss(c.data, t.tokenizer, exp.eval_step, exp.batch_sharding, split=fv.split)(t.params)
+  bleu = DevBleu(c.data, t.tokenizer, exp.translate_fn(eos_id=t.tokenizer.eos_id),
+                 batch_size=exp.decode_rows(c.eval.batch_size), split=fv.split,
+                 limit=fv.limit or 0)(t.params)
   result = dict(split=fv.split, checkpoints=t.steps, averaged=len(t.steps), **bleu,
                 perplexity=losses["perplexity"], nll=losses["nll"], loss=losses["loss"],
                 target_tokens=losses["tokens"], beam_size=c.eval.beam_size,
@@ -45,8 +45,3 @@ def run(fv: flags.FlagValues):
   for key, value in result.items():
     print(f"{key:>22}: {value}")
   print(f"{'written':>22}: {path}")
-
-
-def jax_tree_shardings(tree):
-  import jax  # pylint: disable=import-outside-toplevel
-  return jax.tree.map(lambda x: x.sharding, tree)

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-import importlib.util
+import dataclasses
 import json
 
 from absl import flags
@@ -16,25 +16,14 @@ def define_flags(fv: flags.FlagValues):
   flags.DEFINE_boolean("json", False, "print a JSON list of {row, params, paper_params}", flag_values=fv)
 
 
-def _rows(config, fv):
-  """(row name, config) pairs: every row of a sweep config, else the one config."""
-  if "sweep" not in config:
-    yield config.get("row", "config"), config
-    return
-  spec = importlib.util.spec_from_file_location("_sweep_config", config.sweep_file)
-  module = importlib.util.module_from_spec(spec)
-  spec.loader.exec_module(module)
-  for row in config.sweep:
-    yield row, module.get_config(row)
-
-
-def run(fv: flags.FlagValues):
+def run(fv: flags.FlagValues, config: config_lib.Config):
+  del config  # every row of it
   results = []
-  for row, config in _rows(fv.config, fv):
+  for row, row_config in config_lib.table_rows(fv):
+    model = row_config.model
     if fv.vocab_size is not None:
-      config.model.vocab_size = fv.vocab_size
-    model = config_lib.model_config(config)
-    paper = config.get("paper", {}).get("params_m")
+      model = dataclasses.replace(model, vocab_size=fv.vocab_size)
+    paper = (row_config.paper or {}).get("params_m")
     results.append(dict(row=row, params=count_params(model),
                         paper_params=None if paper is None else int(paper * 1_000_000)))
   if fv.json:

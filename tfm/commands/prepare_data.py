@@ -10,9 +10,8 @@ def define_flags(fv: flags.FlagValues):
                       flag_values=fv)
 
 
-def run(fv: flags.FlagValues):
+def run(fv: flags.FlagValues, config):
   from tfm.data import sources, tokenizer  # pylint: disable=import-outside-toplevel
-  config = fv.config
   builder = sources.prepare(config.data)
   print(f"dataset {builder.info.full_name} ready in {builder.data_dir}")
   if fv.workdir or config.data.vocab_dir:

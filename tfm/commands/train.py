@@ -10,8 +10,8 @@ def define_flags(fv: flags.FlagValues):
                       flag_values=fv)
 
 
-def run(fv: flags.FlagValues):
+def run(fv: flags.FlagValues, config):
   if not fv.workdir:
     raise ValueError("--workdir is required (checkpoints, vocabulary and metrics go there)")
-  from tfm.train.loop import train  # pylint: disable=import-outside-toplevel
-  train(fv.config, fv.workdir)
+  from tfm.loop import train  # pylint: disable=import-outside-toplevel
+  train(config, fv.workdir)

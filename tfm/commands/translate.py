@@ -1,4 +1,8 @@
-"""`tfm translate --workdir DIR [--input FILE] [--average N]`: translate lines (stdin by default)."""
+"""`tfm translate --workdir DIR [--input FILE] [--average N] [--beam_size K | --sample ...]`.
+
+Translates lines (stdin by default) with beam search (the workdir's eval settings), or samples one
+translation per line with --sample --temperature T [--top_k K] [--top_p P] [--seed S].
+"""
 
 from __future__ import annotations
 
@@ -14,10 +18,30 @@ def define_flags(fv: flags.FlagValues):
   flags.DEFINE_string("input", None, "a UTF-8 file with one sentence per line (default: stdin)",
                       flag_values=fv)
   flags.DEFINE_integer("beam_size", None, "override eval.beam_size (1 = greedy)", flag_values=fv)
+  flags.DEFINE_boolean("sample", False, "sample instead of searching", flag_values=fv)
+  flags.DEFINE_float("temperature", 1.0, "with --sample: softmax temperature (> 0)", flag_values=fv)
+  flags.DEFINE_integer("top_k", 0, "with --sample: keep the K most likely tokens (0 = all)",
+                       flag_values=fv)
+  flags.DEFINE_float("top_p", 1.0, "with --sample: nucleus mass in (0, 1] (1 = all)", flag_values=fv)
+  flags.DEFINE_integer("seed", 0, "with --sample: the random seed", flag_values=fv)
 
 
-def run(fv: flags.FlagValues):
+def _check_flags(fv: flags.FlagValues):
+  if fv.beam_size is not None and fv.beam_size < 1:
+    raise ValueError(f"--beam_size: expected a positive integer, got {fv.beam_size}")
+  if fv.sample:
+    if not fv.temperature > 0:
+      raise ValueError(f"--temperature: expected > 0, got {fv.temperature}")
+    if fv.top_k < 0:
+      raise ValueError(f"--top_k: expected >= 0, got {fv.top_k}")
+    if not 0 < fv.top_p <= 1:
+      raise ValueError(f"--top_p: expected a number in (0, 1], got {fv.top_p}")
+
+
+def run(fv: flags.FlagValues, config):
+  del config  # the workdir's own config is used
   require_workdir(fv)
+  _check_flags(fv)
   # pylint: disable=import-outside-toplevel
   from tfm.decode.text import translate_texts
   from tfm.eval.restore import load_trained
@@ -31,12 +55,16 @@ def run(fv: flags.FlagValues):
   else:
     lines = [line.rstrip("\n") for line in sys.stdin]
   t = load_trained(fv.workdir, fv.average)
-  e = t.config.eval
-  outputs, stats = translate_texts(t.model, t.params, t.tokenizer, lines,
-                                   beam_size=fv.beam_size or e.beam_size, alpha=e.length_penalty,
-                                   max_extra_length=e.max_extra_length,
-                                   batch_size=min(e.batch_size, max(len(lines), 1)),
-                                   max_input_length=t.config.data.max_length)
+  exp = t.experiment
+  if fv.sample:
+    translate = exp.translate_fn(temperature=fv.temperature, top_k=fv.top_k, top_p=fv.top_p,
+                                 eos_id=t.tokenizer.eos_id)
+  else:
+    translate = exp.translate_fn(beam_size=fv.beam_size, eos_id=t.tokenizer.eos_id)
+  outputs, stats = translate_texts(translate, t.params, t.tokenizer, lines,
+                                   batch_size=exp.decode_rows(min(t.config.eval.batch_size,
+                                                                  len(lines))),
+                                   max_input_length=t.config.data.max_length, seed=fv.seed)
   for line in outputs:
     print(line)
   print(f"tfm translate: {len(lines)} lines, {stats['tokens_per_s']:.1f} output tokens/s",

@@ -1,7 +1,7 @@
 """Input pipeline: TFDS sources (WMT'14, offline Bible), SentencePiece vocab, packed batches.
 
 Public interface:
-  default_data_config(), validate_data_config(cfg)        -- tfm.data.config
+  DataConfig (the `data` section, validated when built)   -- tfm.data.config
   prepare(cfg)                                            -- tfm.data.sources
   get_tokenizer(cfg, vocab_dir) -> Tokenizer              -- tfm.data.tokenizer
   train_iterator(cfg, tokenizer, *, process_index, process_count) -> TrainIterator
@@ -13,7 +13,7 @@ Public interface:
 import importlib
 
 _EXPORTS = {
-    "default_data_config": "config", "validate_data_config": "config", "prepare": "sources",
+    "DataConfig": "config", "prepare": "sources",
     "get_tokenizer": "tokenizer", "Tokenizer": "tokenizer", "train_iterator": "pipeline",
     "TrainIterator": "pipeline", "eval_batches": "pipeline", "eval_text_pairs": "pipeline",
     "prefetch_to_device": "prefetch",

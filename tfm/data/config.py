@@ -1,67 +1,75 @@
-"""The `data` section of the experiment config and its validation.
+"""The `data` section of the experiment config: one frozen dataclass, validated when it is built.
 
-`default_data_config()` gives the quickstart defaults (the offline Bible corpus, WEB English ->
-Reina-Valera 1909 Spanish). The paper's setting is e.g.::
+Defaults are the paper's setting (section 5.1-5.2): WMT'14 English->German with a shared
+vocabulary of 37000 BPE pieces and ~25000 source + ~25000 target tokens per step (96 rows of 256
+tokens). The offline Bible corpus is e.g.::
 
-  cfg.dataset = 'wmt14_translate/de-en'; cfg.source_lang = 'en'; cfg.target_lang = 'de'
-  cfg.vocab_size = 37000; cfg.max_length = 256; cfg.tokens_per_batch = 25000
+  dataset='bible_translate/web-sparv', source_lang='en', target_lang='es', vocab_size=8000
 
-Every check in `validate_data_config` raises `ValueError` naming the offending key as
-`data.<key>`, so a bad command-line override is easy to trace.
+Every check raises `ValueError` naming the offending key as `data.<key>`, so a bad command-line
+override is easy to trace.
 """
 
 from __future__ import annotations
 
-import ml_collections
+import dataclasses
+
+from tfm import sections
+from tfm.data.datasets import resolve_dataset
 
 OVERLONG_POLICIES = ("filter", "truncate")
 
 
-def default_data_config() -> ml_collections.ConfigDict:
-  """Returns the default `config.data` (quickstart: Bible WEB -> SPARV, small vocab)."""
-  cfg = ml_collections.ConfigDict()
-  cfg.dataset = "bible_translate/web-sparv"  # TFDS name/config, see tfm.data.sources.DATASETS
-  cfg.source_lang = "en"
-  cfg.target_lang = "es"
-  cfg.data_dir = ml_collections.FieldReference(None, field_type=str)  # TFDS data dir; None = default
-  cfg.manual_dir = ml_collections.FieldReference(None, field_type=str)  # Bible: SWORD data dir
-  cfg.vocab_size = 8000  # shared source+target SentencePiece BPE; paper en-de: 37000
-  cfg.vocab_dir = ml_collections.FieldReference(None, field_type=str)  # None -> caller's workdir
-  cfg.max_length = 128  # row length of a batch (inputs and targets)
-  cfg.tokens_per_batch = 8192  # global tokens per step per side; rows = tokens_per_batch // max_length
-  cfg.packing = True  # True: packed rows; False: length-bucketed padded batches
-  cfg.overlong = "filter"  # 'filter' | 'truncate' examples longer than max_length
-  cfg.shuffle_seed = 0
-  cfg.num_workers = 0  # grain worker processes for tokenization; 0 = in-process threads
-  cfg.eval_max_examples = ml_collections.FieldReference(None, field_type=int)  # dev subset size
-  return cfg
+@dataclasses.dataclass(frozen=True)
+class DataConfig:
+  """Where examples come from and how they are batched; defaults are the paper's en-de setting."""
+
+  dataset: str = "wmt14_translate/de-en"  # TFDS name/config, see tfm.data.datasets.DATASETS
+  source_lang: str = "en"
+  target_lang: str = "de"
+  data_dir: str | None = None  # TFDS data dir; None = TFDS default
+  manual_dir: str | None = None  # Bible: SWORD data dir (None = /usr/share/sword)
+  vocab_size: int = 37000  # shared source+target SentencePiece BPE (section 5.1)
+  vocab_dir: str | None = None  # None -> the run's workdir
+  max_length: int = 256  # ours: row length of a batch (inputs and targets)
+  tokens_per_batch: int = 24576  # global tokens per step per side: 96 rows x 256 (~25000, section 5.1)
+  packing: bool = True  # ours: packed rows; False: length-bucketed padded batches (the paper's way)
+  overlong: str = "filter"  # 'filter' | 'truncate' examples longer than max_length
+  shuffle_seed: int = 0
+  num_workers: int = 0  # grain worker processes for tokenization; 0 = in-process threads
+  eval_max_examples: int | None = None  # dev/test subset size; None = the whole split
+
+  def __post_init__(self):
+    validate_data_config(self)
+
+  def replace(self, **changes) -> "DataConfig":
+    """A copy with `changes` (validated again)."""
+    return dataclasses.replace(self, **changes)
+
+
+def from_mapping(values) -> DataConfig:
+  """DataConfig from the `data` section of a config (ConfigDict or dict); unknown keys are named."""
+  return sections.from_mapping(DataConfig, "data", values)
 
 
 def _fail(key: str, expected: str, got) -> None:
   raise ValueError(f"data.{key} must be {expected}, got {got!r}")
 
 
-def validate_data_config(cfg: ml_collections.ConfigDict) -> None:
-  """Checks types and ranges of `config.data`; raises ValueError naming the bad `data.<key>`.
+def validate_data_config(cfg: DataConfig) -> None:
+  """Checks types and ranges of the data section; raises ValueError naming the bad `data.<key>`.
 
-  The dataset name itself is checked against the known datasets by
-  `tfm.data.sources.resolve_dataset`, which is called from here too.
+  The dataset and languages are checked against the known datasets (tfm.data.datasets).
   """
-  required = ("dataset", "source_lang", "target_lang", "data_dir", "manual_dir", "vocab_size",
-              "vocab_dir", "max_length", "tokens_per_batch", "packing", "overlong", "shuffle_seed",
-              "num_workers", "eval_max_examples")
-  for key in required:
-    if key not in cfg:
-      raise ValueError(f"data.{key} is missing from the config (see tfm.data.config.default_data_config)")
   for key in ("dataset", "source_lang", "target_lang"):
-    if not isinstance(cfg[key], str) or not cfg[key]:
-      _fail(key, "a non-empty string", cfg[key])
+    if not isinstance(getattr(cfg, key), str) or not getattr(cfg, key):
+      _fail(key, "a non-empty string", getattr(cfg, key))
   for key in ("data_dir", "manual_dir", "vocab_dir"):
-    if cfg[key] is not None and not isinstance(cfg[key], str):
-      _fail(key, "a path string or None", cfg[key])
+    if getattr(cfg, key) is not None and not isinstance(getattr(cfg, key), str):
+      _fail(key, "a path string or None", getattr(cfg, key))
   for key, low in (("vocab_size", 8), ("max_length", 2), ("tokens_per_batch", 1)):
-    value = cfg[key]
-    if isinstance(value, bool) or not isinstance(value, int) or value < low:
+    value = getattr(cfg, key)
+    if not sections.is_int(value) or value < low:
       _fail(key, f"an integer >= {low}", value)
   if cfg.tokens_per_batch < cfg.max_length:
     _fail("tokens_per_batch", f"at least data.max_length={cfg.max_length} (one row per step)",
@@ -70,14 +78,11 @@ def validate_data_config(cfg: ml_collections.ConfigDict) -> None:
     _fail("packing", "True or False", cfg.packing)
   if cfg.overlong not in OVERLONG_POLICIES:
     _fail("overlong", "'filter' or 'truncate'", cfg.overlong)
-  if isinstance(cfg.shuffle_seed, bool) or not isinstance(cfg.shuffle_seed, int) or not (
-      0 <= cfg.shuffle_seed < 2**32):
+  if not sections.is_int(cfg.shuffle_seed) or not 0 <= cfg.shuffle_seed < 2**32:
     _fail("shuffle_seed", "an integer in [0, 2**32)", cfg.shuffle_seed)
-  if isinstance(cfg.num_workers, bool) or not isinstance(cfg.num_workers, int) or cfg.num_workers < 0:
+  if not sections.is_int(cfg.num_workers) or cfg.num_workers < 0:
     _fail("num_workers", "an integer >= 0", cfg.num_workers)
-  if cfg.eval_max_examples is not None and (
-      isinstance(cfg.eval_max_examples, bool) or not isinstance(cfg.eval_max_examples, int)
-      or cfg.eval_max_examples < 1):
+  if cfg.eval_max_examples is not None and (not sections.is_int(cfg.eval_max_examples)
+                                            or cfg.eval_max_examples < 1):
     _fail("eval_max_examples", "a positive integer or None", cfg.eval_max_examples)
-  from tfm.data import sources  # local import: sources imports TFDS, config should stay light
-  sources.resolve_dataset(cfg)
+  resolve_dataset(cfg)

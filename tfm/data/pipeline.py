@@ -40,7 +40,7 @@ from tfm.data import cursor
 from tfm.data import examples as examples_lib
 from tfm.data import packing
 from tfm.data import sources
-from tfm.data.config import validate_data_config
+from tfm.data.config import DataConfig
 
 CHUNK_SIZE = 128  # pairs read and tokenized together (one grain element)
 _WINDOW_BATCHES = 16  # bucketed mode: batches' worth of tokens read per shuffling window
@@ -65,7 +65,7 @@ def _host_pairs(cfg, split, process_index, process_count, *, shuffle=False, num_
   return ds
 
 
-def encoded_examples(cfg, tokenizer, split: str, *, process_index: int = 0,
+def encoded_examples(cfg: DataConfig, tokenizer, split: str, *, process_index: int = 0,
                      process_count: int = 1, shuffle: bool = False, num_epochs: int | None = 1,
                      limit: int | None = None) -> grain.MapDataset:
   """This host's share of `split` as a grain MapDataset of EncodePair outputs (status marked).
@@ -118,7 +118,7 @@ class TrainIterator:
     self._grain_iterator.close()
 
 
-def train_iterator(cfg, tokenizer, *, process_index: int = 0, process_count: int = 1,
+def train_iterator(cfg: DataConfig, tokenizer, *, process_index: int = 0, process_count: int = 1,
                    num_epochs: int | None = None, row_multiple: int = 1) -> TrainIterator:
   """Per-host train batches: packed [rows, max_length] (data.packing) or length-bucketed.
 
@@ -126,7 +126,6 @@ def train_iterator(cfg, tokenizer, *, process_index: int = 0, process_count: int
   With a finite num_epochs the last batch is padded with empty rows. row_multiple: the global
   row count of every bucketed batch is a multiple of it (the step's batch shards x microbatches).
   """
-  validate_data_config(cfg)
   _check_host(process_index, process_count)
   pairs = _host_pairs(cfg, "train", process_index, process_count, shuffle=True,
                       num_epochs=num_epochs)
@@ -152,7 +151,7 @@ def train_iterator(cfg, tokenizer, *, process_index: int = 0, process_count: int
   return TrainIterator(batcher, grain_iterator)
 
 
-def eval_batches(cfg, tokenizer, split: str = "dev", *, process_index: int = 0,
+def eval_batches(cfg: DataConfig, tokenizer, split: str = "dev", *, process_index: int = 0,
                  process_count: int = 1) -> list[dict[str, Any]]:
   """This host's share of `split` (first data.eval_max_examples examples) as unpacked, padded
   [rows, max_length] batches in dataset order, rows = tokens_per_batch // max_length // hosts.
@@ -160,7 +159,6 @@ def eval_batches(cfg, tokenizer, split: str = "dev", *, process_index: int = 0,
   Over-long examples follow data.overlong. Every host returns the same number of batches
   (padded with all-zero batches), so collective eval steps stay in lockstep.
   """
-  validate_data_config(cfg)
   _check_host(process_index, process_count)
   rows = batching.host_rows(cfg, process_count)
   ds = encoded_examples(cfg, tokenizer, split, process_index=process_index,
@@ -178,7 +176,7 @@ def eval_batches(cfg, tokenizer, split: str = "dev", *, process_index: int = 0,
   return batches
 
 
-def eval_text_pairs(cfg, split: str = "dev") -> list[tuple[str, str]]:
+def eval_text_pairs(cfg: DataConfig, split: str = "dev") -> list[tuple[str, str]]:
   """(source, target) strings of `split` in dataset order for BLEU: the first
   data.eval_max_examples pairs, minus empty or non-UTF-8 ones (all hosts get the same list)."""
   source = sources.open_split(cfg, split)

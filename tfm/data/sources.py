@@ -11,48 +11,15 @@ processes can use it. Reading never downloads: `prepare(cfg)` does that once.
 
 from __future__ import annotations
 
-import dataclasses
 import os
 
 import tensorflow_datasets as tfds
 
 from tfm.data import bible  # noqa: F401  (registers the `bible_translate` builder with TFDS)
+from tfm.data.config import DataConfig
+from tfm.data.datasets import resolve_dataset
 
 SPLITS = {"train": "train", "dev": "validation", "test": "test"}
-
-
-@dataclasses.dataclass(frozen=True)
-class DatasetSpec:
-  """A known dataset: TFDS name ('builder/config') and its two language (feature) keys."""
-  name: str
-  languages: tuple[str, str]
-  description: str
-
-
-DATASETS = {spec.name: spec for spec in (
-    DatasetSpec("wmt14_translate/de-en", ("de", "en"), "WMT'14 English-German (paper, 4.5M pairs)"),
-    DatasetSpec("wmt14_translate/fr-en", ("fr", "en"), "WMT'14 English-French (paper, 36M pairs)"),
-    DatasetSpec("wmt_t2t_translate/de-en", ("de", "en"), "WMT'14 en-de as in tensor2tensor"),
-    DatasetSpec("bible_translate/web-sparv", ("en", "es"), "offline: WEB English x RV1909 Spanish"),
-    DatasetSpec("bible_translate/kjv-sparv", ("en", "es"), "offline: KJV English x RV1909 Spanish"),
-    DatasetSpec("bible_translate/kjv-web", ("kjv", "web"), "offline: KJV x WEB (English-English)"),
-)}
-
-
-def resolve_dataset(cfg) -> DatasetSpec:
-  """Checks data.dataset / data.source_lang / data.target_lang; returns the DatasetSpec."""
-  spec = DATASETS.get(cfg.dataset)
-  if spec is None:
-    raise ValueError(f"data.dataset={cfg.dataset!r} is not a known dataset; expected one of "
-                     f"{sorted(DATASETS)}")
-  for key in ("source_lang", "target_lang"):
-    if cfg[key] not in spec.languages:
-      raise ValueError(f"data.{key}={cfg[key]!r} is not a language of data.dataset="
-                       f"{cfg.dataset!r}; expected one of {spec.languages}")
-  if cfg.source_lang == cfg.target_lang:
-    raise ValueError(f"data.source_lang and data.target_lang must differ, both are "
-                     f"{cfg.source_lang!r}")
-  return spec
 
 
 class TextPairSource:
@@ -95,7 +62,7 @@ def _check_manual_dir(cfg) -> None:
         "mods.d/ and modules/, e.g. /usr/share/sword), or data.manual_dir=None")
 
 
-def open_split(cfg, split: str) -> TextPairSource:
+def open_split(cfg: DataConfig, split: str) -> TextPairSource:
   """Opens split 'train' | 'dev' | 'test' of data.dataset for random access (no download)."""
   if split not in SPLITS:
     raise ValueError(f"split must be one of {sorted(SPLITS)}, got {split!r}")
@@ -111,13 +78,11 @@ def open_split(cfg, split: str) -> TextPairSource:
   return TextPairSource(data_source, cfg.source_lang, cfg.target_lang)
 
 
-def prepare(cfg):
+def prepare(cfg: DataConfig):
   """Downloads (WMT) or builds (Bible, from SWORD modules) data.dataset as array_record.
 
   Idempotent: an already prepared dataset is left as is. Returns the tfds builder.
   """
-  from tfm.data.config import validate_data_config  # pylint: disable=import-outside-toplevel
-  validate_data_config(cfg)
   _check_manual_dir(cfg)
   spec = resolve_dataset(cfg)
   builder = tfds.builder(spec.name, data_dir=cfg.data_dir, file_format="array_record")

@@ -2,7 +2,7 @@
 
 Inputs are padded to a multiple of 16 tokens (a few shapes, so the decoder compiles a few times)
 and cut at `max_input_length`. Sentences are sorted by length into batches and returned in the
-original order.
+original order. Every batch has the same number of rows (empty rows finish at the first step).
 """
 
 from __future__ import annotations
@@ -14,8 +14,6 @@ import jax
 import numpy as np
 
 from tfm.data.examples import fit_length
-from tfm.decode.translate import make_translate_fn
-from tfm.model.transformer import Transformer
 
 LENGTH_STEP = 16
 
@@ -24,20 +22,18 @@ def _padded_length(n: int, max_input_length: int) -> int:
   return min(max_input_length, -(-n // LENGTH_STEP) * LENGTH_STEP)
 
 
-def translate_texts(model: Transformer, params, tokenizer, texts: Sequence[str], *,
-                    beam_size: int = 4, alpha: float = 0.6, max_extra_length: int = 50,
-                    batch_size: int = 32, max_input_length: int = 256,
-                    translate_fn: Callable | None = None) -> tuple[list[str], dict]:
-  """Translates `texts`; returns (translations, stats).
+def translate_texts(translate: Callable, params, tokenizer, texts: Sequence[str], *,
+                    batch_size: int = 32, max_input_length: int = 256, seed: int = 0
+                    ) -> tuple[list[str], dict]:
+  """Translates `texts` with translate(params, inputs, rng) (a `make_translate_fn` result, possibly
+  run on a mesh); returns (translations, stats).
 
   Inputs longer than max_input_length are truncated as in training (EOS kept at the end).
-  translate_fn: a `make_translate_fn` result to reuse (and its compilations); else one is built.
+  batch_size: rows of every batch (a multiple of the mesh's batch shards when the model is sharded).
+  seed: the sampling key of batch i is fold_in(PRNGKey(seed), i) (ignored by beam search).
   stats: output_tokens, seconds (decoding only), compile_seconds (one compile per padded input
   length, done ahead of the timed loop so tokens_per_s is a steady-state figure) and tokens_per_s.
   """
-  translate = translate_fn or make_translate_fn(model, beam_size=beam_size, alpha=alpha,
-                                                max_extra_length=max_extra_length,
-                                                eos_id=tokenizer.eos_id)
   encoded = [fit_length(tokenizer.encode(t), max_input_length, "truncate")[0] for t in texts]
   order = sorted(range(len(texts)), key=lambda i: len(encoded[i]))
   batches = []
@@ -49,17 +45,19 @@ def translate_texts(model: Transformer, params, tokenizer, texts: Sequence[str],
       inputs[row, :len(encoded[i])] = encoded[i]
     batches.append((chunk, inputs))
 
+  key = jax.random.PRNGKey(seed)
   start = time.perf_counter()
   compiled = {}
   for _, inputs in batches:
     if inputs.shape not in compiled:
-      compiled[inputs.shape] = translate.lower(params, inputs).compile()
+      compiled[inputs.shape] = translate.lower(params, inputs, key).compile()
   compile_seconds = time.perf_counter() - start
 
   outputs: list[str] = [""] * len(texts)
   output_tokens, start = 0, time.perf_counter()
-  for chunk, inputs in batches:
-    tokens, _ = jax.device_get(compiled[inputs.shape](params, inputs))
+  for index, (chunk, inputs) in enumerate(batches):
+    rng = jax.random.fold_in(key, index)
+    tokens, _ = jax.device_get(compiled[inputs.shape](params, inputs, rng))
     for row, i in enumerate(chunk):
       ids = [int(t) for t in tokens[row] if t != 0]
       output_tokens += len(ids)

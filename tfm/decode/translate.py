@@ -1,7 +1,8 @@
 """Translation with a trained Transformer: encode once, then search with the decoder's cache.
 
 `make_translate_fn` returns one jitted function params, inputs -> best hypotheses, for beam search
-(section 6.1: beam 4, alpha 0.6, maximum output length input length + 50) or greedy decoding.
+(section 6.1: beam 4, alpha 0.6, maximum output length input length + 50), greedy decoding, or
+sampling (temperature, top-k, top-p).
 `uncached_step` is the reference the tests compare the cache against: it reruns the decoder over
 the whole prefix at every step.
 """
@@ -15,7 +16,7 @@ import jax.numpy as jnp
 
 from tfm.decode.beam import beam_search
 from tfm.decode.common import input_length_limits
-from tfm.decode.sampling import greedy
+from tfm.decode.sampling import greedy, sample
 from tfm.model.transformer import Transformer
 
 
@@ -77,20 +78,30 @@ def beam_invariant_cache(path) -> bool:
 
 
 def make_translate_fn(model: Transformer, *, beam_size: int = 4, alpha: float = 0.6,
-                      max_extra_length: int = 50, eos_id: int = 1) -> Callable:
-  """Returns jitted translate(params, inputs [b, s]) -> (tokens [b, s + extra], scores [b]).
+                      max_extra_length: int = 50, eos_id: int = 1, temperature: float | None = None,
+                      top_k: int = 0, top_p: float = 1.0) -> Callable:
+  """Returns jitted translate(params, inputs [b, s], rng=None) -> (tokens [b, s + extra], scores [b]).
 
-  The best hypothesis per example; tokens end at EOS and are padded with 0. beam_size 1 is greedy.
+  The best hypothesis per example (beam search; beam_size 1 is greedy), or with `temperature` set
+  one sample per example from the processed distribution (top_k, top_p; see tfm.decode.sampling),
+  drawn with `rng`. Tokens end at EOS and are padded with 0; scores are the search's scores (log P
+  over the length penalty) or the model's log P of the greedy / sampled output.
   """
+  if temperature is None and not (isinstance(beam_size, int) and beam_size >= 1):
+    raise ValueError(f"beam_size: expected a positive integer, got {beam_size!r}")
 
   @jax.jit
-  def translate(params, inputs):
+  def translate(params, inputs, rng=None):
     max_decode_len = inputs.shape[1] + max_extra_length
     # The paper's limit (input length + 50); 1 for all-padding rows that fill up a last batch, so
     # they finish at the first step instead of keeping the search running.
     limits = jnp.where(inputs[:, 0] == 0, 1, input_length_limits(inputs, extra=max_extra_length))
     cache = init_cache(model, params, inputs, max_decode_len)
     step = cached_step(model, params)
+    if temperature is not None:
+      result = sample(step, cache, rng, max_decode_len=max_decode_len, max_lengths=limits,
+                      temperature=temperature, top_k=top_k, top_p=top_p, eos_id=eos_id)
+      return result.sequences, result.log_probs
     if beam_size == 1:
       result = greedy(step, cache, max_decode_len=max_decode_len, max_lengths=limits, eos_id=eos_id)
       return result.sequences, result.log_probs

@@ -17,7 +17,6 @@ import jax
 import jax.numpy as jnp
 
 from tfm.model import partitioning as P
-from tfm.model.config import ModelConfig
 from tfm.model.positions import apply_rope
 
 
@@ -51,14 +50,13 @@ def library_attention(q, k, v, mask=None, bias=None, implementation=None):
   return jax.nn.dot_product_attention(q, k, v, bias=bias, mask=mask, implementation=implementation)
 
 
-def choose_kernel(cfg: ModelConfig, train: bool) -> str:
-  """'einsum', 'xla' or 'cudnn' for this config, backend and phase."""
-  impl = cfg.attention_impl
+def choose_kernel(impl: str, d_k: int, d_v: int, dropout_rate: float, dtype: str, train: bool) -> str:
+  """'einsum', 'xla' or 'cudnn' for model.attention_impl = impl on this backend and phase."""
   if impl != "auto":
     return impl
-  if cfg.d_k != cfg.d_v or (train and cfg.attention_dropout_rate > 0):
+  if d_k != d_v or (train and dropout_rate > 0):
     return "einsum"
-  if jax.default_backend() == "gpu" and cfg.dtype in ("bfloat16", "float16"):
+  if jax.default_backend() == "gpu" and dtype in ("bfloat16", "float16"):
     return "cudnn"
   return "xla"
 
@@ -74,7 +72,8 @@ class Projection(nn.Module):
   in_dims: int
   names: tuple[str, ...]
   bias_names: tuple[str, ...]
-  cfg: ModelConfig
+  dtype: str = "float32"
+  use_bias: bool = True
 
   @nn.compact
   def __call__(self, x):
@@ -82,9 +81,9 @@ class Projection(nn.Module):
     init = nn.initializers.variance_scaling(1.0, "fan_avg", "uniform", in_axis=tuple(range(n_in)),
                                             out_axis=tuple(range(n_in, len(shape))))
     kernel = self.param("kernel", P.with_axes(init, self.names), shape, jnp.float32)
-    dtype = self.cfg.compute_dtype
+    dtype = jnp.dtype(self.dtype)
     y = jnp.tensordot(x.astype(dtype), kernel.astype(dtype), axes=n_in)
-    if self.cfg.use_bias:
+    if self.use_bias:
       bias = self.param("bias", P.with_axes(nn.initializers.zeros, self.bias_names),
                         tuple(self.features), jnp.float32)
       y = y + bias.astype(dtype)
@@ -98,9 +97,20 @@ class Attention(nn.Module):
   'decode' takes one query token per row and reads/writes the cache.
   Self-attention caches the keys and values of past tokens ([b, max_len, kvh, d]); cross-attention
   caches the projected encoder output once, so a decode step never recomputes it.
+  Fields: num_heads query heads, num_kv_heads key/value heads, per-head widths d_k and d_v, the
+  compute dtype, use_bias, impl (model.attention_impl), dropout_rate on the attention weights,
+  rope_base (rotary positions on queries and keys when set; self-attention only), is_cross.
   """
 
-  cfg: ModelConfig
+  num_heads: int
+  num_kv_heads: int
+  d_k: int
+  d_v: int
+  dtype: str = "float32"
+  use_bias: bool = True
+  impl: str = "auto"
+  dropout_rate: float = 0.0
+  rope_base: float | None = None
   is_cross: bool = False
 
   @nn.compact
@@ -110,42 +120,42 @@ class Attention(nn.Module):
 
     decode_index [b]: position of the current token in 'decode' mode. Returns [b, t, d_model].
     """
-    cfg = self.cfg
-    h, kvh = cfg.num_heads, cfg.kv_heads
-    query = Projection((h, cfg.d_k), 1, ("embed", "heads", "kv"), ("heads", "kv"), cfg, name="query")
-    key = Projection((kvh, cfg.d_k), 1, ("embed", "kv_heads", "kv"), ("kv_heads", "kv"), cfg, name="key")
-    value = Projection((kvh, cfg.d_v), 1, ("embed", "kv_heads", "kv"), ("kv_heads", "kv"), cfg,
-                       name="value")
-    out = Projection((cfg.d_model,), 2, ("heads", "kv", "embed"), ("embed",), cfg, name="out")
-    use_rope = cfg.positions == "rope" and not self.is_cross
+    h, kvh, dtype = self.num_heads, self.num_kv_heads, jnp.dtype(self.dtype)
+    proj = lambda features, in_dims, names, name: Projection(
+        features, in_dims, names, names[in_dims:], self.dtype, self.use_bias, name=name)
+    query = proj((h, self.d_k), 1, ("embed", "heads", "kv"), "query")
+    key = proj((kvh, self.d_k), 1, ("embed", "kv_heads", "kv"), "key")
+    value = proj((kvh, self.d_v), 1, ("embed", "kv_heads", "kv"), "value")
+    out = proj((x.shape[-1],), 2, ("heads", "kv", "embed"), "out")
+    use_rope = self.rope_base is not None and not self.is_cross
 
     if mode == "init_cache" and not self.is_cross:
       b, max_len = x.shape[:2]
-      self.variable("cache", "cached_key", jnp.zeros, (b, max_len, kvh, cfg.d_k), cfg.compute_dtype)
-      self.variable("cache", "cached_value", jnp.zeros, (b, max_len, kvh, cfg.d_v), cfg.compute_dtype)
-      return jnp.zeros(x.shape, cfg.compute_dtype)
+      self.variable("cache", "cached_key", jnp.zeros, (b, max_len, kvh, self.d_k), dtype)
+      self.variable("cache", "cached_value", jnp.zeros, (b, max_len, kvh, self.d_v), dtype)
+      return jnp.zeros(x.shape, dtype)
     if self.is_cross:
       k, v = self._cross_kv(key, value, kv, mode)
       if mode == "init_cache":
-        return jnp.zeros(x.shape, cfg.compute_dtype)
+        return jnp.zeros(x.shape, dtype)
     else:
       k, v = key(x), value(x)
       if use_rope:
-        k = apply_rope(k, decode_index[:, None] if mode == "decode" else positions, cfg.rope_base)
+        k = apply_rope(k, decode_index[:, None] if mode == "decode" else positions, self.rope_base)
       if mode == "decode":
         k, v = self._write_cache(k, v, decode_index)
 
     q = query(x)
     if use_rope:
-      q = apply_rope(q, decode_index[:, None] if mode == "decode" else positions, cfg.rope_base)
+      q = apply_rope(q, decode_index[:, None] if mode == "decode" else positions, self.rope_base)
     q = P.constrain(q, P.BLHD)
     k = P.constrain(k, P.BLKD)
     v = P.constrain(v, P.BLKD)
-    kernel = choose_kernel(cfg, train)
+    kernel = choose_kernel(self.impl, self.d_k, self.d_v, self.dropout_rate, self.dtype, train)
     if kernel == "einsum":
       drop = None
-      if train and cfg.attention_dropout_rate > 0:
-        drop = lambda w: nn.Dropout(cfg.attention_dropout_rate)(w, deterministic=False)
+      if train and self.dropout_rate > 0:
+        drop = lambda w: nn.Dropout(self.dropout_rate)(w, deterministic=False)
       y = einsum_attention(q, k, v, mask, bias, drop)
     else:
       y = library_attention(q, k, v, mask, bias, implementation=kernel)

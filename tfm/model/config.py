@@ -12,6 +12,8 @@ from typing import Any, Mapping
 
 import jax.numpy as jnp
 
+from tfm import sections
+
 ARCHITECTURES = ("encoder_decoder", "decoder_only", "encoder_only")
 NORMS = ("post", "pre")
 POSITIONS = ("sinusoidal", "learned", "rope", "alibi", "relative")
@@ -77,18 +79,18 @@ class ModelConfig:
 
 
 def _fail(key: str, expected: str, got: Any):
-  raise ValueError(f"config key model.{key}: expected {expected}, got {got!r}")
+  sections.fail(f"model.{key}", expected, got)
 
 
 def validate(cfg: ModelConfig) -> None:
   """Raises ValueError naming the offending `model.*` key."""
   for key in ("vocab_size", "d_model", "d_ff", "num_heads", "d_k", "d_v", "max_length"):
     value = getattr(cfg, key)
-    if not isinstance(value, int) or isinstance(value, bool) or value < 1:
+    if not sections.is_int(value) or value < 1:
       _fail(key, "a positive integer", value)
   for key in ("num_encoder_layers", "num_decoder_layers"):
     value = getattr(cfg, key)
-    if not isinstance(value, int) or value < 0:
+    if not sections.is_int(value) or value < 0:
       _fail(key, "a non-negative integer", value)
   for key, allowed in (("architecture", ARCHITECTURES), ("norm", NORMS), ("positions", POSITIONS),
                        ("ffn", FFNS), ("attention_impl", ATTENTION_IMPLS), ("dtype", DTYPES),
@@ -96,13 +98,13 @@ def validate(cfg: ModelConfig) -> None:
     if getattr(cfg, key) not in allowed:
       _fail(key, f"one of {allowed}", getattr(cfg, key))
   if cfg.num_kv_heads is not None:
-    if not isinstance(cfg.num_kv_heads, int) or cfg.num_kv_heads < 1:
+    if not sections.is_int(cfg.num_kv_heads) or cfg.num_kv_heads < 1:
       _fail("num_kv_heads", "None or a positive integer", cfg.num_kv_heads)
     if cfg.num_heads % cfg.num_kv_heads:
       _fail("num_kv_heads", f"a divisor of model.num_heads={cfg.num_heads}", cfg.num_kv_heads)
   for key in ("dropout_rate", "attention_dropout_rate", "ffn_dropout_rate"):
     value = getattr(cfg, key)
-    if not isinstance(value, (int, float)) or not 0.0 <= value < 1.0:
+    if not sections.is_number(value) or not 0.0 <= value < 1.0:
       _fail(key, "a probability in [0, 1)", value)
   if cfg.positions == "sinusoidal" and cfg.d_model % 2:
     _fail("d_model", "an even number with sinusoidal positions", cfg.d_model)
@@ -115,8 +117,15 @@ def validate(cfg: ModelConfig) -> None:
     if cfg.attention_dropout_rate:
       _fail("attention_impl", "'auto' or 'einsum' with attention dropout "
             "(jax.nn.dot_product_attention has no dropout)", cfg.attention_impl)
-  if cfg.norm_epsilon <= 0:
-    _fail("norm_epsilon", "a positive number", cfg.norm_epsilon)
+  for key in ("norm_epsilon", "rope_base"):
+    if not sections.is_number(getattr(cfg, key)) or getattr(cfg, key) <= 0:
+      _fail(key, "a positive finite number", getattr(cfg, key))
+  for key in ("relative_buckets", "relative_max_distance"):
+    if not sections.is_int(getattr(cfg, key)):
+      _fail(key, "an integer", getattr(cfg, key))
+  for key in ("tie_embeddings", "use_bias"):
+    if not isinstance(getattr(cfg, key), bool):
+      _fail(key, "True or False", getattr(cfg, key))
   if cfg.relative_buckets < 2 or cfg.relative_max_distance < cfg.relative_buckets // 2:
     _fail("relative_buckets", "at least 2 and at most 2 * model.relative_max_distance",
           cfg.relative_buckets)
@@ -129,15 +138,8 @@ def validate(cfg: ModelConfig) -> None:
     _fail("num_encoder_layers", "> 0 for encoder_only", cfg.num_encoder_layers)
 
 
-FIELDS = tuple(f.name for f in dataclasses.fields(ModelConfig))
-
-
-def from_config(section: Mapping[str, Any], **overrides) -> ModelConfig:
+def from_config(section: Mapping[str, Any] | None, **overrides) -> ModelConfig:
   """Builds a ModelConfig from the `model` section of a config (a ConfigDict or dict)."""
-  values = dict(section.items() if hasattr(section, "items") else section)
+  values = dict(section.items()) if section is not None else {}
   values.update(overrides)
-  unknown = sorted(set(values) - set(FIELDS))
-  if unknown:
-    raise ValueError(f"unknown config key(s) {['model.' + k for k in unknown]}; "
-                     f"known keys: {', '.join(FIELDS)}")
-  return ModelConfig(**values)
+  return sections.from_mapping(ModelConfig, "model", values)

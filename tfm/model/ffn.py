@@ -11,29 +11,35 @@ import jax
 import jax.numpy as jnp
 
 from tfm.model import partitioning as P
-from tfm.model.config import ModelConfig
 
 
-def _dense(features, names, cfg: ModelConfig, name):
-  return nn.Dense(features, use_bias=cfg.use_bias, dtype=cfg.compute_dtype, param_dtype=jnp.float32,
+def _dense(features, names, dtype, use_bias, name):
+  return nn.Dense(features, use_bias=use_bias, dtype=jnp.dtype(dtype), param_dtype=jnp.float32,
                   kernel_init=P.with_axes(nn.initializers.xavier_uniform(), names),
                   bias_init=P.with_axes(nn.initializers.zeros, names[1:]), name=name)
 
 
 class FeedForward(nn.Module):
-  """x [batch, length, d_model] -> [batch, length, d_model] through a d_ff hidden layer."""
+  """x [batch, length, d_model] -> [batch, length, d_model] through a d_ff hidden layer.
 
-  cfg: ModelConfig
+  activation: 'relu' (the paper), 'gelu' or 'swiglu'; dropout_rate on the hidden activation.
+  """
+
+  d_ff: int
+  activation: str = "relu"
+  dtype: str = "float32"
+  use_bias: bool = True
+  dropout_rate: float = 0.0
 
   @nn.compact
   def __call__(self, x: jax.Array, train: bool = False) -> jax.Array:
-    cfg = self.cfg
-    if cfg.ffn == "swiglu":
-      hidden = nn.silu(_dense(cfg.d_ff, ("embed", "mlp"), cfg, "wi_gate")(x))
-      hidden = hidden * _dense(cfg.d_ff, ("embed", "mlp"), cfg, "wi")(x)
+    dense = lambda features, names, name: _dense(features, names, self.dtype, self.use_bias, name)
+    if self.activation == "swiglu":
+      hidden = nn.silu(dense(self.d_ff, ("embed", "mlp"), "wi_gate")(x))
+      hidden = hidden * dense(self.d_ff, ("embed", "mlp"), "wi")(x)
     else:
-      activation = nn.relu if cfg.ffn == "relu" else nn.gelu
-      hidden = activation(_dense(cfg.d_ff, ("embed", "mlp"), cfg, "wi")(x))
+      activation = nn.relu if self.activation == "relu" else nn.gelu
+      hidden = activation(dense(self.d_ff, ("embed", "mlp"), "wi")(x))
     hidden = P.constrain(hidden, P.BLF)
-    hidden = nn.Dropout(cfg.ffn_dropout_rate)(hidden, deterministic=not train)
-    return P.constrain(_dense(cfg.d_model, ("mlp", "embed"), cfg, "wo")(hidden), P.BLD)
+    hidden = nn.Dropout(self.dropout_rate)(hidden, deterministic=not train)
+    return P.constrain(dense(x.shape[-1], ("mlp", "embed"), "wo")(hidden), P.BLD)

@@ -16,22 +16,43 @@ from tfm.model.config import ModelConfig
 from tfm.model.ffn import FeedForward
 
 
-def layer_norm(cfg: ModelConfig, name: str) -> nn.LayerNorm:
+def layer_norm(epsilon: float, dtype: str, name: str) -> nn.LayerNorm:
   """LayerNorm over d_model, statistics in float32, scale and bias on the `embed` axis."""
-  return nn.LayerNorm(epsilon=cfg.norm_epsilon, dtype=cfg.compute_dtype, param_dtype=jnp.float32,
+  return nn.LayerNorm(epsilon=epsilon, dtype=jnp.dtype(dtype), param_dtype=jnp.float32,
                       scale_init=P.with_axes(nn.initializers.ones, ("embed",)),
                       bias_init=P.with_axes(nn.initializers.zeros, ("embed",)), name=name)
 
 
-def residual(cfg: ModelConfig, x, sublayer, norm, train: bool):
+def residual(x, sublayer, norm, *, dropout_rate: float, pre_norm: bool, train: bool):
   """One sub-layer with residual dropout, the residual connection and LayerNorm (post or pre).
 
   x [b, l, d_model]; sublayer: a callable [b, l, d_model] -> [b, l, d_model]; norm: a LayerNorm.
   """
-  dropout = lambda y: nn.Dropout(cfg.dropout_rate)(y, deterministic=not train)
-  if cfg.norm == "pre":
+  dropout = lambda y: nn.Dropout(dropout_rate)(y, deterministic=not train)
+  if pre_norm:
     return x + dropout(sublayer(norm(x)))
   return norm(x + dropout(sublayer(x)))
+
+
+def attention(cfg: ModelConfig, name: str, is_cross: bool = False) -> Attention:
+  """The attention sub-layer of a ModelConfig."""
+  return Attention(cfg.num_heads, cfg.kv_heads, cfg.d_k, cfg.d_v, cfg.dtype, cfg.use_bias,
+                   cfg.attention_impl, cfg.attention_dropout_rate,
+                   cfg.rope_base if cfg.positions == "rope" else None, is_cross, name=name)
+
+
+def feed_forward(cfg: ModelConfig) -> FeedForward:
+  return FeedForward(cfg.d_ff, cfg.ffn, cfg.dtype, cfg.use_bias, cfg.ffn_dropout_rate, name="ffn")
+
+
+def norm(cfg: ModelConfig, name: str) -> nn.LayerNorm:
+  return layer_norm(cfg.norm_epsilon, cfg.dtype, name)
+
+
+def add(cfg: ModelConfig, x, sublayer, norm_layer, train: bool):
+  """`residual` with the ModelConfig's dropout rate and norm placement."""
+  return residual(x, sublayer, norm_layer, dropout_rate=cfg.dropout_rate, pre_norm=cfg.norm == "pre",
+                  train=train)
 
 
 class EncoderLayer(nn.Module):
@@ -41,12 +62,12 @@ class EncoderLayer(nn.Module):
 
   @nn.compact
   def __call__(self, x, mask, bias, positions, train: bool = False):
-    attention = Attention(self.cfg, name="self_attention")
-    x = residual(self.cfg, x, lambda y: attention(y, mask=mask, bias=bias, positions=positions,
-                                                  train=train),
-                 layer_norm(self.cfg, "self_attention_norm"), train)
-    ffn = FeedForward(self.cfg, name="ffn")
-    x = residual(self.cfg, x, lambda y: ffn(y, train), layer_norm(self.cfg, "ffn_norm"), train)
+    cfg = self.cfg
+    self_attn = attention(cfg, "self_attention")
+    x = add(cfg, x, lambda y: self_attn(y, mask=mask, bias=bias, positions=positions, train=train),
+            norm(cfg, "self_attention_norm"), train)
+    ffn = feed_forward(cfg)
+    x = add(cfg, x, lambda y: ffn(y, train), norm(cfg, "ffn_norm"), train)
     return P.constrain(x, P.BLD)
 
 
@@ -63,19 +84,20 @@ class DecoderLayer(nn.Module):
   @nn.compact
   def __call__(self, x, encoded, self_mask, cross_mask, bias, positions, train: bool = False,
                mode: str = "full", decode_index=None):
-    self_attn = Attention(self.cfg, name="self_attention")
-    cross_attn = Attention(self.cfg, is_cross=True, name="cross_attention") if self.cross_attention else None
+    cfg = self.cfg
+    self_attn = attention(cfg, "self_attention")
+    cross_attn = attention(cfg, "cross_attention", is_cross=True) if self.cross_attention else None
     if mode == "init_cache":
       self_attn(x, mode=mode)
       if cross_attn is not None:
         cross_attn(x, encoded, mode=mode)
       return x
-    x = residual(self.cfg, x, lambda y: self_attn(y, mask=self_mask, bias=bias, positions=positions,
-                                                  train=train, mode=mode, decode_index=decode_index),
-                 layer_norm(self.cfg, "self_attention_norm"), train)
+    x = add(cfg, x, lambda y: self_attn(y, mask=self_mask, bias=bias, positions=positions,
+                                        train=train, mode=mode, decode_index=decode_index),
+            norm(cfg, "self_attention_norm"), train)
     if cross_attn is not None:
-      x = residual(self.cfg, x, lambda y: cross_attn(y, encoded, mask=cross_mask, train=train, mode=mode),
-                   layer_norm(self.cfg, "cross_attention_norm"), train)
-    ffn = FeedForward(self.cfg, name="ffn")
-    x = residual(self.cfg, x, lambda y: ffn(y, train), layer_norm(self.cfg, "ffn_norm"), train)
+      x = add(cfg, x, lambda y: cross_attn(y, encoded, mask=cross_mask, train=train, mode=mode),
+              norm(cfg, "cross_attention_norm"), train)
+    ffn = feed_forward(cfg)
+    x = add(cfg, x, lambda y: ffn(y, train), norm(cfg, "ffn_norm"), train)
     return P.constrain(x, P.BLD)

@@ -15,7 +15,7 @@ from tfm.model import masks
 from tfm.model import partitioning as P
 from tfm.model.config import ModelConfig
 from tfm.model.embedding import Embed
-from tfm.model.layers import DecoderLayer, EncoderLayer, layer_norm
+from tfm.model.layers import DecoderLayer, EncoderLayer, norm
 from tfm.model.positions import LearnedPositions, RelativeBias, alibi_bias, sinusoids
 
 
@@ -70,7 +70,7 @@ class Encoder(nn.Module):
     for i in range(cfg.num_encoder_layers):
       x = layer(cfg, name=f"layer_{i}")(x, mask, bias, positions, train)
     if cfg.norm == "pre":
-      x = layer_norm(cfg, "final_norm")(x)
+      x = norm(cfg, "final_norm")(x)
     return x
 
 
@@ -130,7 +130,7 @@ class Decoder(nn.Module):
       x = layer(cfg, cross, name=f"layer_{i}")(x, encoded, self_mask, cross_mask, bias, positions, train,
                                                mode, index)
     if cfg.norm == "pre":
-      x = layer_norm(cfg, "final_norm")(x)
+      x = norm(cfg, "final_norm")(x)
     if mode == "decode":
       index_var.value = index + 1
     if self.output_embed is not None:

@@ -1,20 +1,17 @@
-"""Training core: optimizer, loss, sharded state, the jitted steps, checkpoints, FLOPs.
-
-How a training loop uses it (every function takes config *sections*, not the whole config):
+"""Training core: config sections, mesh and sharding rules, optimizer, loss, sharded state, the jitted
+steps, checkpoints, FLOPs. tfm/experiment.py assembles them; every function here takes the fields or
+sections it uses, never the whole experiment config:
 
   mesh = mesh.create_mesh(config.mesh)                                      # ('data', 'fsdp', 'tensor')
-  rules = sharding.rules_for_model(sharding.logical_rules(config.mesh), mesh, model_cfg)
-  tx, schedule = optimizer.make_optimizer(config.train, model_cfg.d_model)
+  rules = sharding.rules_for_model(config.mesh.rules, mesh, config.model)
+  tx, schedule = optimizer.make_optimizer(config.train, config.model.d_model)
   state, shardings = state.init_train_state(model, tx, mesh, rules, config.train.seed)
-  train_step = step.make_train_step(model, tx, schedule, config.train, mesh, rules, shardings)
-  eval_step = step.make_eval_step(model, config.train.label_smoothing, mesh, rules, shardings.params)
-  batch = sharding.shard_batch(host_batch, sharding.batch_sharding(mesh, rules))
+  train_step = step.make_train_step(model, tx, schedule, label_smoothing=..., microbatches=...,
+                                    mesh=mesh, rules=rules, state_shardings=shardings)
   state, metrics = train_step(state, batch)        # metrics: device scalars, no host sync
   step.check_nonfinite(metrics, step_number, config.train.nonfinite)   # when metrics are fetched
-  sums = eval_step(state.params, batch)            # add up over the dev set -> loss.per_token(totals)
 
   checkpointer = checkpoint.Checkpointer(workdir, keep=config.train.keep_checkpoints)
-  abstract, _ = state.abstract_train_state(model, tx, mesh, rules, config.train.seed)
-  restored = checkpointer.restore(abstract)        # None, or (state, data_state, step)
+  restored = checkpointer.restore(abstract_state)  # None, or (state, data_state, step)
   checkpointer.save(step_number, state, data_state); checkpointer.close()
 """

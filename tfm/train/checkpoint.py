@@ -21,7 +21,6 @@ import logging
 from typing import Any
 
 import jax
-import ml_collections
 import orbax.checkpoint as ocp
 from etils import epath
 from jax.experimental import multihost_utils
@@ -39,18 +38,18 @@ def checkpoint_dir(workdir: str | epath.Path) -> epath.Path:
   return path / "checkpoints"
 
 
-def write_config(workdir: str | epath.Path, config: ml_collections.ConfigDict) -> epath.Path:
-  """Writes the resolved config as workdir/config.json (process 0 only); returns the path."""
+def write_config(workdir: str | epath.Path, config: dict) -> epath.Path:
+  """Writes the resolved config (plain values) as workdir/config.json (process 0 only)."""
   path = epath.Path(workdir) / "config.json"
   if jax.process_index() == 0:
     path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(config.to_json_best_effort(indent=2, sort_keys=True) + "\n")
+    path.write_text(json.dumps(config, indent=2, sort_keys=True) + "\n")
   return path
 
 
-def read_config(workdir: str | epath.Path) -> ml_collections.ConfigDict:
-  """The config saved by write_config, as a ConfigDict (lists stay lists)."""
-  return ml_collections.ConfigDict(json.loads((epath.Path(workdir) / "config.json").read_text()))
+def read_config(workdir: str | epath.Path) -> dict:
+  """The config saved by write_config, as plain values (tuples come back as lists)."""
+  return json.loads((epath.Path(workdir) / "config.json").read_text())
 
 
 def available_steps(workdir: str | epath.Path) -> list[int]:

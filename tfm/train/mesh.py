@@ -21,17 +21,16 @@ import numpy as np
 from jax.experimental import mesh_utils
 from jax.sharding import AxisType, Mesh
 
-from tfm.train.config import MESH_AXES
+from tfm.train.config import MESH_AXES, MeshConfig
 
 log = logging.getLogger(__name__)
 
 
-def mesh_shape(mesh_cfg, num_devices: int) -> tuple[int, ...]:
-  """Resolves -1 in the `mesh` section; returns sizes in MESH_AXES order. Errors name the keys."""
-  sizes = {axis: int(mesh_cfg[axis]) for axis in MESH_AXES}
+def mesh_shape(mesh_cfg: MeshConfig, num_devices: int) -> tuple[int, ...]:
+  """Resolves -1 in the `mesh` section for `num_devices`; sizes in MESH_AXES order. Errors name the
+  keys (the section itself, at most one -1 among positive sizes, was validated when built)."""
+  sizes = {axis: getattr(mesh_cfg, axis) for axis in MESH_AXES}
   fill = [axis for axis, size in sizes.items() if size == -1]
-  if len(fill) > 1:
-    raise ValueError(f"config keys {['mesh.' + a for a in fill]}: at most one may be -1")
   known = math.prod(size for size in sizes.values() if size != -1)
   if fill:
     if num_devices % known:
@@ -59,7 +58,7 @@ def _device_array(shape: tuple[int, ...], devices: Sequence) -> np.ndarray:
   return jax.make_mesh(shape, MESH_AXES, devices=devices).devices
 
 
-def create_mesh(mesh_cfg, devices: Sequence | None = None) -> Mesh:
+def create_mesh(mesh_cfg: MeshConfig, devices: Sequence | None = None) -> Mesh:
   """A Mesh with axes ('data', 'fsdp', 'tensor') over `devices` (default: jax.devices(), all hosts)."""
   devices = list(jax.devices() if devices is None else devices)
   shape = mesh_shape(mesh_cfg, len(devices))

@@ -33,10 +33,7 @@ def _warmup(step, warmup_steps: int):
 
 
 def rsqrt_warmup(d_model: int, warmup_steps: int, scale: float = 1.0) -> Schedule:
-  """The paper: scale * d_model^-0.5 * min(step^-0.5, step * warmup_steps^-1.5)."""
-  if warmup_steps < 1:
-    raise ValueError(f"config key train.warmup_steps: expected >= 1 for 'rsqrt_warmup', "
-                     f"got {warmup_steps}")
+  """The paper: scale * d_model^-0.5 * min(step^-0.5, step * warmup_steps^-1.5); warmup_steps >= 1."""
 
   def schedule(count):
     step = _step(count)
@@ -47,10 +44,8 @@ def rsqrt_warmup(d_model: int, warmup_steps: int, scale: float = 1.0) -> Schedul
 
 def linear_cosine(peak: float, warmup_steps: int, total_steps: int,
                   end_fraction: float = 0.0) -> Schedule:
-  """Linear warmup to `peak`, then a cosine decay to end_fraction * peak at total_steps."""
-  if total_steps <= warmup_steps:
-    raise ValueError(f"config key train.steps: expected more than train.warmup_steps={warmup_steps} "
-                     f"for 'linear_cosine', got {total_steps}")
+  """Linear warmup to `peak`, then a cosine decay to end_fraction * peak at total_steps
+  (> warmup_steps)."""
 
   def schedule(count):
     step = _step(count)
@@ -83,16 +78,12 @@ def rsqrt(peak: float, warmup_steps: int = 0) -> Schedule:
 
 
 def make_schedule(train, d_model: int) -> Schedule:
-  """The schedule named by `train.schedule` (a `train` config section)."""
-  name = train.schedule
-  if name == "rsqrt_warmup":
+  """The schedule named by `train.schedule` (a validated TrainConfig)."""
+  if train.schedule == "rsqrt_warmup":
     return rsqrt_warmup(d_model, train.warmup_steps, train.learning_rate)
-  if name == "linear_cosine":
+  if train.schedule == "linear_cosine":
     return linear_cosine(train.learning_rate, train.warmup_steps, train.steps,
                          train.end_learning_rate_fraction)
-  if name == "constant":
+  if train.schedule == "constant":
     return constant(train.learning_rate, train.warmup_steps)
-  if name == "rsqrt":
-    return rsqrt(train.learning_rate, train.warmup_steps)
-  raise ValueError(f"config key train.schedule: expected one of rsqrt_warmup, linear_cosine, "
-                   f"constant, rsqrt, got {name!r}")
+  return rsqrt(train.learning_rate, train.warmup_steps)

@@ -2,7 +2,7 @@
 
 Parameters carry logical names (`vocab`, `embed`, `heads`, ...) and activations are constrained with
 `act_*` names (tfm/model/partitioning.py). A rule table (config key mesh.rules, default
-tfm.train.config.DEFAULT_RULES) maps each logical name to mesh axes; flax resolves them, first free
+tfm.train.config.DEFAULT_RULES; `MeshConfig.rules` holds it validated) maps each logical name to mesh axes; flax resolves them, first free
 rule wins. Two safety nets keep a legal config from crashing on an awkward shape:
 
   * `rules_for_model`: a rule whose model dimension (e.g. 1 kv head under multi-query attention, or a
@@ -18,7 +18,7 @@ from __future__ import annotations
 import contextlib
 import logging
 import math
-from typing import Any, Mapping
+from typing import Any, Callable, Mapping
 
 import flax.linen as nn
 import jax
@@ -26,20 +26,10 @@ import numpy as np
 from jax.sharding import Mesh, NamedSharding, PartitionSpec
 
 from tfm.model.config import ModelConfig
-from tfm.train.config import DEFAULT_RULES, validate_rules
 
 log = logging.getLogger(__name__)
 
 Rules = tuple[tuple[str, Any], ...]
-
-
-def logical_rules(mesh_cfg) -> Rules:
-  """The rule table of a `mesh` config section (None: DEFAULT_RULES), as a tuple of pairs."""
-  rules = mesh_cfg["rules"] if "rules" in mesh_cfg else None
-  if rules is None:
-    return DEFAULT_RULES
-  validate_rules(rules)
-  return tuple((name, tuple(axes) if isinstance(axes, list) else axes) for name, axes in rules)
 
 
 def _as_tuple(axes) -> tuple[str, ...]:
@@ -146,3 +136,22 @@ def mesh_context(mesh: Mesh, rules: Rules):
   only while both are set. Enter it around tracing (the first call of a jitted step)."""
   with jax.set_mesh(mesh), nn.logical_axis_rules(rules):
     yield
+
+
+class OnMesh:
+  """A jitted function that is always traced and called with its mesh and logical rules current.
+
+  Training, evaluation and decoding all go through it, so the model's logical constraints act the
+  same way in each. `lower` gives the ahead-of-time path (compile once, call the result).
+  """
+
+  def __init__(self, jitted: Callable, mesh: Mesh, rules: Rules):
+    self.jitted, self.mesh, self.rules = jitted, mesh, rules
+
+  def __call__(self, *args):
+    with mesh_context(self.mesh, self.rules):
+      return self.jitted(*args)
+
+  def lower(self, *args):
+    with mesh_context(self.mesh, self.rules):
+      return self.jitted.lower(*args)

@@ -54,19 +54,39 @@ def init_inputs(cfg: ModelConfig, rows: int = 1, length: int = 8) -> dict[str, j
   return {"inputs": tokens if cfg.has_encoder else None, "targets": tokens if cfg.has_decoder else None}
 
 
-def _boxed_state(model: nn.Module, tx: optax.GradientTransformation, seed: int, rows: int) -> TrainState:
-  """A fresh state whose parameters (and Adam moments) are still in their LogicallyPartitioned boxes."""
-  params_key, dropout_key, train_key = jax.random.split(jax.random.PRNGKey(seed), 3)
+def _boxed_params(model: nn.Module, params_key, dropout_key, rows: int):
+  """Fresh parameters, still in their LogicallyPartitioned boxes."""
   example = init_inputs(model.cfg, rows)
   variables = model.init({"params": params_key, "dropout": dropout_key}, example["inputs"],
                          example["targets"], train=False)
-  params = variables["params"]
+  return variables["params"]
+
+
+def _boxed_state(model: nn.Module, tx: optax.GradientTransformation, seed: int, rows: int) -> TrainState:
+  """A fresh state whose parameters (and Adam moments) are still in their LogicallyPartitioned boxes."""
+  params_key, dropout_key, train_key = jax.random.split(jax.random.PRNGKey(seed), 3)
+  params = _boxed_params(model, params_key, dropout_key, rows)
   return TrainState(step=jnp.zeros((), jnp.int32), params=params, opt_state=tx.init(params),
                     rng=train_key, nonfinite_count=jnp.zeros((), jnp.int32))
 
 
 def _batch_rows(mesh: Mesh) -> int:
   return mesh.shape.get("data", 1) * mesh.shape.get("fsdp", 1)
+
+
+def _abstract(boxed, mesh: Mesh, rules: Rules):
+  """(ShapeDtypeStructs carrying their shardings, shardings) of a boxed abstract tree."""
+  shardings = state_shardings(boxed, mesh, rules)
+  abstract = jax.tree_util.tree_map(
+      lambda x, s: jax.ShapeDtypeStruct(x.shape, x.dtype, sharding=s), nn.meta.unbox(boxed), shardings)
+  return abstract, shardings
+
+
+def abstract_params(model: nn.Module, mesh: Mesh, rules: Rules) -> tuple[Any, Any]:
+  """(abstract parameters, their shardings) without an optimizer: what inference restores into."""
+  key = jax.random.PRNGKey(0)
+  return _abstract(jax.eval_shape(lambda: _boxed_params(model, key, key, _batch_rows(mesh))), mesh,
+                   rules)
 
 
 def abstract_train_state(model: nn.Module, tx: optax.GradientTransformation, mesh: Mesh, rules: Rules,
@@ -76,11 +96,8 @@ def abstract_train_state(model: nn.Module, tx: optax.GradientTransformation, mes
   The abstract state holds jax.ShapeDtypeStruct leaves that carry their sharding: the target for a
   sharded checkpoint restore. `model` is a tfm Transformer (it must have a `cfg` ModelConfig field).
   """
-  boxed = jax.eval_shape(lambda: _boxed_state(model, tx, seed, _batch_rows(mesh)))
-  shardings = state_shardings(boxed, mesh, rules)
-  abstract = jax.tree_util.tree_map(
-      lambda x, s: jax.ShapeDtypeStruct(x.shape, x.dtype, sharding=s), nn.meta.unbox(boxed), shardings)
-  return abstract, shardings
+  return _abstract(jax.eval_shape(lambda: _boxed_state(model, tx, seed, _batch_rows(mesh))), mesh,
+                   rules)
 
 
 def init_train_state(model: nn.Module, tx: optax.GradientTransformation, mesh: Mesh, rules: Rules,

@@ -28,7 +28,7 @@ from jax.sharding import Mesh, NamedSharding, PartitionSpec
 from tfm.train.accumulate import accumulate_gradients
 from tfm.train.loss import loss_sums, per_token, target_weights
 from tfm.train.schedules import Schedule
-from tfm.train.sharding import Rules, batch_sharding, check_batch_size, mesh_context
+from tfm.train.sharding import OnMesh, Rules, batch_sharding, check_batch_size
 from tfm.train.state import TrainState
 
 Batch = Mapping[str, jax.Array]
@@ -102,36 +102,20 @@ def eval_step(params: Any, batch: Batch, *, model: nn.Module, label_smoothing: f
   return batch_loss_sums(model, params, batch, label_smoothing, train=False)
 
 
-class OnMesh:
-  """A jitted function that is always traced and called with its mesh and logical rules current."""
-
-  def __init__(self, jitted: Callable, mesh: Mesh, rules: Rules):
-    self.jitted, self.mesh, self.rules = jitted, mesh, rules
-
-  def __call__(self, *args):
-    with mesh_context(self.mesh, self.rules):
-      return self.jitted(*args)
-
-  def lower(self, *args):
-    with mesh_context(self.mesh, self.rules):
-      return self.jitted.lower(*args)
-
-
-def make_train_step(model: nn.Module, tx: optax.GradientTransformation, schedule: Schedule, train,
-                    mesh: Mesh, rules: Rules, state_shardings: TrainState,
-                    compiler_options: dict | None = None) -> OnMesh:
+def make_train_step(model: nn.Module, tx: optax.GradientTransformation, schedule: Schedule, *,
+                    label_smoothing: float, microbatches: int, mesh: Mesh, rules: Rules,
+                    state_shardings: TrainState, compiler_options: dict | None = None) -> OnMesh:
   """Compiled `step(state, batch) -> (state, metrics)`; the state argument is donated.
 
-  train: the `train` config section (label_smoothing, microbatches). state_shardings: from
+  label_smoothing, microbatches: train.label_smoothing and train.microbatches. state_shardings: from
   init_train_state / abstract_train_state. Metrics come back replicated, as device arrays.
   compiler_options: passed to jax.jit (XLA options).
   """
-  microbatches = int(train.microbatches)
 
   def step(state, batch):
     check_batch_size(batch["targets"].shape[0], mesh, rules, microbatches)
     return train_step(state, batch, model=model, tx=tx, schedule=schedule,
-                      label_smoothing=float(train.label_smoothing), microbatches=microbatches,
+                      label_smoothing=label_smoothing, microbatches=microbatches,
                       grad_shardings=state_shardings.params)
 
   replicated = NamedSharding(mesh, PartitionSpec())

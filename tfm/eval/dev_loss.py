@@ -9,18 +9,20 @@ from __future__ import annotations
 import jax
 
 from tfm.data import pipeline, prefetch
+from tfm.data.config import DataConfig
 from tfm.train.loss import per_token
-from tfm.train.sharding import batch_sharding
 
 
-class DevEvaluator:
-  """Holds this host's dev batches; evaluator(params) -> {loss, nll, perplexity, accuracy, tokens}."""
+class DevLoss:
+  """Holds this host's batches of a split on the devices; dev_loss(params) -> {loss, nll,
+  perplexity, accuracy, tokens}.
 
-  def __init__(self, config, tokenizer, eval_step, mesh, rules, split: str = "dev"):
+  eval_step: params, batch -> loss sums (Experiment.eval_step); sharding: the batch sharding.
+  """
+
+  def __init__(self, data: DataConfig, tokenizer, eval_step, sharding, split: str = "dev"):
     self.eval_step = eval_step
-    sharding = batch_sharding(mesh, rules)
-    host_batches = pipeline.eval_batches(config.data, tokenizer, split,
-                                         process_index=jax.process_index(),
+    host_batches = pipeline.eval_batches(data, tokenizer, split, process_index=jax.process_index(),
                                          process_count=jax.process_count())
     self.batches = [prefetch.to_device(b, sharding) for b in host_batches]
 

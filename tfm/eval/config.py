@@ -1,0 +1,38 @@
+"""The `eval` config section: decoding settings for BLEU (section 6.1) and when to score the dev set.
+
+Defaults are the paper's: beam size 4, length penalty alpha = 0.6, outputs of at most input length
++ 50 tokens. Errors name the key (`config key eval.beam_size: expected ...`).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+
+from tfm import sections
+from tfm.sections import fail, is_int, is_number
+
+
+@dataclasses.dataclass(frozen=True)
+class EvalConfig:
+  """Beam search settings and dev-BLEU bookkeeping."""
+
+  beam_size: int = 4  # section 6.1
+  length_penalty: float = 0.6  # alpha of the GNMT penalty ((5 + |Y|) / 6) ** alpha, section 6.1
+  max_extra_length: int = 50  # outputs of at most input length + 50 tokens, section 6.1
+  bleu_every: int = 0  # dev BLEU during training every this many steps; 0 = only `tfm eval`
+  bleu_examples: int = 500  # dev pairs scored during training (the first ones); 0 = all
+  batch_size: int = 32  # sentences decoded together
+
+  def __post_init__(self):
+    for key in ("beam_size", "batch_size"):
+      if not is_int(getattr(self, key)) or getattr(self, key) < 1:
+        fail(f"eval.{key}", "a positive integer", getattr(self, key))
+    for key in ("max_extra_length", "bleu_every", "bleu_examples"):
+      if not is_int(getattr(self, key)) or getattr(self, key) < 0:
+        fail(f"eval.{key}", "a non-negative integer", getattr(self, key))
+    if not is_number(self.length_penalty) or self.length_penalty < 0:
+      fail("eval.length_penalty", "a non-negative finite number", self.length_penalty)
+
+
+def from_mapping(values) -> EvalConfig:
+  return sections.from_mapping(EvalConfig, "eval", values)

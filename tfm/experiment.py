@@ -1,0 +1,158 @@
+"""One front door: an experiment config -> the mesh, rules, model, optimizer, state and steps of a run.
+
+Every command, benchmark and test helper assembles a run here and nowhere else:
+
+  exp = Experiment(config)                # nothing is built yet
+  exp.mesh, exp.rules                     # Mesh('data', 'fsdp', 'tensor') and the fitted rule table
+  exp.model                               # Transformer(config.model)
+  exp.tx, exp.schedule                    # Adam with the paper's schedule (train section)
+  exp.abstract_state, exp.state_shardings # shapes + shardings of the TrainState, nothing allocated
+  exp.abstract_params                     # parameters only (inference: no optimizer built)
+  exp.init_state()                        # a fresh TrainState created in its shards
+  exp.train_step, exp.eval_step           # jitted over the mesh (OnMesh), state donated
+  exp.translate_fn(...)                   # beam search / greedy / sampling under the same mesh
+  exp.batch_sharding, exp.batch_row_multiple, exp.abstract_batch(rows, length)
+
+Each piece is built on first use and kept (the optimizer only when training asks for it), so
+eval and translate pay only for the parameters. `model` replaces the Transformer with another module
+of the same call contract (the train tests' tiny model); `devices` replaces jax.devices() (a TPU
+topology's devices for ahead-of-time compilation).
+"""
+
+from __future__ import annotations
+
+import functools
+from typing import Sequence
+
+import flax.linen as nn
+import jax
+import numpy as np
+
+from tfm.config import Config
+from tfm.data.batching import BATCH_KEYS
+from tfm.decode.translate import make_translate_fn
+from tfm.model.transformer import Transformer
+from tfm.train.mesh import create_mesh
+from tfm.train.optimizer import make_optimizer
+from tfm.train.sharding import (OnMesh, axes_size, batch_row_multiple, batch_sharding, batch_spec,
+                                rules_for_model)
+from tfm.train.state import abstract_params, abstract_train_state, init_train_state
+from tfm.train.step import make_eval_step, make_train_step
+
+
+class Experiment:
+  """The pieces of a run, built lazily from a validated Config (see the module docstring)."""
+
+  def __init__(self, config: Config, *, model: nn.Module | None = None,
+               devices: Sequence | None = None, compiler_options: dict | None = None):
+    self.config = config
+    self._model = model
+    self._devices = devices
+    self.compiler_options = compiler_options
+
+  @functools.cached_property
+  def mesh(self) -> jax.sharding.Mesh:
+    return create_mesh(self.config.mesh, self._devices)
+
+  @functools.cached_property
+  def rules(self):
+    """mesh.rules with every rule whose model dimension its mesh axes do not divide replicated."""
+    return rules_for_model(self.config.mesh.rules, self.mesh, self.config.model)
+
+  @functools.cached_property
+  def model(self) -> nn.Module:
+    return self._model if self._model is not None else Transformer(self.config.model)
+
+  @functools.cached_property
+  def _optimizer(self):
+    return make_optimizer(self.config.train, self.config.model.d_model)
+
+  @property
+  def tx(self):
+    return self._optimizer[0]
+
+  @property
+  def schedule(self):
+    return self._optimizer[1]
+
+  @functools.cached_property
+  def _abstract_state(self):
+    return abstract_train_state(self.model, self.tx, self.mesh, self.rules, self.config.train.seed)
+
+  @property
+  def abstract_state(self):
+    """The TrainState as jax.ShapeDtypeStructs carrying their shardings (a restore target)."""
+    return self._abstract_state[0]
+
+  @property
+  def state_shardings(self):
+    return self._abstract_state[1]
+
+  @functools.cached_property
+  def _abstract_params(self):
+    return abstract_params(self.model, self.mesh, self.rules)
+
+  @property
+  def abstract_params(self):
+    """The parameters as ShapeDtypeStructs with shardings, without building an optimizer."""
+    return self._abstract_params[0]
+
+  @property
+  def param_shardings(self):
+    return self._abstract_params[1]
+
+  def init_state(self):
+    """A fresh TrainState (seed train.seed), every array created directly in its shards."""
+    state, _ = init_train_state(self.model, self.tx, self.mesh, self.rules, self.config.train.seed,
+                                self.compiler_options)
+    return state
+
+  @functools.cached_property
+  def train_step(self) -> OnMesh:
+    t = self.config.train
+    return make_train_step(self.model, self.tx, self.schedule, label_smoothing=t.label_smoothing,
+                           microbatches=t.microbatches, mesh=self.mesh, rules=self.rules,
+                           state_shardings=self.state_shardings,
+                           compiler_options=self.compiler_options)
+
+  @functools.cached_property
+  def eval_step(self) -> OnMesh:
+    return make_eval_step(self.model, self.config.train.label_smoothing, self.mesh, self.rules,
+                          self.param_shardings, self.compiler_options)
+
+  @property
+  def batch_sharding(self) -> jax.sharding.NamedSharding:
+    return batch_sharding(self.mesh, self.rules)
+
+  @property
+  def batch_shards(self) -> int:
+    """How many ways the rows of a batch are split (the mesh axes of `act_batch`)."""
+    return axes_size(self.mesh, batch_spec(self.rules)[0])
+
+  @property
+  def batch_row_multiple(self) -> int:
+    """Training batches must have a multiple of this many rows: microbatches x batch shards."""
+    return batch_row_multiple(self.mesh, self.rules, self.config.train.microbatches)
+
+  def decode_rows(self, wanted: int) -> int:
+    """`wanted` decode rows rounded up to a multiple of the batch shards."""
+    return -(-max(wanted, 1) // self.batch_shards) * self.batch_shards
+
+  def abstract_batch(self, rows: int, length: int) -> dict[str, jax.ShapeDtypeStruct]:
+    """A global packed batch [rows, length] of int32 as ShapeDtypeStructs on the batch sharding."""
+    keys = BATCH_KEYS if self.config.model.has_encoder else tuple(
+        k for k in BATCH_KEYS if k.startswith("targets"))
+    return {k: jax.ShapeDtypeStruct((rows, length), np.int32, sharding=self.batch_sharding)
+            for k in keys}
+
+  def translate_fn(self, *, beam_size: int | None = None, temperature: float | None = None,
+                   top_k: int = 0, top_p: float = 1.0, eos_id: int = 1) -> OnMesh:
+    """translate(params, inputs, rng) on this mesh: beam search with the eval section's settings
+    (beam_size overrides eval.beam_size; 1 = greedy), or sampling when `temperature` is set."""
+    e = self.config.eval
+    beam_size = e.beam_size if beam_size is None else beam_size
+    fn = make_translate_fn(self.model, beam_size=beam_size, alpha=e.length_penalty,
+                           max_extra_length=e.max_extra_length, eos_id=eos_id,
+                           temperature=temperature, top_k=top_k, top_p=top_p)
+    return OnMesh(fn, self.mesh, self.rules)
+
