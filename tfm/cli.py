@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import importlib
+import os
 import sys
 
 from absl import flags
@@ -16,6 +17,8 @@ COMMANDS = {
     "eval": ("eval", "BLEU and perplexity of the checkpoints in --workdir", False),
     "translate": ("translate", "translate lines from stdin or --input with the model in --workdir", False),
     "prepare-data": ("prepare_data", "build the dataset and vocabulary a config names", True),
+    "sweep": ("sweep", "train and evaluate every row / grid point / seed; our table beside the "
+              "paper's", False),
 }
 
 
@@ -35,8 +38,16 @@ def _underscore_flag(arg: str) -> str:
   return "--" + name.replace("-", "_") + sep + value
 
 
+def _pin_cpus() -> None:
+  """TFM_CPUS=0,1: run on these cores only (tfm sweep --parallel gives each run its share)."""
+  cpus = os.environ.get("TFM_CPUS")
+  if cpus:
+    os.sched_setaffinity(0, {int(c) for c in cpus.split(",")})
+
+
 def main(argv=None) -> int:
   argv = list(sys.argv if argv is None else argv)
+  _pin_cpus()
   if len(argv) < 2 or argv[1] in ("-h", "--help", "help"):
     print(usage())
     return 0
@@ -67,6 +78,9 @@ def main(argv=None) -> int:
   except ValueError as e:  # config and input errors: one clear line, no traceback
     print(f"tfm {name}: error: {e}", file=sys.stderr)
     return 1
+  except KeyboardInterrupt as e:
+    print(f"tfm {name}: {e or 'interrupted'}", file=sys.stderr)
+    return 130
 
 
 if __name__ == "__main__":

@@ -104,7 +104,7 @@ def _train(config: Config, workdir: str, stream, preemption: Preemption):
   if bleu_every:
     evaluate_bleu = DevBleu(config.data, tokenizer, exp.translate_fn(eos_id=tokenizer.eos_id),
                             batch_size=exp.decode_rows(config.eval.batch_size),
-                            limit=config.eval.bleu_examples)
+                            limit=config.eval.bleu_examples, compounds=config.eval.compounds)
 
   window, window_start, step = [], time.perf_counter(), start
   try:

@@ -8,7 +8,7 @@ import pytest
 
 from tfm.decode import beam, common
 from tests.decode.toy_models import (EOS, PAD, MarkovToy, PrefixToy, exhaustive_search, np_lp,
-                                     np_sequence_logp, run_beam, run_greedy, trim)
+                                     np_sequence_logp, run_beam, trim)
 
 BATCH, VOCAB = 4, 6
 
@@ -33,49 +33,74 @@ def test_tile_and_gather_layout():
   np.testing.assert_array_equal(got, ref)
 
 
-def test_beam_size_one_is_greedy():
-  # PrefixToy: logits depend on the whole prefix, so the cache must follow the chosen beam.
-  model = PrefixToy(1, BATCH, VOCAB, eos_bias=np.linspace(-2, 2, 12))
-  limits = np.array([12, 3, 6, 1])
-  r = run_beam(model, beam_size=1, alpha=0.6, max_decode_len=12, max_lengths=limits)
-  g = run_greedy(model, max_decode_len=12, max_lengths=limits)
-  np.testing.assert_array_equal(r.sequences[:, 0], g.sequences)
-  np.testing.assert_array_equal(r.lengths[:, 0], g.lengths)
-  lp = np.array([np_lp(int(n), 0.6) for n in g.lengths])
-  np.testing.assert_allclose(r.scores[:, 0], g.log_probs / lp, rtol=1e-5)
-  assert len(set(g.lengths)) > 2  # hypotheses of several lengths, some cut at their limit
+def _low_probability_eos(step, prev):
+  """EOS is only the third most likely first token; every longer hypothesis is unlikely."""
+  if step == 0:
+    return {2: 0.35, 3: 0.34, EOS: 0.31}
+  return {2: 0.24, 3: 0.24, 4: 0.24, 5: 0.24, EOS: 0.04}
+
+
+def test_finds_an_early_low_probability_eos_as_an_exhaustive_search_does():
+  # Beam 2. Step 0 ranks [2] .35, [3] .34, [EOS] .31: a search that keeps only the beam_size best
+  # extensions never finishes [EOS]. The paper's search looks at the 2 * beam_size best, finishes
+  # [EOS] (score ln .31 = -1.171) and keeps [2], [3] live; every longer hypothesis scores below it
+  # ([2 EOS]: (ln .35 + ln .04) / lp(2) = -3.89), as the exhaustive search confirms.
+  model = MarkovToy.from_rule(_low_probability_eos, BATCH, VOCAB)
+  limit = 5
+  r = run_beam(model, beam_size=2, alpha=0.6, max_decode_len=limit)
+  for row in range(BATCH):
+    best_score, best = exhaustive_search(model, row, limit, 0.6)[0]
+    assert best == (EOS,)
+    assert trim(r.sequences[row, 0], r.lengths[row, 0]) == best
+    assert r.scores[row, 0] == pytest.approx(best_score, rel=1e-5)
+    assert r.scores[row, 0] == pytest.approx(np.log(0.31), rel=1e-5)
+  # Beam 1 looks at the 2 best first tokens only, [2] and [3], and misses it.
+  narrow = run_beam(model, beam_size=1, alpha=0.6, max_decode_len=limit)
+  assert all(trim(narrow.sequences[row, 0], narrow.lengths[row, 0]) != (EOS,) for row in range(BATCH))
 
 
 @pytest.mark.parametrize("toy,alpha,pad_id", [
     (MarkovToy, 0.6, PAD), (PrefixToy, 0.6, PAD), (PrefixToy, 0.0, PAD), (MarkovToy, 2.0, PAD),
     (PrefixToy, -0.5, PAD), (MarkovToy, 0.6, None)])
 def test_matches_exhaustive_search(toy, alpha, pad_id):
-  # vocab 5 and |Y| <= 4: at most 5 * 4**2 = 80 extensions per step (pad allowed), so beam 80
-  # keeps all of them and the search must return exactly the 80 best complete hypotheses.
-  vocab, beam_size, limits = 5, 80, [4, 2, 3, 1]
+  # vocab 5 and |Y| <= 4: at most 4**3 = 64 live hypotheses and 64 * 5 = 320 extensions per step
+  # (pad allowed), so beam 160 (2 x 160 candidates) keeps all of them and the search must return
+  # every hypothesis ending in EOS, best first (only [EOS] for the row limited to one token).
+  vocab, beam_size, limits = 5, 160, [4, 2, 3, 1]
   model = toy(3, BATCH, vocab, scale=1.5)
-  r = run_beam(model, beam_size=beam_size, alpha=alpha, max_decode_len=5, max_lengths=limits,
-               pad_id=pad_id)
+  full = run_beam(model, beam_size=beam_size, alpha=alpha, max_decode_len=5, max_lengths=limits,
+                  pad_id=pad_id, early_stopping=False)
+  early = run_beam(model, beam_size=beam_size, alpha=alpha, max_decode_len=5, max_lengths=limits,
+                   pad_id=pad_id)
   for row, limit in enumerate(limits):
     ref = exhaustive_search(model, row, limit, alpha, pad_id)
-    n = min(beam_size, len(ref))
-    got = [trim(r.sequences[row, i], r.lengths[row, i]) for i in range(n)]
-    assert got == [seq for _, seq in ref[:n]]
-    np.testing.assert_allclose(r.scores[row, :n], [s for s, _ in ref[:n]], rtol=2e-5)
-    if n < beam_size:  # fewer hypotheses exist than beams: empty slots
-      assert np.all(np.isneginf(r.scores[row, n:])) and not r.sequences[row, n:].any()
+    assert 0 < len(ref) < beam_size
+    got = [trim(full.sequences[row, i], full.lengths[row, i]) for i in range(len(ref))]
+    assert got == [seq for _, seq in ref]
+    np.testing.assert_allclose(full.scores[row, :len(ref)], [s for s, _ in ref], rtol=2e-5)
+    assert np.all(np.isneginf(full.scores[row, len(ref):]))  # empty slots
+    assert not full.sequences[row, len(ref):].any()
+    # Stopping early returns the best of them, exactly (a prefix of the full list).
+    n = int(np.sum(early.scores[row] > -np.inf))
+    assert n >= 1
+    np.testing.assert_array_equal(early.sequences[row, :n], full.sequences[row, :n])
+    np.testing.assert_allclose(early.scores[row, :n], full.scores[row, :n], rtol=1e-6)
 
 
 def test_beam4_scores_are_consistent_with_the_model():
   model = PrefixToy(5, BATCH, VOCAB, eos_bias=np.linspace(-3, 3, 12))
   r = run_beam(model, beam_size=4, alpha=0.6, max_decode_len=40, max_lengths=[40, 8, 5, 2])
+  filled = 0
   for row in range(BATCH):
-    assert np.all(np.diff(r.scores[row]) <= 0)  # best first
-    seqs = [trim(r.sequences[row, i], r.lengths[row, i]) for i in range(4)]
-    assert len(set(seqs)) == 4
+    n = int(np.sum(r.scores[row] > -np.inf))
+    filled += n
+    assert n >= 1 and np.all(np.diff(r.scores[row, :n]) <= 0)  # best first
+    seqs = [trim(r.sequences[row, i], r.lengths[row, i]) for i in range(n)]
+    assert len(set(seqs)) == n
     for i, seq in enumerate(seqs):
       expect = np_sequence_logp(model, row, seq) / np_lp(len(seq), 0.6)
       assert r.scores[row, i] == pytest.approx(expect, rel=1e-5)
+  assert filled > BATCH  # more than one hypothesis in some rows, or this checks little
 
 
 def test_eos_and_padding_with_mixed_limits():
@@ -84,16 +109,33 @@ def test_eos_and_padding_with_mixed_limits():
   r = run_beam(model, beam_size=4, alpha=0.6, max_decode_len=40, max_lengths=limits)
   assert r.sequences.shape == (BATCH, 4, 40) and r.scores.shape == (BATCH, 4)
   for row in range(BATCH):
-    for i in range(4):
+    for i in range(int(np.sum(r.scores[row] > -np.inf))):
       seq, n = r.sequences[row, i], r.lengths[row, i]
       assert 1 <= n <= limits[row]
       assert not seq[n:].any()  # nothing but 0 after the hypothesis
       assert EOS not in seq[:n - 1] and PAD not in seq[:n]  # padding is never generated
-      assert seq[n - 1] == EOS or n == limits[row]  # ends in EOS or was truncated at its limit
-  assert set(r.lengths[0]) == {1}
-  # Some hypotheses must actually end in EOS and some be truncated, or this test checks little.
-  last = r.sequences[np.arange(BATCH)[:, None], np.arange(4)[None], r.lengths - 1]
-  assert (last == EOS).any() and (last != EOS).any()
+      assert seq[n - 1] == EOS  # EOS-ended hypotheses exist here, so none is a truncated one
+  assert r.lengths[0, 0] == 1 and r.sequences[0, 0, 0] == EOS  # limit 1: only [EOS] ends in EOS
+  assert np.all(r.scores[0, 1:] == -np.inf)
+
+
+def _no_eos(step, prev):
+  """No EOS; per-step probabilities, so no two sequences tie."""
+  return [{2: 0.5, 3: 0.3, 4: 0.2}, {2: 0.6, 3: 0.25, 4: 0.15}, {2: 0.7, 3: 0.2, 4: 0.1}][min(step, 2)]
+
+
+def test_without_any_eos_the_live_beams_are_returned_truncated():
+  # EOS has probability 0: no hypothesis ever finishes, so at its limit a row returns its live
+  # beams, the beam_size most likely sequences of limit tokens (tensor2tensor's fallback).
+  model = MarkovToy.from_rule(_no_eos, BATCH, VOCAB, floor=-np.inf)
+  limits = [3, 1, 2, 3]
+  r = run_beam(model, beam_size=4, alpha=0.6, max_decode_len=6, max_lengths=limits)
+  for row, limit in enumerate(limits):
+    ref = exhaustive_search(model, row, limit, 0.6)[:4]
+    got = [trim(r.sequences[row, i], r.lengths[row, i]) for i in range(len(ref))]
+    assert got == [seq for _, seq in ref] and all(len(seq) == limit for seq in got)
+    np.testing.assert_allclose(r.scores[row, :len(ref)], [sc for sc, _ in ref], rtol=1e-5)
+  assert r.lengths[1, 3] == 0  # one token, three candidates: the fourth slot stays empty
 
 
 def test_early_termination_stops_early_without_changing_the_result():
@@ -104,16 +146,19 @@ def test_early_termination_stops_early_without_changing_the_result():
   full = run_beam(model, early_stopping=False, **kw)
   assert int(full.num_steps) == 40
   assert int(early.num_steps) < 15
-  np.testing.assert_array_equal(early.sequences, full.sequences)
-  np.testing.assert_array_equal(early.lengths, full.lengths)
-  np.testing.assert_allclose(early.scores, full.scores, rtol=1e-6)
+  for row in range(BATCH):  # what the early search returns is the head of the full result
+    n = int(np.sum(early.scores[row] > -np.inf))
+    assert n >= 1
+    np.testing.assert_array_equal(early.sequences[row, :n], full.sequences[row, :n])
+    np.testing.assert_array_equal(early.lengths[row, :n], full.lengths[row, :n])
+    np.testing.assert_allclose(early.scores[row, :n], full.scores[row, :n], rtol=1e-6)
 
 
 def _rule_alpha_positive(step, prev):
   if step == 0:
     return {EOS: 0.4, 2: 0.3, 3: 0.2, 4: 0.1}
   if prev == 2:
-    return {EOS: 0.8, 2: 0.2} if step == 1 else {2: 1.0}
+    return {EOS: 0.8, 2: 0.2} if step == 1 else {2: 1.0} if step < 9 else {EOS: 1.0}
   return {EOS: 1.0}
 
 
@@ -129,14 +174,14 @@ def _rule_alpha_negative(step, prev):
 # still enters the final 4 hypotheses, so a bound with the wrong length penalty stops too early.
 #  alpha = 1: after step 1 the finished scores are [EOS] -0.92, [2 EOS] -1.22, [3 EOS] -1.38,
 #    [4 EOS] -1.97, and [2 2] is live with log P = ln .3 + ln .2 = -2.81. Its continuation
-#    2 2 2 ... (probability 1 per step) truncated at 10 tokens scores -2.81 / lp(10) = -1.13 and
-#    ranks second; a bound using lp(3) (-2.11 < -1.97) would have stopped.
+#    2 2 ... 2 EOS (probability 1 per step, EOS at the 10th token) scores -2.81 / lp(10) = -1.13
+#    and ranks second; a bound using lp(3) (-2.11 < -1.97) would have stopped.
 #  alpha = -1 (shorter is better, lp(L) = 6 / (5 + L)): after step 1 the finished scores are
 #    [2 EOS] -1.62, [3 EOS] -1.88, [4 EOS] -1.88, [EOS] -2.30, and [2 2] is live with log P
 #    -1.39; [2 2 EOS] scores -1.85 and replaces [EOS]; a bound using lp(10) (-3.47) would have
 #    stopped.
 @pytest.mark.parametrize("rule,alpha,expected", [
-    (_rule_alpha_positive, 1.0, [(EOS,), (2,) * 10, (2, EOS), (3, EOS)]),
+    (_rule_alpha_positive, 1.0, [(EOS,), (2,) * 9 + (EOS,), (2, EOS), (3, EOS)]),
     (_rule_alpha_negative, -1.0, [(2, EOS), (2, 2, EOS), (3, EOS), (4, EOS)]),
 ])
 def test_early_termination_bound_uses_the_most_favourable_length_penalty(rule, alpha, expected):

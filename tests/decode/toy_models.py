@@ -127,23 +127,27 @@ def np_lp(length: int, alpha: float) -> float:
 
 
 def exhaustive_search(model, row: int, max_len: int, alpha: float, pad_id: int | None = PAD):
-  """Every complete hypothesis without pad_id (ends in EOS, or has max_len tokens), best first,
-  as (score, tokens) with score = log P / lp(|Y|)."""
-  out = []
+  """The hypotheses the paper's search would return with unlimited beams, best first, as
+  (score, tokens) with score = log P / lp(|Y|): every hypothesis without pad_id that ends in EOS
+  within max_len tokens (of non-zero probability); only if there is none, every truncated one of
+  max_len tokens."""
+  ended, truncated = [], []
 
   def grow(prefix, logp):
     next_logp = np_log_softmax(model.np_logits(row, prefix))
     for tok in range(model.vocab):
-      if tok == pad_id:
+      if tok == pad_id or next_logp[tok] == -np.inf:
         continue
       seq, s = prefix + (tok,), logp + next_logp[tok]
-      if tok == EOS or len(seq) == max_len:
-        out.append((s / np_lp(len(seq), alpha), seq))
+      if tok == EOS:
+        ended.append((s / np_lp(len(seq), alpha), seq))
+      elif len(seq) == max_len:
+        truncated.append((s / np_lp(len(seq), alpha), seq))
       else:
         grow(seq, s)
 
   grow((), 0.0)
-  return sorted(out, key=lambda x: -x[0])
+  return sorted(ended or truncated, key=lambda x: -x[0])
 
 
 def trim(seq_row: np.ndarray, length: int) -> tuple[int, ...]:

@@ -87,13 +87,32 @@ def test_compound_splitting():
   de = "Ein E-Mail-Programm für Baden-Württemberg."
   want = ("Ein E ##AT##-##AT## Mail ##AT##-##AT## Programm für Baden ##AT##-##AT## Württemberg .")
   assert paper_tokenize.paper_tokenize_line(de, "de") == want
-  assert paper_tokenize.paper_tokenize_line(de, "de", "t2t") == want
-  # Where the two recipes differ (documented in tfm.eval.paper_tokenize).
-  assert paper_tokenize.paper_tokenize_line("a-b-c", "en") == "a ##AT##-##AT## b ##AT##-##AT## c"
-  assert paper_tokenize.paper_tokenize_line("a-b-c", "en", "t2t") == "a ##AT##-##AT## b-c"
-  assert paper_tokenize.paper_tokenize_line("x--y", "en") == "x--y"
+  assert paper_tokenize.paper_tokenize_line(de, "de", "aggressive") == want
+  # Where the two recipes differ (documented in tfm.eval.paper_tokenize): the default is
+  # tensor2tensor's s{(\S)-(\S)}{$1 ##AT##-##AT## $2}g, whose matches do not overlap.
+  assert paper_tokenize.paper_tokenize_line("a-b-c", "en") == "a ##AT##-##AT## b-c"
+  assert paper_tokenize.paper_tokenize_line("a-b-c", "en", "aggressive") == (
+      "a ##AT##-##AT## b ##AT##-##AT## c")
+  assert paper_tokenize.paper_tokenize_line("x--y", "en") == "x ##AT##-##AT## -y"
+  assert paper_tokenize.paper_tokenize_line("x--y", "en", "aggressive") == "x--y"
   with pytest.raises(ValueError):
     paper_tokenize.paper_tokenize_line("x", "en", "bogus")
+
+
+def test_german_compounds_as_tensor2tensor_split_them():
+  # By hand: Moses (-l de, no -a) keeps each compound one token; the first match takes
+  # "n-D" / "G-7", so "D" and "7" cannot start a second match.
+  line = "Der Vitamin-D-Mangel der G-7-Staaten ist ein Baden-Württemberg-Thema."
+  assert paper_tokenize.paper_tokenize_line(line, "de") == (
+      "Der Vitamin ##AT##-##AT## D-Mangel der G ##AT##-##AT## 7-Staaten ist ein "
+      "Baden ##AT##-##AT## Württemberg ##AT##-##AT## Thema .")
+  assert paper_tokenize.paper_tokenize_line(line, "de", "aggressive") == (
+      "Der Vitamin ##AT##-##AT## D ##AT##-##AT## Mangel der G ##AT##-##AT## 7 ##AT##-##AT## "
+      "Staaten ist ein Baden ##AT##-##AT## Württemberg ##AT##-##AT## Thema .")
+  # Non-ASCII letters are single characters to the expression, as bytes are to Perl's.
+  assert paper_tokenize.paper_tokenize_line("Öl-Ära", "de") == "Öl ##AT##-##AT## Ära"
+  # The recipe is named in the score, and the default is tensor2tensor's.
+  assert bleu.score(["Vitamin-D-Mangel ."], ["Vitamin-D-Mangel ."], "de")["compounds"] == "t2t"
 
 
 def test_compound_splitting_gives_partial_credit():

@@ -28,17 +28,21 @@ def run(fv: flags.FlagValues, config):
   from tfm.eval.dev_bleu import DevBleu
   from tfm.eval.dev_loss import DevLoss
   from tfm.eval.restore import load_trained
+  from tfm.train import checkpoint as ckpt_lib
 
   t = load_trained(fv.workdir, fv.average)
   exp, c = t.experiment, t.config
   losses = DevLoss(c.data, t.tokenizer, exp.eval_step, exp.batch_sharding, split=fv.split)(t.params)
   bleu = DevBleu(c.data, t.tokenizer, exp.translate_fn(eos_id=t.tokenizer.eos_id),
                  batch_size=exp.decode_rows(c.eval.batch_size), split=fv.split,
-                 limit=fv.limit or 0)(t.params)
+                 limit=fv.limit or 0, compounds=c.eval.compounds)(t.params)
+  tokens = ckpt_lib.read_data_state(fv.workdir, t.steps[-1]).get("efficiency", {})
   result = dict(split=fv.split, checkpoints=t.steps, averaged=len(t.steps), **bleu,
                 perplexity=losses["perplexity"], nll=losses["nll"], loss=losses["loss"],
                 target_tokens=losses["tokens"], beam_size=c.eval.beam_size,
-                length_penalty=c.eval.length_penalty, max_extra_length=c.eval.max_extra_length)
+                length_penalty=c.eval.length_penalty, max_extra_length=c.eval.max_extra_length,
+                train_source_tokens=tokens.get("real_inputs"),
+                train_target_tokens=tokens.get("real_targets"))
   path = os.path.join(fv.workdir, f"eval_{fv.split}_{t.steps[-1]}.json")
   with open(path, "w", encoding="utf-8") as f:
     json.dump(result, f, indent=1)

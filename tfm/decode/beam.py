@@ -1,31 +1,38 @@
-"""Beam search with the GNMT length penalty and early termination (paper section 6.1).
+"""Beam search as tensor2tensor ran it for the paper (section 6.1), with the GNMT length penalty.
 
 The paper decodes with beam size 4, length penalty alpha = 0.6 and a maximum output length of
-input length + 50, "terminating early when possible". This module implements that search over the
-model-agnostic step function of `tfm.decode.common` (ids [batch*beam, 1], cache -> logits
-[batch*beam, vocab], cache), as one `jax.lax.while_loop`, so the whole search jit-compiles.
+input length + 50, "terminating early when possible". This module implements the search of the
+paper's code (tensor2tensor's beam_search.py) over the model-agnostic step function of
+`tfm.decode.common` (ids [batch*beam, 1], cache -> logits [batch*beam, vocab], cache), as one
+`jax.lax.while_loop`, so the whole search jit-compiles.
 
 Scoring (Wu et al. 2016, GNMT, eq. 14, without the coverage term):
   lp(Y) = ((5 + |Y|) / 6) ** alpha,      score(Y) = log P(Y | X) / lp(Y).
 |Y| counts the generated tokens *including* the EOS that ends Y (the start token is not counted).
 
 The search, per batch row, step t = 0, 1, ... (the sequences then hold t + 1 tokens):
-  1. every live beam is extended by every token; the `beam_size` best extensions by log P (EOS
-     included) are selected, so a beam of size 1 is exactly greedy decoding;
-  2. selected extensions that end in EOS leave the beam and are merged, by score, into the row's
-     `beam_size` finished hypotheses; the others stay live (a step in which e of them end in EOS
-     continues with beam_size - e live beams; the next step refills the beam);
-  3. the per-example limit: when t + 1 reaches max_lengths[row], every selected extension counts
-     as finished, those without EOS as truncated hypotheses of |Y| = max_lengths[row] (no EOS is
-     forced), and the row is done;
+  1. every live beam is extended by every token and the 2 * beam_size best extensions by log P are
+     kept: each live beam has one EOS extension, so at most beam_size of them end in EOS and at
+     least beam_size do not;
+  2. the extensions that end in EOS are finished hypotheses, merged by score into the row's
+     `beam_size` best finished ones; the beam_size best of the others are the live beams of the
+     next step, so the beam always holds beam_size live hypotheses and finished ones never crowd
+     them out;
+  3. the per-example limit: at t + 1 = max_lengths[row] the row is done. Its finished hypotheses
+     are the result; only a row in which no hypothesis ended in EOS returns its live beams instead,
+     truncated at |Y| = max_lengths[row] (tensor2tensor's fallback to the alive sequences);
   4. early termination: for alpha >= 0 a live beam's final score is at most its current log P
      divided by the largest reachable lp (lp(max_lengths[row]); for alpha < 0, lp of the next
-     length). Once the best such bound is <= the worst of the row's `beam_size` finished scores,
-     no live beam can enter them and the row is done. The loop stops when every row is done.
-The cache is reordered along the beam axis after each step (it is never rebuilt from the prefix).
-Sequences hold the generated tokens (no start token) followed by 0 padding. The padding token is
-never generated (`pad_id`; its candidates are dropped without renormalising, so scores stay the
-model's log P), which keeps 0 unambiguous as padding; pad_id=None allows it.
+     length). Once every finished hypothesis of a row scores above that bound for its best live
+     beam, no live beam can change them or enter ahead of them and the row is done (the
+     hypotheses returned are then exactly those a search run to the limit would return first; a
+     row may hold fewer than beam_size). The loop stops when every row is done.
+tensor2tensor bounds the search by the padded batch length + 50; this search uses each example's
+own length + 50, the paper's rule. The cache is reordered along the beam axis after each step (it
+is never rebuilt from the prefix). Sequences hold the generated tokens (no start token) followed by
+0 padding. The padding token is never generated (`pad_id`; its candidates are dropped without
+renormalising, so scores stay the model's log P), which keeps 0 unambiguous as padding; pad_id=None
+allows it.
 """
 
 from __future__ import annotations
@@ -81,7 +88,8 @@ def _gather_flat(tree: PyTree, parents: jax.Array, beam_invariant: Callable | No
 
 
 class BeamSearchResult(NamedTuple):
-  """Finished hypotheses, best first. Slots with no hypothesis have score -inf, tokens 0, length 0.
+  """Finished hypotheses, best first. Slots with no hypothesis have score -inf, tokens 0, length 0
+  (a row that stopped early may fill fewer than beam_size; the first slot is always filled).
 
   sequences: int32[batch, beam, max_decode_len], generated tokens then 0 padding.
   scores:    float32[batch, beam], log P(Y) / lp(|Y|).
@@ -144,29 +152,40 @@ def beam_search_result(tokens_to_logits: TokensToLogits, cache: PyTree, *, beam_
       logp = logp.at[:, :, pad_id].set(NEG_INF)
     cand = s.live_logp[:, :, None] + logp
     cand = jnp.where(s.done[:, None, None], NEG_INF, cand)  # finished rows stop changing
-    top_logp, top_idx = jax.lax.top_k(cand.reshape(batch, k * vocab), k)  # [batch, k]
+    top_logp, top_idx = jax.lax.top_k(cand.reshape(batch, k * vocab), 2 * k)  # [batch, 2k]
     parents, tokens = top_idx // vocab, top_idx % vocab
-    seqs = gather_beams(s.live_seqs, parents).at[:, :, t].set(tokens)
-
-    # Extensions that finish now: EOS, or every one in a row that reached its limit.
+    seqs = gather_beams(s.live_seqs, parents).at[:, :, t].set(tokens)  # [batch, 2k, len]
     length = t + 1
-    at_limit = length >= limits  # [batch]
-    ends = (tokens == eos_id) | at_limit[:, None]
-    new_scores = jnp.where(ends & (top_logp > NEG_INF), top_logp / length_penalty(length, alpha),
+    is_eos = tokens == eos_id
+
+    # Extensions ending in EOS join the finished hypotheses (old ones first, so on equal scores the
+    # earlier one is kept: top_k is stable).
+    new_scores = jnp.where(is_eos & (top_logp > NEG_INF), top_logp / length_penalty(length, alpha),
                            NEG_INF)
-    # Old hypotheses first, so on equal scores the earlier one is kept (top_k is stable).
-    pool_scores = jnp.concatenate([s.fin_scores, new_scores], axis=1)  # [batch, 2k]
+    pool_scores = jnp.concatenate([s.fin_scores, new_scores], axis=1)  # [batch, 3k]
     fin_scores, pick = jax.lax.top_k(pool_scores, k)
     pool_seqs = jnp.concatenate([s.fin_seqs, seqs], axis=1)
-    pool_lens = jnp.concatenate([s.fin_lens, jnp.full((batch, k), length, jnp.int32)], axis=1)
+    pool_lens = jnp.concatenate([s.fin_lens, jnp.full((batch, 2 * k), length, jnp.int32)], axis=1)
     fin_seqs, fin_lens = gather_beams((pool_seqs, pool_lens), pick)
 
-    live_logp = jnp.where(ends, NEG_INF, top_logp)
+    # The beam_size best extensions not ending in EOS stay live.
+    live_logp, live_pick = jax.lax.top_k(jnp.where(is_eos, NEG_INF, top_logp), k)
+    parents, tokens, seqs = gather_beams((parents, tokens, seqs), live_pick)
+
+    # At its limit a row is done; if nothing in it ended in EOS, its live beams are the result.
+    at_limit = length >= limits  # [batch]
+    fallback = (at_limit & ~s.done & (fin_scores[:, 0] == NEG_INF))[:, None]
+    fin_scores = jnp.where(fallback, jnp.where(live_logp > NEG_INF,
+                                               live_logp / length_penalty(length, alpha), NEG_INF),
+                           fin_scores)
+    fin_seqs = jnp.where(fallback[:, :, None], seqs, fin_seqs)
+    fin_lens = jnp.where(fallback, length, fin_lens)
     done = s.done | at_limit
     if early_stopping:
       lp_max = jnp.maximum(lp_limit, length_penalty(length + 1, alpha))  # lp is monotone in |Y|
-      bound = jnp.max(live_logp, axis=1) / lp_max  # log P only falls as a beam grows
-      done = done | (bound <= fin_scores[:, -1])
+      bound = live_logp[:, 0] / lp_max  # log P only falls as a beam grows; live is sorted
+      lowest = jnp.min(jnp.where(fin_scores > NEG_INF, fin_scores, jnp.inf), axis=1)
+      done = done | ((fin_scores[:, 0] > NEG_INF) & (lowest > bound))
     return _State(step=t + 1, live_last=tokens, live_seqs=seqs, live_logp=live_logp,
                   cache=_gather_flat(new_cache, parents, beam_invariant), fin_seqs=fin_seqs,
                   fin_scores=fin_scores, fin_lens=fin_lens, done=done)

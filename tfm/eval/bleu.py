@@ -6,8 +6,8 @@ reproduction reports both).
   sacrebleu's own tokenizer ('13a' by default, 'intl' for Unicode punctuation/symbols), exp
   smoothing (sacrebleu's default, only matters when an n-gram order has no match), reported with
   its signature string (e.g. "nrefs:1|case:mixed|eff:no|tok:13a|smooth:exp|version:2.6.0").
-- tokenized BLEU (the paper's number): both sides Moses-tokenized with "##AT##-##AT##" compound
-  splitting (`tfm.eval.paper_tokenize`), then multi-bleu.perl-style BLEU (`tfm.eval.ngram_bleu`):
+- tokenized BLEU (the paper's number): both sides Moses-tokenized with tensor2tensor's
+  "##AT##-##AT##" compound splitting (`tfm.eval.paper_tokenize`, compounds='t2t'), then multi-bleu.perl-style BLEU (`tfm.eval.ngram_bleu`):
   case-sensitive, 4-gram, brevity penalty, no smoothing.
 Hypotheses must be detokenized text (the subword vocabulary decoded back to strings), one line per
 sentence, in the order of the references.
@@ -44,14 +44,15 @@ def sacrebleu_score(hypotheses: Sequence[str], references: Sequence[str], *, tok
 
 
 def score(hypotheses: Sequence[str], references: Sequence[str], target_lang: str, *,
-          sacrebleu_tokenize: str = "13a", compounds: str = "aggressive") -> dict[str, Any]:
+          sacrebleu_tokenize: str = "13a", compounds: str = "t2t") -> dict[str, Any]:
   """Both BLEU scores of detokenized hypotheses against references in target_lang ('de', 'fr', ...).
 
   Returns a dict (BLEU values and precisions in percent):
     sacrebleu, sacrebleu_signature, sacrebleu_bp, sacrebleu_precisions,
     tokenized_bleu, tokenized_bp, tokenized_precisions, tokenized_hyp_len, tokenized_ref_len,
     tokenized_ratio, compounds, num_sentences.
-  compounds: the "##AT##" splitting of the tokenized score ('aggressive', 't2t' or 'none'; see
+  compounds: the "##AT##" splitting of the tokenized score ('t2t', the paper's; 'aggressive' or
+  'none', each named in the result; see
   `tfm.eval.paper_tokenize`). Raises ValueError if the lists differ in length or are empty.
   """
   check_corpus(hypotheses, references)

@@ -9,6 +9,7 @@ from __future__ import annotations
 import dataclasses
 
 from tfm import sections
+from tfm.eval.paper_tokenize import COMPOUND_MODES
 from tfm.sections import fail, is_int, is_number
 
 
@@ -22,6 +23,8 @@ class EvalConfig:
   bleu_every: int = 0  # dev BLEU during training every this many steps; 0 = only `tfm eval`
   bleu_examples: int = 500  # dev pairs scored during training (the first ones); 0 = all
   batch_size: int = 32  # sentences decoded together
+  compounds: str = "t2t"  # tokenized BLEU's hyphen splitting: tensor2tensor's ('t2t', the
+  # paper's), 'aggressive' (Moses -a, more splitting than the paper) or 'none'
 
   def __post_init__(self):
     for key in ("beam_size", "batch_size"):
@@ -32,6 +35,8 @@ class EvalConfig:
         fail(f"eval.{key}", "a non-negative integer", getattr(self, key))
     if not is_number(self.length_penalty) or self.length_penalty < 0:
       fail("eval.length_penalty", "a non-negative finite number", self.length_penalty)
+    if self.compounds not in COMPOUND_MODES:
+      fail("eval.compounds", f"one of {COMPOUND_MODES}", self.compounds)
 
 
 def from_mapping(values) -> EvalConfig:

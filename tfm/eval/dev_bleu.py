@@ -18,19 +18,23 @@ class DevBleu:
   """
 
   def __init__(self, data: DataConfig, tokenizer, translate, *, batch_size: int, split: str = "dev",
-               limit: int | None = None):
+               limit: int | None = None, compounds: str = "t2t"):
     self.data, self.tokenizer, self.translate, self.batch_size = data, tokenizer, translate, batch_size
+    self.compounds = compounds
     self.pairs = pipeline.eval_text_pairs(data, split)
     if limit:
       self.pairs = self.pairs[:limit]
 
   def __call__(self, params) -> dict:
     """{'bleu': sacreBLEU, 'tokenized_bleu': the paper's tokenized BLEU, 'sacrebleu_signature',
-    'sentences', 'decode_tokens_per_s' (compilation excluded), 'decode_compile_s'}."""
+    'compounds' (the tokenized BLEU's hyphen splitting), 'sentences', 'decode_tokens_per_s'
+    (compilation excluded), 'decode_compile_s'}."""
     hyps, stats = translate_texts(self.translate, params, self.tokenizer, [s for s, _ in self.pairs],
                                   batch_size=self.batch_size, max_input_length=self.data.max_length)
-    scores = score(hyps, [t for _, t in self.pairs], self.data.target_lang)
+    scores = score(hyps, [t for _, t in self.pairs], self.data.target_lang,
+                   compounds=self.compounds)
     return dict(bleu=scores["sacrebleu"], tokenized_bleu=scores["tokenized_bleu"],
-                sacrebleu_signature=scores["sacrebleu_signature"], sentences=len(self.pairs),
+                sacrebleu_signature=scores["sacrebleu_signature"], compounds=self.compounds,
+                sentences=len(self.pairs),
                 decode_tokens_per_s=stats["tokens_per_s"],
                 decode_compile_s=stats["compile_seconds"])

@@ -1,4 +1,4 @@
-"""Paper-style tokenization for tokenized BLEU: Moses tokenizer plus "##AT##" compound splitting.
+r"""Paper-style tokenization for tokenized BLEU: Moses tokenizer plus "##AT##" compound splitting.
 
 PAPER.md ("How the paper's BLEU was scored"): the paper's BLEU is multi-bleu on Moses-tokenized
 text with compound hyphens split as "##AT##-##AT##" (the convention of GNMT / ConvS2S /
@@ -6,19 +6,22 @@ tensor2tensor: "rich-text format" -> "rich ##AT##-##AT## text format"). Hypothes
 go through the same steps:
 
   1. Moses tokenization with sacremoses' `MosesTokenizer(lang).tokenize(line, escape=False)`,
-     language-aware (nonbreaking prefixes, apostrophes for en/fr/it, ...). Escaping is off:
-     Moses' XML escaping (& -> &amp;, ...) maps tokens one-to-one, so it cannot change BLEU.
+     language-aware (nonbreaking prefixes, apostrophes for en/fr/it, ...), without Moses' -a.
+     Escaping is off: Moses' XML escaping (& -> &amp;, ...) maps tokens one-to-one, so it cannot
+     change BLEU.
   2. compound splitting, one of
-     - "aggressive" (default): `aggressive_dash_splits=True` (Moses' -a), which splits a hyphen
-       between two alphanumeric characters into the token "@-@"; every "@-@" token is then
-       rewritten to "##AT##-##AT##". "state-of-the-art" -> "state ##AT##-##AT## of ##AT##-##AT##
-       the ##AT##-##AT## art".
-     - "t2t": the tensor2tensor get_ende_bleu.sh recipe: Moses without -a, then the regular
-       expression s/(\\S)-(\\S)/\\1 ##AT##-##AT## \\2/g. It also splits hyphens next to punctuation
-       ("e.g.-like", "x--y"), but, matches not overlapping, misses the second hyphen of a
-       one-letter middle part ("a-b-c" -> "a ##AT##-##AT## b-c"). "aggressive" splits both of
-       "a-b-c" and leaves hyphens between non-alphanumerics alone; on ordinary compounds
-       ("E-Mail-Programm", "Baden-Württemberg") the two agree.
+     - "t2t" (default, the paper's): tensor2tensor's get_ende_bleu.sh applies
+       `perl -ple 's{(\S)-(\S)}{$1 ##AT##-##AT## $2}g'` to the tokenized text; here the same
+       expression, with Perl's byte-level \S (ASCII whitespace only). Matches do not overlap, so a
+       character that ends one split cannot start the next: "Vitamin-D-Mangel" -> "Vitamin
+       ##AT##-##AT## D-Mangel", "G-7-Staaten" -> "G ##AT##-##AT## 7-Staaten", while longer parts
+       split every hyphen ("state-of-the-art" -> "state ##AT##-##AT## of ##AT##-##AT## the
+       ##AT##-##AT## art"). It also splits hyphens next to punctuation ("x--y" -> "x
+       ##AT##-##AT## -y").
+     - "aggressive" (opt-in, more splitting than the paper): Moses' -a
+       (`aggressive_dash_splits=True`) splits every hyphen between two alphanumeric characters
+       into "@-@", then rewritten to "##AT##-##AT##": "Vitamin-D-Mangel" -> "Vitamin ##AT##-##AT##
+       D ##AT##-##AT## Mangel"; hyphens between non-alphanumerics stay.
      - "none": Moses tokenization only.
 Not done (as in the recipe the paper describes): punctuation normalisation, lowercasing.
 """
@@ -32,8 +35,8 @@ from typing import Sequence
 from sacremoses import MosesTokenizer
 
 ATAT = "##AT##-##AT##"
-COMPOUND_MODES = ("aggressive", "t2t", "none")
-_T2T_COMPOUND = re.compile(r"(\S)-(\S)")
+COMPOUND_MODES = ("t2t", "aggressive", "none")
+_T2T_COMPOUND = re.compile(r"(\S)-(\S)", re.ASCII)
 
 
 @functools.lru_cache(maxsize=None)
@@ -41,7 +44,7 @@ def _moses(lang: str) -> MosesTokenizer:
   return MosesTokenizer(lang=lang)
 
 
-def paper_tokenize_line(line: str, lang: str, compounds: str = "aggressive") -> str:
+def paper_tokenize_line(line: str, lang: str, compounds: str = "t2t") -> str:
   """One detokenized line -> space-separated paper-style tokens (see the module docstring)."""
   if compounds not in COMPOUND_MODES:
     raise ValueError(f"compounds must be one of {COMPOUND_MODES}, got {compounds!r}")
@@ -53,6 +56,6 @@ def paper_tokenize_line(line: str, lang: str, compounds: str = "aggressive") -> 
   return _T2T_COMPOUND.sub(rf"\1 {ATAT} \2", text) if compounds == "t2t" else text
 
 
-def paper_tokenize(lines: Sequence[str], lang: str, compounds: str = "aggressive") -> list[str]:
+def paper_tokenize(lines: Sequence[str], lang: str, compounds: str = "t2t") -> list[str]:
   """`paper_tokenize_line` over a corpus."""
   return [paper_tokenize_line(line, lang, compounds) for line in lines]

@@ -146,6 +146,12 @@ class Checkpointer:
     self.manager.close()
 
 
+def read_data_state(workdir: str | epath.Path, step: int) -> dict:
+  """The data-iterator state saved with checkpoint `step` (a JSON item; no arrays are read)."""
+  with ocp.Checkpointer(ocp.JsonCheckpointHandler()) as checkpointer:
+    return dict(checkpointer.restore(checkpoint_dir(workdir) / str(step) / DATA) or {})
+
+
 def restore_params(workdir: str | epath.Path, step: int, abstract_params: Any) -> Any:
   """Only the parameters of checkpoint `step`, onto the shardings of `abstract_params` (a tree of
   jax.ShapeDtypeStruct, e.g. abstract_state.params) -- for checkpoint averaging and evaluation."""

@@ -1,0 +1,52 @@
+"""`tfm sweep` end to end on the fake corpus: a grid of tiny runs, one failing, then a rerun."""
+
+import json
+import os
+
+from tests.integration.conftest import MODEL
+from tfm import cli
+from tfm.config import load_config
+from tfm.model.params import count_params
+
+
+def test_grid_sweep_records_failures_and_skips_finished_runs(corpus, tmp_path, capsys):
+  root = tmp_path / "sweep"
+  overrides = MODEL + [
+      f"data.manual_dir={corpus['sword']}", f"data.data_dir={corpus['tfds']}",
+      "data.vocab_size=300", "data.max_length=32", "data.tokens_per_batch=256",
+      "data.eval_max_examples=16", "data.overlong=truncate", "train.steps=3",
+      "train.warmup_steps=2", "train.log_every=3", "train.eval_every=3", "train.checkpoint_every=3",
+      "train.keep_checkpoints=1", "train.average_checkpoints=1", "eval.bleu_every=0",
+      "eval.beam_size=2", "eval.max_extra_length=4", "eval.batch_size=4"]
+  # mesh.data=3 cannot be built on this 1-device machine: those runs fail when they start.
+  argv = (["tfm", "sweep", "--config=configs/quickstart.py", f"--root={root}", "--parallel=2",
+           "--eval_limit=4", "--grid=model.num_heads=1,2", "--grid=mesh.data=1,3"]
+          + [f"--config.{o}" for o in overrides])
+  assert cli.main(argv) == 1  # the sweep finished, with failed runs
+  err = capsys.readouterr().err
+  assert "2 of 4 runs failed" in err
+  lines = [json.loads(line) for line in (root / "results.jsonl").read_text().splitlines()]
+  assert sorted(r["name"] for r in lines) == [
+      "model.num_heads=1,mesh.data=1-s0", "model.num_heads=1,mesh.data=3-s0",
+      "model.num_heads=2,mesh.data=1-s0", "model.num_heads=2,mesh.data=3-s0"]
+  ok = [r for r in lines if r["status"] == "ok"]
+  failed = [r for r in lines if r["status"] == "failed"]
+  assert [r["name"].split(",")[1] for r in ok] == ["mesh.data=1-s0"] * 2
+  assert all("mesh.data" in r["error"] and "number of devices" in r["error"] for r in failed)
+  for r in ok:
+    heads = int(r["name"].split(",")[0].split("=")[1])
+    config = load_config("configs/quickstart.py", overrides + [f"model.num_heads={heads}"])
+    assert r["params"] == count_params(config.model)
+    assert r["changes"]["model.num_heads"] == heads and r["changes"]["train.steps"] == 3
+    assert r["dev_ppl"] > 1 and 0 <= r["bleu"] <= 100 and r["steps"] == r["trained_steps"] == 3
+    assert 0 < r["tokens_seen"] <= 3 * 256  # real target tokens of 3 steps of 256 slots
+  table = (root / "table.md").read_text()
+  assert "| model.num_heads=1,mesh.data=1 | num_heads=1, data=1 | 1/1 |" in table
+  assert "Failed runs:" in table and (root / "sweep.png").exists()
+  finished = {r["name"]: os.path.getmtime(root / r["name"] / "sweep_result.json") for r in ok}
+
+  # The same command again: finished runs are skipped, the failed ones retried (and fail again).
+  assert cli.main(argv) == 1
+  out = capsys.readouterr().out
+  assert "4 runs under" in out and "2 finished before, 2 to run" in out
+  assert {n: os.path.getmtime(root / n / "sweep_result.json") for n in finished} == finished

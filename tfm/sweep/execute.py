@@ -1,0 +1,236 @@
+"""Running a sweep: every unfinished run as `tfm train` then `tfm eval`, K at once on device shares.
+
+Each run is a pair of child processes in its workdir (ROOT/NAME), their output appended to
+ROOT/NAME/sweep.log. A run whose ROOT/NAME/sweep_result.json says "ok" for its config's step count
+is finished and skipped; an interrupted one resumes from its checkpoints (tfm train does that); a
+failed one (any non-zero exit) gets status "failed" with the last line of its log, and the sweep goes
+on with the others. The dataset and one shared vocabulary (ROOT/vocab, unless data.vocab_dir is set)
+are prepared once, before any run starts, so parallel runs never build them concurrently.
+
+Device shares (--parallel K): on a host with G >= K GPUs each run sees G / K of them
+(CUDA_VISIBLE_DEVICES); on CPUs each run is pinned to its 1 / K of this process's cores
+(TFM_CPUS, applied by tfm.cli before JAX starts; XLA's thread pool follows the affinity). A TPU VM is one process's: run one row per slice (README).
+SIGINT / SIGTERM stop the children with SIGTERM (each saves its current step) and end the sweep;
+rerunning the same command resumes.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import glob
+import json
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import time
+from typing import Callable, Sequence, TextIO
+
+from tfm import config as config_lib
+from tfm.sweep.runs import Run
+
+RESULT = "sweep_result.json"
+LOG = "sweep.log"
+
+
+@dataclasses.dataclass(frozen=True)
+class Share:
+  """One slot's part of the machine: environment additions and the CPUs it may use."""
+  env: dict[str, str]
+  cpus: frozenset[int] | None = None
+  name: str = "cpu"
+
+
+def _gpu_ids() -> list[str]:
+  visible = os.environ.get("CUDA_VISIBLE_DEVICES")
+  if visible is not None:
+    return [g for g in visible.split(",") if g.strip()]
+  if shutil.which("nvidia-smi"):
+    out = subprocess.run(["nvidia-smi", "-L"], capture_output=True, text=True, check=False).stdout
+    return [str(i) for i, line in enumerate(out.splitlines()) if line.startswith("GPU ")]
+  return []
+
+
+def device_shares(parallel: int) -> list[Share]:
+  """`parallel` disjoint shares of this host's GPUs, else of its CPU cores."""
+  if parallel < 1:
+    raise ValueError(f"--parallel: expected a positive integer, got {parallel}")
+  gpus = _gpu_ids()
+  if gpus:
+    if len(gpus) < parallel:
+      raise ValueError(f"--parallel={parallel} but this host has {len(gpus)} GPU(s): at most one run "
+                       "per GPU")
+    per = len(gpus) // parallel
+    return [Share({"CUDA_VISIBLE_DEVICES": ",".join(gpus[i * per:(i + 1) * per])},
+                  name=f"gpu {','.join(gpus[i * per:(i + 1) * per])}") for i in range(parallel)]
+  if parallel > 1 and glob.glob("/dev/accel*"):
+    raise ValueError("--parallel > 1 on a TPU VM: one process owns its TPU; run one row per slice "
+                     "(see the README)")
+  cpus = sorted(os.sched_getaffinity(0))
+  if len(cpus) < parallel:
+    raise ValueError(f"--parallel={parallel} but this process may use {len(cpus)} CPU core(s)")
+  per = len(cpus) // parallel
+  shares = [cpus[i * per:(i + 1) * per] for i in range(parallel)]
+  return [Share({"TFM_CPUS": ",".join(map(str, s))}, frozenset(s), name=f"cpu {s[0]}-{s[-1]}")
+          for s in shares]
+
+
+def read_result(workdir: str) -> dict | None:
+  path = os.path.join(workdir, RESULT)
+  if not os.path.exists(path):
+    return None
+  with open(path, encoding="utf-8") as f:
+    return json.load(f)
+
+
+def is_finished(workdir: str, steps: int) -> bool:
+  result = read_result(workdir)
+  return bool(result) and result.get("status") == "ok" and result.get("steps") == steps
+
+
+def _write_json(path: str, value) -> None:
+  tmp = path + ".tmp"
+  with open(tmp, "w", encoding="utf-8") as f:
+    json.dump(value, f, indent=1)
+  os.replace(tmp, path)  # never half written
+
+
+def _last_error_line(log_path: str) -> str:
+  try:
+    with open(log_path, encoding="utf-8", errors="replace") as f:
+      lines = [line.strip() for line in f if line.strip()]
+  except OSError:
+    return "no log"
+  errors = [line for line in lines if "error" in line.lower() or line.startswith("tfm ")]
+  return (errors or lines or ["no output"])[-1][:500]
+
+
+class Job:
+  """One run in one share: `tfm train`, then `tfm eval`; poll() advances it."""
+
+  def __init__(self, run: Run, workdir: str, vocab_dir: str | None, share: Share, eval_limit: int,
+               describe: Callable[[Run, str, float], dict]):
+    self.run, self.workdir, self.vocab_dir, self.share = run, workdir, vocab_dir, share
+    self.eval_limit, self.describe = eval_limit, describe
+    self.start = time.time()
+    self.phase, self.proc, self.log = None, None, None
+    os.makedirs(workdir, exist_ok=True)
+    if os.path.exists(os.path.join(workdir, RESULT)):
+      os.remove(os.path.join(workdir, RESULT))  # a new attempt: no stale verdict meanwhile
+    self._launch("train", run.train_argv(workdir, vocab_dir))
+
+  def _launch(self, phase: str, argv: list[str]) -> None:
+    self.phase = phase
+    self.log = open(os.path.join(self.workdir, LOG), "a", encoding="utf-8")
+    self.log.write(f"\n=== {time.strftime('%Y-%m-%d %H:%M:%S')} tfm {' '.join(argv)}\n")
+    self.log.flush()
+    self.proc = subprocess.Popen(
+        [sys.executable, "-m", "tfm.cli", *argv], stdout=self.log, stderr=subprocess.STDOUT,
+        env={**os.environ, **self.share.env, "PYTHONUNBUFFERED": "1"})
+
+  def poll(self) -> dict | None:
+    """None while running; the run's result dict when it is done (ok or failed)."""
+    code = self.proc.poll()
+    if code is None:
+      return None
+    self.log.close()
+    if code != 0:
+      return self._finish("failed", f"tfm {self.phase} exited with {code}: "
+                          f"{_last_error_line(os.path.join(self.workdir, LOG))}")
+    if self.phase == "train":
+      argv = ["eval", f"--workdir={self.workdir}", "--split=dev", f"--limit={self.eval_limit}"]
+      self._launch("eval", argv)
+      return None
+    return self._finish("ok", None)
+
+  def _finish(self, status: str, error: str | None) -> dict:
+    result = self.describe(self.run, self.workdir, time.time() - self.start)
+    result.update(status=status, error=error)
+    _write_json(os.path.join(self.workdir, RESULT), result)
+    return result
+
+  def terminate(self) -> None:
+    if self.proc.poll() is None:
+      self.proc.send_signal(signal.SIGTERM)
+
+
+def _duration(seconds: float) -> str:
+  seconds = int(seconds)
+  return f"{seconds // 3600}h{seconds % 3600 // 60:02d}m" if seconds >= 3600 else \
+      f"{seconds // 60}m{seconds % 60:02d}s"
+
+
+def run_all(runs: Sequence[Run], root: str, *, shares: Sequence[Share], vocab_dir: str | None,
+            eval_limit: int, steps_of: Callable[[Run], int],
+            describe: Callable[[Run, str, float], dict], stream: TextIO = sys.stdout) -> list[dict]:
+  """Runs every unfinished run, len(shares) at a time; returns the results of this session."""
+  workdir = lambda run: os.path.join(root, run.name)
+  pending = [r for r in runs if not is_finished(workdir(r), steps_of(r))]
+  done_before = len(runs) - len(pending)
+  print(f"[sweep] {len(runs)} runs under {root}: {done_before} finished before, {len(pending)} to "
+        f"run, {len(shares)} at a time ({', '.join(s.name for s in shares)})", file=stream,
+        flush=True)
+  active: dict[int, Job] = {}
+  results, start, stop = [], time.time(), []
+
+  def interrupt(signum, frame):
+    stop.append(signum)
+
+  previous = {s: signal.signal(s, interrupt) for s in (signal.SIGINT, signal.SIGTERM)}
+  try:
+    while (pending or active) and not stop:
+      for slot, share in enumerate(shares):
+        if slot not in active and pending and not stop:
+          run = pending.pop(0)
+          active[slot] = Job(run, workdir(run), vocab_dir, share, eval_limit, describe)
+          print(f"[sweep] start {run.name} on {share.name}", file=stream, flush=True)
+      time.sleep(0.5)
+      for slot, job in list(active.items()):
+        result = job.poll()
+        if result is None:
+          continue
+        del active[slot]
+        results.append(result)
+        failed = sum(r["status"] != "ok" for r in results)
+        done = done_before + len(results)
+        elapsed = time.time() - start
+        eta = elapsed / len(results) * (len(pending) + len(active)) / len(shares) \
+            if pending or active else 0
+        print(f"[sweep] {done}/{len(runs)} done ({failed} failed this session) | {job.run.name} "
+              f"{result['status']}" + (f": {result['error']}" if result["error"] else
+                                       f", dev PPL {result.get('dev_ppl', float('nan')):.2f}")
+              + f" | elapsed {_duration(elapsed)}, ETA {_duration(eta)}", file=stream, flush=True)
+  finally:
+    for job in active.values():
+      job.terminate()
+    for job in active.values():
+      job.proc.wait()
+    for s, handler in previous.items():
+      signal.signal(s, handler)
+  if stop:
+    raise KeyboardInterrupt("sweep interrupted: the running runs saved their step; rerun the same "
+                            "command to resume")
+  return results
+
+
+def collect(root: str) -> list[dict]:
+  """Every run result under root (finished or failed), in sweep order."""
+  results = []
+  for path in glob.glob(os.path.join(root, "*", RESULT)):
+    with open(path, encoding="utf-8") as f:
+      results.append(json.load(f))
+  return sorted(results, key=lambda r: (r.get("index", 0), r["name"]))
+
+
+def changed_keys(config: config_lib.Config, reference: config_lib.Config,
+                 ignore: Sequence[str] = ("data.vocab_dir",)) -> dict:
+  """{'section.key': value} of every value of `config` that differs from `reference`."""
+  out = {}
+  for section in config_lib.SECTIONS:
+    ours, theirs = config.to_dict()[section], reference.to_dict()[section]
+    for key, value in ours.items():
+      name = f"{section}.{key}"
+      if value != theirs.get(key) and name not in ignore:
+        out[name] = list(value) if isinstance(value, tuple) else value
+  return out

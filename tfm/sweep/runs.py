@@ -1,0 +1,87 @@
+"""The runs of a sweep: table rows x grid points x seeds, each with a workdir and its overrides.
+
+A run is one `tfm train` + `tfm eval` of a config file (`FILE`, or `FILE:ROW` for a table row) with
+`--config.KEY=VALUE` overrides: the command line's, the grid point's, and the seed's. Seed i sets
+train.seed = i (parameter init and dropout) and data.shuffle_seed = i (data order). Its workdir is
+ROOT/NAME with NAME = ROW[+KEY=VALUE,...]-sI, so a rerun of the same command finds it again.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import itertools
+import re
+from typing import Sequence
+
+from tfm import config as config_lib
+
+
+@dataclasses.dataclass(frozen=True)
+class Run:
+  config_file: str
+  row: str | None  # a row of a table config, or None
+  grid: tuple[tuple[str, str], ...]  # this run's grid point: (key, value) pairs
+  seed: int
+  overrides: tuple[str, ...] = ()  # 'KEY=VALUE' from the command line, for every run
+
+  @property
+  def group(self) -> str:
+    """The name without the seed: runs of one group are averaged in the table."""
+    parts = [self.row] if self.row else []
+    if self.grid:
+      parts.append(",".join(f"{k}={v}" for k, v in self.grid))
+    return re.sub(r"[^A-Za-z0-9_.=,+-]", "_", "+".join(parts) or "run")
+
+  @property
+  def name(self) -> str:
+    return f"{self.group}-s{self.seed}"
+
+  @property
+  def spec(self) -> str:
+    return f"{self.config_file}:{self.row}" if self.row else self.config_file
+
+  def config_overrides(self, vocab_dir: str | None = None) -> list[str]:
+    """Every 'KEY=VALUE' this run applies to its config file, the seed's last."""
+    out = list(self.overrides) + [f"{k}={v}" for k, v in self.grid]
+    if vocab_dir is not None:
+      out.append(f"data.vocab_dir={vocab_dir}")
+    return out + [f"train.seed={self.seed}", f"data.shuffle_seed={self.seed}"]
+
+  def load(self, vocab_dir: str | None = None) -> config_lib.Config:
+    """The run's validated config (raises ValueError naming the run and the key)."""
+    try:
+      return config_lib.load_config(self.spec, self.config_overrides(vocab_dir))
+    except ValueError as e:
+      raise ValueError(f"run {self.name}: {e}") from None
+
+  def train_argv(self, workdir: str, vocab_dir: str | None = None) -> list[str]:
+    """`tfm train` arguments of this run."""
+    return (["train", f"--config={self.spec}"]
+            + [f"--config.{o}" for o in self.config_overrides(vocab_dir)]
+            + [f"--workdir={workdir}"])
+
+
+def parse_grid(specs: Sequence[str]) -> list[tuple[str, list[str]]]:
+  """['model.num_heads=1,4,8', ...] -> [('model.num_heads', ['1', '4', '8']), ...]."""
+  grid = []
+  for spec in specs:
+    key, sep, values = spec.partition("=")
+    items = [v.strip() for v in values.split(",")]
+    if not sep or not re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)+", key) or (
+        not all(items)):
+      raise ValueError(f"--grid {spec!r}: expected SECTION.KEY=VALUE1,VALUE2,... "
+                       "(e.g. model.num_heads=1,4,8)")
+    if key in {k for k, _ in grid}:
+      raise ValueError(f"--grid: {key} is given twice; put all its values in one --grid")
+    grid.append((key, items))
+  return grid
+
+
+def expand(config_file: str, rows: Sequence[str | None], grid: Sequence[tuple[str, list[str]]],
+           seeds: int, overrides: Sequence[str] = ()) -> list[Run]:
+  """Every (row, grid point, seed), rows outermost and seeds innermost."""
+  if seeds < 1:
+    raise ValueError(f"--seeds: expected a positive integer, got {seeds}")
+  points = list(itertools.product(*[[(k, v) for v in values] for k, values in grid]))
+  return [Run(config_file, row, tuple(point), seed, tuple(overrides))
+          for row in rows for point in points for seed in range(seeds)]
