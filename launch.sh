@@ -30,12 +30,17 @@ setup() {
   echo "launch.sh: environment ready in $VENV"
 }
 
+usage() { echo "launch.sh: $1 (see the comment at the top of launch.sh)" >&2; exit 2; }
+
 mode=local
 processes=1
 while [ $# -gt 0 ]; do
   case "$1" in
     setup) setup; exit 0 ;;
-    --processes) processes=$2; mode=multiprocess; shift 2 ;;
+    --processes)
+      [[ "${2:-}" =~ ^[1-9][0-9]*$ ]] || usage "--processes needs a positive number of processes, got '${2:-}'"
+      processes=$2; mode=multiprocess; shift 2 ;;
+    --processes=*) usage "write --processes N (a space, not '=')" ;;
     --slurm) mode=slurm; shift ;;
     --tpu) mode=tpu; shift ;;
     *) break ;;
@@ -49,6 +54,8 @@ case "$mode" in
   multiprocess)
     port=$("$VENV/bin/python" -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')
     pids=()
+    # SIGTERM / SIGINT (a preemption, Ctrl-C) go to every worker: each saves its step and exits.
+    trap 'kill -TERM "${pids[@]}" 2>/dev/null' TERM INT
     for ((i = 0; i < processes; i++)); do
       TFM_COORDINATOR="127.0.0.1:$port" TFM_NUM_PROCESSES=$processes TFM_PROCESS_ID=$i \
         "$VENV/bin/tfm" "$@" &
@@ -56,13 +63,20 @@ case "$mode" in
     done
     # The first process to fail ends the others: they would wait forever in collectives.
     status=0
-    for ((i = 0; i < processes; i++)); do
-      wait -n && continue
-      status=$?
-      kill -KILL "${pids[@]}" 2>/dev/null
-      break
+    declare -A done=()
+    while [ ${#done[@]} -lt "$processes" ]; do
+      for pid in "${pids[@]}"; do
+        [ -n "${done[$pid]:-}" ] && continue
+        kill -0 "$pid" 2>/dev/null && continue
+        code=0; wait "$pid" || code=$?
+        done[$pid]=1
+        if [ "$code" -ne 0 ] && [ "$status" -eq 0 ]; then
+          status=$code
+          kill -KILL "${pids[@]}" 2>/dev/null
+        fi
+      done
+      sleep 0.5
     done
-    wait
     exit $status ;;
   slurm) exec srun --kill-on-bad-exit=1 env TFM_DISTRIBUTED=auto "$VENV/bin/tfm" "$@" ;;
   tpu) TFM_DISTRIBUTED=auto exec "$VENV/bin/tfm" "$@" ;;

@@ -9,6 +9,7 @@ import sys
 from absl import flags
 
 from tfm import config as config_lib
+from tfm.commands import UsageError
 
 # subcommand -> (module under tfm.commands, one-line help, whether --config is required)
 COMMANDS = {
@@ -38,6 +39,17 @@ def _underscore_flag(arg: str) -> str:
   return "--" + name.replace("-", "_") + sep + value
 
 
+# Errors that describe bad input (a config value, a flag, a missing or unreadable file), whose
+# message says what was expected: printed as one line. Anything else is a bug: a traceback.
+INPUT_ERRORS = (ValueError, FileNotFoundError, NotADirectoryError, IsADirectoryError,
+                PermissionError, UnicodeDecodeError)
+
+
+def _one_line(error: Exception) -> str:
+  text = " ".join(str(error).split())
+  return text if isinstance(error, ValueError) else f"{type(error).__name__}: {text}"
+
+
 def _pin_cpus() -> None:
   """TFM_CPUS=0,1: run on these cores only (tfm sweep --parallel gives each run its share)."""
   cpus = os.environ.get("TFM_CPUS")
@@ -53,7 +65,8 @@ def main(argv=None) -> int:
     return 0
   name = argv[1]
   if name not in COMMANDS:
-    print(f"tfm: unknown subcommand {name!r}\n\n{usage()}", file=sys.stderr)
+    print(f"tfm: unknown subcommand {name!r}; expected one of {', '.join(COMMANDS)} (tfm --help)",
+          file=sys.stderr)
     return 2
   module_name, _, needs_config = COMMANDS[name]
   command = importlib.import_module(f"tfm.commands.{module_name}")
@@ -65,18 +78,27 @@ def main(argv=None) -> int:
     print(f"usage: tfm {name} [flags]\n\n{COMMANDS[name][1]}\n\n{fv.get_help()}")
     return 0
   try:
-    fv(sub_argv)
-  except flags.Error as e:
-    print(f"tfm {name}: {config_lib.flag_error_message(e)}", file=sys.stderr)
+    config_lib.parse_flags(fv, sub_argv)
+  except ValueError as e:  # a bad flag, or whatever loading the config file raised
+    print(f"tfm {name}: {e}", file=sys.stderr)
     return 2
   if needs_config and fv.config is None:
     print(f"tfm {name}: --config=FILE[:ARG] is required", file=sys.stderr)
     return 2
   try:
-    config = None if fv.config is None else config_lib.build(fv.config)
+    loaded = None if fv.config is None else dict(fv.config.items())
+  except OSError as e:  # ml_collections reports a config file it could not read only now
+    print(f"tfm {name}: {config_lib.load_error_message(e.__cause__ or e, sub_argv)}",
+          file=sys.stderr)
+    return 2
+  try:
+    config = None if loaded is None else config_lib.build(loaded)
     return command.run(fv, config) or 0
-  except ValueError as e:  # config and input errors: one clear line, no traceback
-    print(f"tfm {name}: error: {e}", file=sys.stderr)
+  except UsageError as e:
+    print(f"tfm {name}: {e}", file=sys.stderr)
+    return 2
+  except INPUT_ERRORS as e:  # config and input errors: one clear line, no traceback
+    print(f"tfm {name}: error: {_one_line(e)}", file=sys.stderr)
     return 1
   except KeyboardInterrupt as e:
     print(f"tfm {name}: {e or 'interrupted'}", file=sys.stderr)

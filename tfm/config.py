@@ -15,6 +15,8 @@ message naming the key.
 from __future__ import annotations
 
 import dataclasses
+import re
+import sys
 from typing import Any, Mapping, Sequence
 
 import ml_collections
@@ -100,16 +102,53 @@ def define_config_flag(flag_values: flags.FlagValues, argv: Sequence[str], defau
                                          sys_argv=list(argv))
 
 
+def parse_flags(flag_values: flags.FlagValues, argv: Sequence[str]) -> None:
+  """flag_values(argv), loading --config afresh; raises ValueError with one line on any error.
+
+  ml_collections loads every config file as the module `config_config` with the deprecated
+  `load_module`, which re-executes a file into the module left by the previous one: a file that
+  defines no get_config() would silently run the previous file's. Dropping it first avoids that.
+  """
+  sys.modules.pop("config_config", None)
+  try:
+    flag_values(list(argv))
+  except Exception as e:  # noqa: BLE001 -- whatever loading the file raised, said in one line
+    raise ValueError(load_error_message(e, argv)) from None
+
+
 def load_config_dict(spec: str, overrides: Sequence[str] = ()) -> ml_collections.ConfigDict:
   """The ConfigDict a config file and overrides give, before validation."""
   argv = ["tfm", f"--config={spec}"] + [f"--config.{o}" for o in overrides]
   fv = flags.FlagValues()
   holder = define_config_flag(fv, argv)
-  try:
-    fv(argv)
-  except flags.Error as e:
-    raise ValueError(flag_error_message(e)) from None
+  parse_flags(fv, argv)
   return holder.value
+
+
+def load_error_message(error: Exception, argv: Sequence[str]) -> str:
+  """One line for an error raised while parsing --config and its overrides (ml_collections raises
+  whatever the config file raises, or wraps it in a traceback)."""
+  spec = next((a.split("=", 1)[1] for a in argv if a.startswith("--config=")), "")
+  path = spec.split(":")[0]
+  text = str(error)
+  if isinstance(error, SyntaxError):
+    return f"--config {path}: invalid Python at line {error.lineno}: {error.msg}"
+  if isinstance(error, OSError):
+    reason = re.search(r"\[Errno \d+\] ([^:]+)", text)
+    return f"--config {path}: cannot be read ({error.strerror or (reason and reason[1]) or text})"
+  if isinstance(error, AttributeError) and "get_config" in text:
+    return f"--config {path}: defines no get_config(arg=None) returning a ConfigDict"
+  suggestion = re.search(r"Did you mean \W*(\w+)\W* instead of \W*(\w+)", text)
+  if isinstance(error, (AttributeError, KeyError)) and suggestion:
+    good, bad = suggestion.groups()
+    flag = next((a.split("=", 1)[0] for a in argv if a.startswith("--config.")
+                 and bad in a.split("=", 1)[0].split(".")), f"--config.{bad}")
+    return f"{flag}: unknown config key {bad!r}; did you mean {good!r}?"
+  if isinstance(error, (AttributeError, KeyError)):
+    return f"--config {path}: unknown config key {text}"
+  if isinstance(error, flags.Error):
+    return flag_error_message(error)
+  return f"--config {path}: {type(error).__name__}: {' '.join(text.split())}"
 
 
 def load_config(spec: str, overrides: Sequence[str] = ()) -> Config:

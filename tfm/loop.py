@@ -15,6 +15,8 @@ JAX's preemption service agrees on).
 
 from __future__ import annotations
 
+import contextlib
+import os
 import sys
 import time
 
@@ -33,6 +35,7 @@ from tfm.train.preemption import Preemption
 from tfm.train.sharding import check_batch_size
 from tfm.train.state import parameter_count
 from tfm.train.step import check_nonfinite
+from tfm.train.workdir import Workdir
 
 # Input-pipeline figures logged beside the train metrics (TrainIterator.stats()).
 DATA_STATS = ("inputs_efficiency", "targets_efficiency", "examples_read", "examples_kept",
@@ -68,75 +71,82 @@ def train(config: Config, workdir: str, stream=sys.stdout):
   """Trains (or resumes) the experiment `config` in `workdir`; returns the final TrainState."""
   preemption = Preemption()  # from the start: a SIGTERM during set-up still ends with a checkpoint
   try:
-    return _train(config, workdir, stream, preemption)
+    distributed.initialize_from_env()
+    with Workdir(workdir) as held:
+      return _train(config, held, stream, preemption)
   finally:
     preemption.restore()
 
 
-def _train(config: Config, workdir: str, stream, preemption: Preemption):
-  distributed.initialize_from_env()
-  writer = MetricsWriter(workdir, stream)
+def _train(config: Config, held: Workdir, stream, preemption: Preemption):
+  workdir = os.fspath(held.path)
+  held.check_config(config.to_dict())  # before anything is written: a resume is the same model
   tokenizer = prepare_data(config, workdir)
   tc = config.train
   exp = Experiment(config)
-  writer.text(f"tfm: {parameter_count(exp.abstract_state.params):,} parameters; mesh "
-              f"{dict(exp.mesh.shape)}; {jax.process_count()} host(s), {jax.device_count()} device(s)")
-
   # Packed (and dev) batches have a fixed row count, checked here; bucketed ones are sized to fit.
   check_batch_size(batching.host_rows(config.data, 1), exp.mesh, exp.rules, tc.microbatches)
-  iterator = pipeline.train_iterator(config.data, tokenizer, process_index=jax.process_index(),
-                                     process_count=jax.process_count(),
-                                     row_multiple=exp.batch_row_multiple)
-  checkpointer = ckpt_lib.Checkpointer(workdir, keep=tc.keep_checkpoints)
-  ckpt_lib.write_config(workdir, config.to_dict())
-  restored = checkpointer.restore(exp.abstract_state)
-  if restored is None:
-    state, start = exp.init_state(), 0
-  else:
-    state, data_state, start = restored
-    iterator.set_state(data_state)
-    writer.text(f"tfm: resumed from step {start} in {workdir}")
-  batches = prefetch.prefetch_to_device(iterator, exp.batch_sharding)
-  train_step = exp.train_step
-  evaluate_dev = DevLoss(config.data, tokenizer, exp.eval_step, exp.batch_sharding)
-  bleu_every = config.eval.bleu_every
-  evaluate_bleu = None
-  if bleu_every:
-    evaluate_bleu = DevBleu(config.data, tokenizer, exp.translate_fn(eos_id=tokenizer.eos_id),
-                            batch_size=exp.decode_rows(config.eval.batch_size),
-                            limit=config.eval.bleu_examples, compounds=config.eval.compounds)
+  with contextlib.ExitStack() as cleanup:  # closed in reverse order, whatever happens
+    iterator = pipeline.train_iterator(config.data, tokenizer, process_index=jax.process_index(),
+                                       process_count=jax.process_count(),
+                                       row_multiple=exp.batch_row_multiple)
+    cleanup.callback(iterator.close)
+    checkpointer = ckpt_lib.Checkpointer(workdir, keep=tc.keep_checkpoints,
+                                         period=tc.checkpoint_every, final_step=tc.steps)
+    cleanup.callback(checkpointer.close)
+    cleanup.callback(checkpointer.wait)
+    restored = checkpointer.restore(exp.abstract_state,
+                                    accept=lambda state, data_state: iterator.set_state(data_state))
+    state, start = (exp.init_state(), 0) if restored is None else (restored[0], restored[2])
+    held.commit(config.to_dict())  # config.json only now that the state is known to fit it
+    writer = MetricsWriter(workdir, stream)
+    cleanup.callback(writer.close)
+    writer.text(f"tfm: {parameter_count(exp.abstract_state.params):,} parameters; mesh "
+                f"{dict(exp.mesh.shape)}; {jax.process_count()} host(s), {jax.device_count()} "
+                "device(s)")
+    if restored is not None:
+      writer.text(f"tfm: resumed from step {start} in {workdir}")
+    batches = prefetch.prefetch_to_device(iterator, exp.batch_sharding)
+    cleanup.callback(batches.close)
+    evaluate_dev = DevLoss(config.data, tokenizer, exp.eval_step, exp.batch_sharding)
+    evaluate_bleu = None
+    if config.eval.bleu_every:
+      evaluate_bleu = DevBleu(config.data, tokenizer, exp.translate_fn(eos_id=tokenizer.eos_id),
+                              batch_size=exp.decode_rows(config.eval.batch_size),
+                              limit=config.eval.bleu_examples, compounds=config.eval.compounds)
+    return _run_steps(config, exp.train_step, state, start, batches, checkpointer, writer,
+                      evaluate_dev, evaluate_bleu, preemption)
 
-  window, window_start, step = [], time.perf_counter(), start
-  try:
-    while step < tc.steps:
-      state, metrics = train_step(state, next(batches))
-      step += 1
-      window.append(metrics)
-      done = step == tc.steps
-      stop = preemption.stop(step)
-      if step % tc.log_every == 0 or done or stop or step % tc.checkpoint_every == 0:
-        window = jax.device_get(window)  # the one host sync: this window's metrics
-        for offset, m in enumerate(window):
-          check_nonfinite(m, step - len(window) + offset + 1, tc.nonfinite)
-        writer.write(step, _window_summary(window, time.perf_counter() - window_start))
-        window, window_start = [], time.perf_counter()
-      # A preempted run saves at once: evaluation could outlast the grace period after SIGTERM.
-      if step % tc.eval_every == 0 or done:
-        stats = batches.stats()  # this host's pipeline so far (it reads a few batches ahead)
-        writer.write(step, {k: stats[k] for k in DATA_STATS if k in stats}, prefix="data")
-        writer.write(step, evaluate_dev(state.params), prefix="dev")
-        window_start = time.perf_counter()
-      if evaluate_bleu and (step % bleu_every == 0 or done):
-        writer.write(step, evaluate_bleu(state.params), prefix="dev")
-        window_start = time.perf_counter()
-      if step % tc.checkpoint_every == 0 or done or stop:
-        checkpointer.save(step, state, batches.get_state())
-      if stop:
-        writer.text(f"tfm: SIGTERM: saved step {step}, exiting")
-        break
-  finally:
-    checkpointer.wait()
-    checkpointer.close()
-    batches.close()
-    writer.close()
+
+def _run_steps(config, train_step, state, step, batches, checkpointer, writer, evaluate_dev,
+               evaluate_bleu, preemption):
+  """Steps from `step` to train.steps (or a preemption); returns the last state."""
+  tc, bleu_every = config.train, config.eval.bleu_every
+  window, window_start = [], time.perf_counter()
+  while step < tc.steps:
+    state, metrics = train_step(state, next(batches))
+    step += 1
+    window.append(metrics)
+    done = step == tc.steps
+    stop = preemption.stop(step)
+    if step % tc.log_every == 0 or done or stop or step % tc.checkpoint_every == 0:
+      window = jax.device_get(window)  # the one host sync: this window's metrics
+      for offset, m in enumerate(window):
+        check_nonfinite(m, step - len(window) + offset + 1, tc.nonfinite)
+      writer.write(step, _window_summary(window, time.perf_counter() - window_start))
+      window, window_start = [], time.perf_counter()
+    # A preempted run saves at once: evaluation could outlast the grace period after SIGTERM.
+    if step % tc.eval_every == 0 or done:
+      stats = batches.stats()  # this host's pipeline so far (it reads a few batches ahead)
+      writer.write(step, {k: stats[k] for k in DATA_STATS if k in stats}, prefix="data")
+      writer.write(step, evaluate_dev(state.params), prefix="dev")
+      window_start = time.perf_counter()
+    if evaluate_bleu and (step % bleu_every == 0 or done):
+      writer.write(step, evaluate_bleu(state.params), prefix="dev")
+      window_start = time.perf_counter()
+    if step % tc.checkpoint_every == 0 or done or stop:
+      checkpointer.save(step, state, batches.get_state())
+    if stop:
+      writer.text(f"tfm: SIGTERM: saved step {step}, exiting")
+      break
   return state

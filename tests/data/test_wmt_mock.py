@@ -36,7 +36,7 @@ def _normalize(text):
 
 def test_wmt14_en_de_end_to_end(mocked, tmp_path):
   cfg = _cfg(tmp_path)
-  sources.prepare(cfg)  # download_and_prepare is a no-op under the mock
+  sources.prepare(cfg, create_data_dir=True)  # download_and_prepare is a no-op under the mock
   raw = tfds.data_source("wmt14_translate/de-en", split="train")
   examples = [raw[i] for i in range(len(raw))]
   tok = tokenizer.get_tokenizer(cfg, None)

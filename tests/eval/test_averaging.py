@@ -142,8 +142,11 @@ def test_errors(tiny, written, tmp_path):
     averaging.average_params(workdir, unsharded, 2)
   wrong = {**tiny.abstract.params, "wi": jax.ShapeDtypeStruct(
       (32, 65), np.float32, sharding=tiny.abstract.params["wi"].sharding)}  # d_ff changed
-  with pytest.raises(RuntimeError, match="checkpoints/300 cannot be restored for averaging"):
-    averaging.average_params(workdir, wrong, 2)
+  with pytest.raises(ckpt_lib.CheckpointError, match="no checkpoint in .* can be restored for averaging; the "
+                     "newest: checkpoint .*checkpoints/400 cannot be restored"):
+    averaging.average_params(workdir, wrong, 2)  # 400, 300, 200 and 100 all tried
+  with pytest.raises(ckpt_lib.CheckpointError, match="checkpoints/300 cannot be restored for averaging"):
+    averaging.average_params(workdir, wrong, 2, steps=[300])  # explicit steps: no fallback
 
 
 def test_one_checkpoint_in_memory_at_a_time(tiny, written, monkeypatch):

@@ -16,6 +16,7 @@ MODEL = ["model.vocab_size=300", "model.d_model=16", "model.d_ff=32", "model.num
 @pytest.fixture(scope="session")
 def corpus(tmp_path_factory):
   root = tmp_path_factory.mktemp("corpus")
+  (root / "tfds").mkdir()  # training reads datasets from an existing data_dir only
   return dict(sword=testlib.write_library(str(root / "sword")), tfds=str(root / "tfds"),
               vocab=str(root / "vocab"))
 

@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 
 from tfm.config import build
-from tfm.train.checkpoint import (Checkpointer, available_steps, read_config, restore_params,
+from tfm.train.checkpoint import (CheckpointError, Checkpointer, available_steps, read_config, restore_params,
                                   write_config)
 from tfm.train.sharding import batch_sharding, shard_batch
 from tests.train import helpers
@@ -97,7 +97,7 @@ def test_incompatible_state_raises_and_keeps_checkpoints(tiny_setup, tmp_path):
   target = abstract(tiny_setup)
   wrong = target.replace(params={**target.params, "wi": jax.ShapeDtypeStruct(
       (32, 65), np.float32, sharding=target.params["wi"].sharding)})  # d_ff changed
-  with pytest.raises(RuntimeError, match="no checkpoint"):
+  with pytest.raises(CheckpointError, match="no checkpoint"):
     checkpointer.restore(wrong)
   assert checkpointer.all_steps() == [1, 2]
   checkpointer.close()

@@ -9,7 +9,7 @@ from tests.train import helpers
 from tests.train.conftest import LABEL_SMOOTHING
 from tests.train.tiny_model import TinySeq2Seq, tiny_config
 from tfm.train.sharding import batch_sharding, shard_batch
-from tfm.train.step import check_nonfinite
+from tfm.train.step import NonFiniteError, check_nonfinite, train_step
 
 ROWS, LENGTH = 8, 12
 EPS = LABEL_SMOOTHING
@@ -117,7 +117,7 @@ def test_nonfinite_update_is_skipped(setup):
                                 (bad.params, bad.opt_state), (after.params, after.opt_state))
   assert all(jax.tree_util.tree_leaves(same))
   check_nonfinite(metrics, 1, "skip")
-  with pytest.raises(FloatingPointError, match="step 1"):
+  with pytest.raises(NonFiniteError, match=r"step 1 \(loss=.*grad_norm=nan"):
     check_nonfinite(metrics, 1, "stop")
   # Repaired, the next update is applied and uses the schedule's step 1 (one update applied so far: 0).
   repaired = after.replace(params={**after.params, "wi": host.params["wi"]})
@@ -125,6 +125,25 @@ def test_nonfinite_update_is_skipped(setup):
   assert int(metrics["nonfinite"]) == 0 and int(state.step) == 2 and int(state.nonfinite_count) == 1
   assert float(metrics["learning_rate"]) == pytest.approx(32**-0.5 * 10**-1.5, rel=1e-6)
   assert not np.array_equal(jax.device_get(state.params["wi"]), host.params["wi"])
+
+
+@pytest.mark.parametrize("rate", [float("nan"), float("inf")])
+def test_a_nonfinite_learning_rate_never_reaches_the_state(setup, rate):
+  """Loss and gradients are finite; the update is not: it is skipped all the same."""
+  import optax  # pylint: disable=import-outside-toplevel
+  tx = optax.chain(optax.scale_by_adam(), optax.scale_by_learning_rate(lambda count: rate))
+  _, on_device = device_batch(setup)
+  state = setup.fresh_state().replace(opt_state=tx.init(setup.initial.params))
+  step = jax.jit(lambda s, b: train_step(s, b, model=setup.model, tx=tx, schedule=lambda c: rate,
+                                         label_smoothing=EPS))
+  new, metrics = step(state, on_device)
+  assert np.isfinite(float(metrics["loss"])) and np.isfinite(float(metrics["grad_norm"]))
+  assert int(metrics["nonfinite"]) == 1 and not np.isfinite(float(metrics["update_norm"]))
+  finite = jax.tree_util.tree_map(lambda x: bool(np.all(np.isfinite(np.asarray(x)))),
+                                  (new.params, new.opt_state))
+  assert all(jax.tree_util.tree_leaves(finite))
+  assert all(np.array_equal(a, b) for a, b in zip(jax.tree_util.tree_leaves(jax.device_get(new.params)),
+                                                  jax.tree_util.tree_leaves(setup.initial.params)))
 
 
 def test_eval_step_sums(setup, reference):

@@ -9,14 +9,18 @@ from __future__ import annotations
 from absl import flags
 
 
+class UsageError(ValueError):
+  """A missing or malformed command-line flag: exit code 2, like absl's own flag errors."""
+
+
 def define_trained_flags(fv: flags.FlagValues):
   """--workdir and --average: the flags of commands that use a trained model (eval, translate)."""
   flags.DEFINE_string("workdir", None, "a workdir written by `tfm train`", flag_values=fv)
   flags.DEFINE_integer("average", None, "average the last N checkpoints (default "
-                       "train.average_checkpoints; 1 = latest only)", flag_values=fv)
+                       "train.average_checkpoints; 1 = latest only)", lower_bound=1, flag_values=fv)
 
 
 def require_workdir(fv: flags.FlagValues):
   if not fv.workdir:
-    raise ValueError("--workdir is required")
+    raise UsageError("--workdir is required")
 

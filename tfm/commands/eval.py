@@ -18,7 +18,8 @@ def define_flags(fv: flags.FlagValues):
   define_trained_flags(fv)
   flags.DEFINE_enum("split", "dev", ["dev", "test"], "dev = newstest2013, test = newstest2014",
                     flag_values=fv)
-  flags.DEFINE_integer("limit", None, "score only the first K sentence pairs", flag_values=fv)
+  flags.DEFINE_integer("limit", None, "score only the first K sentence pairs (0 = all)",
+                       lower_bound=0, flag_values=fv)
 
 
 def run(fv: flags.FlagValues, config):
@@ -36,13 +37,13 @@ def run(fv: flags.FlagValues, config):
   bleu = DevBleu(c.data, t.tokenizer, exp.translate_fn(eos_id=t.tokenizer.eos_id),
                  batch_size=exp.decode_rows(c.eval.batch_size), split=fv.split,
                  limit=fv.limit or 0, compounds=c.eval.compounds)(t.params)
-  tokens = ckpt_lib.read_data_state(fv.workdir, t.steps[-1]).get("efficiency", {})
+  hosts = ckpt_lib.read_data_state(fv.workdir, t.steps[-1])["hosts"]  # every host's pipeline
+  tokens = lambda key: sum(h.get("efficiency", {}).get(key, 0) for h in hosts) or None
   result = dict(split=fv.split, checkpoints=t.steps, averaged=len(t.steps), **bleu,
                 perplexity=losses["perplexity"], nll=losses["nll"], loss=losses["loss"],
                 target_tokens=losses["tokens"], beam_size=c.eval.beam_size,
                 length_penalty=c.eval.length_penalty, max_extra_length=c.eval.max_extra_length,
-                train_source_tokens=tokens.get("real_inputs"),
-                train_target_tokens=tokens.get("real_targets"))
+                train_source_tokens=tokens("real_inputs"), train_target_tokens=tokens("real_targets"))
   path = os.path.join(fv.workdir, f"eval_{fv.split}_{t.steps[-1]}.json")
   with open(path, "w", encoding="utf-8") as f:
     json.dump(result, f, indent=1)

@@ -12,7 +12,7 @@ def define_flags(fv: flags.FlagValues):
 
 def run(fv: flags.FlagValues, config):
   from tfm.data import sources, tokenizer  # pylint: disable=import-outside-toplevel
-  builder = sources.prepare(config.data)
+  builder = sources.prepare(config.data, create_data_dir=True)
   print(f"dataset {builder.info.full_name} ready in {builder.data_dir}")
   if fv.workdir or config.data.vocab_dir:
     tok = tokenizer.get_tokenizer(config.data, fv.workdir)

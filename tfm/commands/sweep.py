@@ -21,6 +21,7 @@ from absl import flags
 from ml_collections import config_flags
 
 from tfm import config as config_lib
+from tfm.commands import UsageError
 from tfm.sweep import execute, report
 from tfm.sweep.runs import Run, expand, parse_grid
 
@@ -35,11 +36,11 @@ def define_flags(fv: flags.FlagValues):
   flags.DEFINE_multi_string("grid", [], "SECTION.KEY=V1,V2,...: runs for every value (several "
                             "--grid flags: every combination)", flag_values=fv)
   flags.DEFINE_integer("seeds", 1, "runs per row and grid point, with seeds 0..N-1 (train.seed "
-                       "and data.shuffle_seed)", flag_values=fv)
+                       "and data.shuffle_seed)", lower_bound=1, flag_values=fv)
   flags.DEFINE_integer("parallel", 1, "runs at once, each on its share of the devices",
-                       flag_values=fv)
+                       lower_bound=1, flag_values=fv)
   flags.DEFINE_integer("eval_limit", None, "dev pairs decoded for BLEU (default eval.bleu_examples; "
-                       "0 = all)", flag_values=fv)
+                       "0 = all)", lower_bound=0, flag_values=fv)
   flags.DEFINE_boolean("report", False, "only rebuild the results from finished runs in --root",
                        flag_values=fv)
   flags.DEFINE_boolean("dry_run", False, "print the runs' commands instead of running them",
@@ -54,15 +55,19 @@ def _runs(fv: flags.FlagValues, config: config_lib.Config) -> list[Run]:
   path = config_lib.config_file(fv)
   if config.rows is None:
     if fv.rows:
-      raise ValueError(f"--rows: {path} is not a table config (it has no rows)")
+      raise UsageError(f"--rows: {path} is not a table config (it has no rows)")
     rows = [None]
   else:
     unknown = [r for r in fv.rows or () if r not in config.rows]
     if unknown:
-      raise ValueError(f"--rows: unknown row(s) {unknown} of {path}; expected some of "
+      raise UsageError(f"--rows: unknown row(s) {unknown} of {path}; expected some of "
                        f"{', '.join(config.rows)}")
     rows = list(fv.rows or config.rows)
-  return expand(path, rows, parse_grid(fv.grid), fv.seeds, _command_overrides(fv))
+  try:
+    grid = parse_grid(fv.grid)
+  except ValueError as e:
+    raise UsageError(str(e)) from None
+  return expand(path, rows, grid, fv.seeds, _command_overrides(fv))
 
 
 def _prepare_data(configs) -> None:
@@ -80,7 +85,7 @@ def _prepare_data(configs) -> None:
 
 def run(fv: flags.FlagValues, config: config_lib.Config | None):
   if not fv.root:
-    raise ValueError("--root is required (one workdir per run and the results go there)")
+    raise UsageError("--root is required (one workdir per run and the results go there)")
   root = os.path.abspath(fv.root)
   if fv.report:
     results = execute.collect(root)
@@ -89,7 +94,7 @@ def run(fv: flags.FlagValues, config: config_lib.Config | None):
     _write(results, root)
     return
   if config is None:
-    raise ValueError("--config=FILE[:ARG] is required (or --report)")
+    raise UsageError("--config=FILE[:ARG] is required (or --report)")
   import jax  # pylint: disable=import-outside-toplevel
   jax.config.update("jax_platforms", "cpu")  # the runs own the accelerators; this process counts
   from tfm.model.params import count_params  # pylint: disable=import-outside-toplevel
@@ -98,8 +103,6 @@ def run(fv: flags.FlagValues, config: config_lib.Config | None):
   vocab_dir = os.path.join(root, "vocab") if config.data.vocab_dir is None else None
   configs = {r: r.load(vocab_dir) for r in runs}  # every config validated before anything runs
   eval_limit = config.eval.bleu_examples if fv.eval_limit is None else fv.eval_limit
-  if fv.eval_limit is not None and fv.eval_limit < 0:
-    raise ValueError(f"--eval_limit: expected >= 0 (0 = all pairs), got {fv.eval_limit}")
   if fv.dry_run:
     for r in runs:
       workdir = os.path.join(root, r.name)

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from absl import flags
 
+from tfm.commands import UsageError
+
 
 def define_flags(fv: flags.FlagValues):
   flags.DEFINE_string("workdir", None, "directory for checkpoints, vocabulary, config and TensorBoard",
@@ -12,6 +14,6 @@ def define_flags(fv: flags.FlagValues):
 
 def run(fv: flags.FlagValues, config):
   if not fv.workdir:
-    raise ValueError("--workdir is required (checkpoints, vocabulary and metrics go there)")
+    raise UsageError("--workdir is required (checkpoints, vocabulary and metrics go there)")
   from tfm.loop import train  # pylint: disable=import-outside-toplevel
   train(config, fv.workdir)

@@ -10,32 +10,31 @@ import sys
 
 from absl import flags
 
-from tfm.commands import define_trained_flags, require_workdir
+from tfm.commands import UsageError, define_trained_flags, require_workdir
 
 
 def define_flags(fv: flags.FlagValues):
   define_trained_flags(fv)
   flags.DEFINE_string("input", None, "a UTF-8 file with one sentence per line (default: stdin)",
                       flag_values=fv)
-  flags.DEFINE_integer("beam_size", None, "override eval.beam_size (1 = greedy)", flag_values=fv)
+  flags.DEFINE_integer("beam_size", None, "override eval.beam_size (1 = greedy)", lower_bound=1,
+                       flag_values=fv)
   flags.DEFINE_boolean("sample", False, "sample instead of searching", flag_values=fv)
   flags.DEFINE_float("temperature", 1.0, "with --sample: softmax temperature (> 0)", flag_values=fv)
   flags.DEFINE_integer("top_k", 0, "with --sample: keep the K most likely tokens (0 = all)",
-                       flag_values=fv)
+                       lower_bound=0, flag_values=fv)
   flags.DEFINE_float("top_p", 1.0, "with --sample: nucleus mass in (0, 1] (1 = all)", flag_values=fv)
   flags.DEFINE_integer("seed", 0, "with --sample: the random seed", flag_values=fv)
 
 
 def _check_flags(fv: flags.FlagValues):
-  if fv.beam_size is not None and fv.beam_size < 1:
-    raise ValueError(f"--beam_size: expected a positive integer, got {fv.beam_size}")
   if fv.sample:
     if not fv.temperature > 0:
-      raise ValueError(f"--temperature: expected > 0, got {fv.temperature}")
-    if fv.top_k < 0:
-      raise ValueError(f"--top_k: expected >= 0, got {fv.top_k}")
+      raise UsageError(f"--temperature: expected a number > 0, got {fv.temperature}")
     if not 0 < fv.top_p <= 1:
-      raise ValueError(f"--top_p: expected a number in (0, 1], got {fv.top_p}")
+      raise UsageError(f"--top_p: expected a number in (0, 1], got {fv.top_p}")
+  elif fv["temperature"].present or fv["top_k"].present or fv["top_p"].present:
+    raise UsageError("--temperature, --top_k and --top_p apply with --sample only")
 
 
 def run(fv: flags.FlagValues, config):
@@ -53,7 +52,12 @@ def run(fv: flags.FlagValues, config):
     except (OSError, UnicodeDecodeError) as e:
       raise ValueError(f"--input {fv.input}: cannot read it as UTF-8 text ({e})") from None
   else:
-    lines = [line.rstrip("\n") for line in sys.stdin]
+    stdin = getattr(sys.stdin, "buffer", None)  # bytes, so bad UTF-8 is an error, not a crash
+    try:
+      text = stdin.read().decode("utf-8") if stdin is not None else sys.stdin.read()
+    except UnicodeDecodeError as e:
+      raise ValueError(f"stdin: not UTF-8 text ({e})") from None
+    lines = text.splitlines()
   t = load_trained(fv.workdir, fv.average)
   exp = t.experiment
   if fv.sample:

@@ -78,12 +78,19 @@ def open_split(cfg: DataConfig, split: str) -> TextPairSource:
   return TextPairSource(data_source, cfg.source_lang, cfg.target_lang)
 
 
-def prepare(cfg: DataConfig):
+def prepare(cfg: DataConfig, create_data_dir: bool = False):
   """Downloads (WMT) or builds (Bible, from SWORD modules) data.dataset as array_record.
 
-  Idempotent: an already prepared dataset is left as is. Returns the tfds builder.
+  Idempotent: an already prepared dataset is left as is. Returns the tfds builder. A data.data_dir
+  that does not exist is an error unless create_data_dir (`tfm prepare-data`): training never
+  silently builds a second copy of a dataset in a mistyped directory.
   """
   _check_manual_dir(cfg)
+  if cfg.data_dir is not None and not create_data_dir and not os.path.isdir(cfg.data_dir):
+    raise FileNotFoundError(
+        f"data.data_dir={cfg.data_dir!r} does not exist; expected the TFDS directory the dataset "
+        "is prepared in (None = TFDS's default, ~/tensorflow_datasets); `tfm prepare-data` builds "
+        "it in a new directory")
   spec = resolve_dataset(cfg)
   builder = tfds.builder(spec.name, data_dir=cfg.data_dir, file_format="array_record")
   download_config = tfds.download.DownloadConfig(manual_dir=cfg.manual_dir)

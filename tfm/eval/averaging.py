@@ -11,9 +11,12 @@ the sum (so the new sum reuses its buffers) and dropped before the next one is r
 sum plus one restored checkpoint (twice the parameters at float32), whatever N is. The sum is divided
 by N at the end, in float32.
 
-Too few checkpoints: none at all raises ValueError; fewer than `num` (e.g. a short run, or
-keep_checkpoints lowered after training) logs a warning and averages all of those that exist. Explicit
-`steps` must all exist.
+Which checkpoints: the newest `num` of the periodic series (steps that are multiples of
+train.checkpoint_every, and the final step), so extra checkpoints written at a preemption never enter
+the mean. A checkpoint that cannot be read or fails its checksums is skipped with a warning and the
+next older one is taken. Too few: none at all raises; fewer than `num` (e.g. a short run, or
+keep_checkpoints lowered after training) logs a warning and averages those. Explicit `steps` must
+all exist and be readable.
 """
 
 from __future__ import annotations
@@ -33,11 +36,15 @@ log = logging.getLogger(__name__)
 KEY = "train.average_checkpoints"
 
 
-def select_steps(workdir: str | epath.Path, num: int, steps: Sequence[int] | None = None) -> list[int]:
-  """The checkpoint steps to average, ascending: the last `num` finished ones in workdir, or `steps`.
+def select_steps(workdir: str | epath.Path, num: int, steps: Sequence[int] | None = None,
+                 period: int | None = None, final_step: int | None = None) -> tuple[list[int], bool]:
+  """(candidate steps, newest first; whether every one must be used).
 
-  Raises ValueError if num < 1 (without steps), if workdir has no checkpoint, or if an explicit step
-  is missing or repeated. Fewer than `num` checkpoints: all of them, with a warning.
+  Explicit `steps` must all exist and are all used. Otherwise the candidates are the checkpoints of
+  the periodic series (multiples of `period` = train.checkpoint_every, and `final_step` =
+  train.steps; every checkpoint if there is no such step), of which the newest `num` readable ones
+  are averaged. Raises ValueError if num < 1 (without steps), if workdir has no checkpoint, or if an
+  explicit step is missing or repeated.
   """
   directory = ckpt_lib.checkpoint_dir(workdir)
   available = ckpt_lib.available_steps(workdir)
@@ -53,17 +60,15 @@ def select_steps(workdir: str | epath.Path, num: int, steps: Sequence[int] | Non
     missing = sorted(set(chosen) - set(available))
     if missing:
       raise ValueError(f"checkpoint steps {missing} not found in {directory}; available: {available}")
-    return sorted(chosen)
+    return sorted(chosen, reverse=True), True
   if isinstance(num, bool) or not isinstance(num, (int, np.integer)) or num < 1:
     raise ValueError(f"config key {KEY}: expected a positive integer (1 = the latest checkpoint "
                      f"only), got {num!r}")
   if not available:
     raise ValueError(f"no finished checkpoint in {directory} (workdir {workdir}): nothing to average "
                      f"({KEY}={num}); train first")
-  if len(available) < num:
-    log.warning("%s=%d but %s holds only %d finished checkpoint(s) (steps %s): averaging those",
-                KEY, num, directory, len(available), available)
-  return available[-int(num):]
+  series = ckpt_lib.periodic(available, period, final_step) or available
+  return sorted(series, reverse=True), False
 
 
 def _shardings(abstract_params: Any) -> Any:
@@ -77,24 +82,27 @@ def _shardings(abstract_params: Any) -> Any:
 
 
 def average_params(workdir: str | epath.Path, abstract_params: Any, num: int,
-                   steps: Sequence[int] | None = None) -> tuple[Any, list[int]]:
-  """(mean params, steps averaged): the mean of the parameters of the last `num` checkpoints.
+                   steps: Sequence[int] | None = None, period: int | None = None,
+                   final_step: int | None = None) -> tuple[Any, list[int]]:
+  """(mean params, steps averaged): the mean of the parameters of the last `num` good checkpoints.
 
   workdir: a training workdir (checkpoints in workdir/checkpoints/<step>/state).
   abstract_params: the target tree of jax.ShapeDtypeStruct with shardings, e.g.
-    `abstract_train_state(model, tx, mesh, rules)[0].params`; each checkpoint is restored onto it.
-  num: how many of the latest checkpoints to average (train.average_checkpoints; 1 = the latest
-    only). Fewer available: all of them, with a warning; none: ValueError. Ignored when `steps` is
-    given.
-  steps: explicit checkpoint steps to average instead (all must exist, none repeated).
+    `Experiment.abstract_params`; each checkpoint is restored onto it.
+  num: how many of the latest checkpoints of the periodic series (see select_steps; period =
+    train.checkpoint_every, final_step = train.steps) to average (train.average_checkpoints; 1 = the
+    latest only). A checkpoint that cannot be restored or fails its checksums is skipped with a
+    warning and the next older one taken; fewer good ones than `num`: all of them, with a warning;
+    none: RuntimeError naming the newest failure. Ignored when `steps` is given.
+  steps: explicit checkpoint steps to average instead (all must exist and restore, none repeated).
 
   Returns the mean as a tree of float32 arrays with the structure and shapes of abstract_params, on
   its shardings, and the steps used, ascending. Each checkpoint is restored in abstract_params'
-  dtypes (a bfloat16 target reads bfloat16 values) and summed in float32. A checkpoint that cannot be
-  restored onto abstract_params raises RuntimeError naming it. Every process must call this (the
-  restores and the jitted sums are collective on a multi-host mesh).
+  dtypes (a bfloat16 target reads bfloat16 values) and summed in float32. Every process must call
+  this (the restores and the jitted sums are collective on a multi-host mesh).
   """
-  chosen = select_steps(workdir, num, steps)
+  candidates, strict = select_steps(workdir, num, steps, period, final_step)
+  want = len(candidates) if strict else int(num)
   shardings = _shardings(abstract_params)
   tree_map = jax.tree_util.tree_map
 
@@ -112,18 +120,33 @@ def average_params(workdir: str | epath.Path, abstract_params: Any, num: int,
   add = jax.jit(add_fn, out_shardings=shardings, donate_argnums=0)
   divide = jax.jit(divide_fn, out_shardings=shardings, donate_argnums=0)
 
-  total = zeros()
-  for step in chosen:
+  directory = ckpt_lib.checkpoint_dir(workdir)
+  total, chosen, failures = zeros(), [], []
+  for step in candidates:
+    if len(chosen) == want:
+      break
     try:
       params = ckpt_lib.restore_params(workdir, step, abstract_params)
-    except Exception as error:
-      raise RuntimeError(f"checkpoint {ckpt_lib.checkpoint_dir(workdir)}/{step} cannot be restored "
-                         f"for averaging: {type(error).__name__}: {error}") from error
+    except Exception as error:  # noqa: BLE001 -- a bad checkpoint is skipped, loudly
+      message = f"checkpoint {directory}/{step} cannot be restored for averaging: " \
+                f"{type(error).__name__}: {error}"
+      if strict:
+        raise ckpt_lib.CheckpointError(message) from error
+      log.warning("%s; taking the previous one", message)
+      failures.append(message)
+      continue
     total = add(total, params)
+    chosen.append(step)
     del params
     # Done before the next restore starts, so this checkpoint's arrays are freed first.
     jax.block_until_ready(total)
+  if not chosen:
+    raise ckpt_lib.CheckpointError(f"no checkpoint in {directory} can be restored for averaging; "
+                                   f"the newest: {failures[0]}")
+  if len(chosen) < want:
+    log.warning("%s=%d but %s holds only %d good checkpoint(s) of the series (steps %s): averaging "
+                "those", KEY, want, directory, len(chosen), sorted(chosen))
   mean = divide(total, np.float32(len(chosen)))
-  log.info("averaged the parameters of %d checkpoint(s) in %s: steps %s", len(chosen),
-           ckpt_lib.checkpoint_dir(workdir), chosen)
-  return mean, chosen
+  log.info("averaged the parameters of %d checkpoint(s) in %s: steps %s", len(chosen), directory,
+           sorted(chosen))
+  return mean, sorted(chosen)

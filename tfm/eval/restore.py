@@ -34,7 +34,13 @@ def read_workdir_config(workdir: str) -> config_lib.Config:
     values = ckpt_lib.read_config(workdir)
   except FileNotFoundError:
     raise ValueError(f"{workdir}/config.json not found: expected a workdir written by `tfm train`") from None
-  return config_lib.build(values)
+  except ValueError as e:
+    raise ValueError(f"{workdir}/config.json: not valid JSON ({e}); expected the config `tfm train` "
+                     "wrote") from None
+  try:
+    return config_lib.build(values)
+  except ValueError as e:
+    raise ValueError(f"{workdir}/config.json: {e}") from None
 
 
 def load_trained(workdir: str, average: int | None = None) -> Trained:
@@ -45,6 +51,7 @@ def load_trained(workdir: str, average: int | None = None) -> Trained:
     raise ValueError(f"no checkpoint in {workdir}/checkpoints: train first (`tfm train --workdir {workdir}`)")
   average = config.train.average_checkpoints if average is None else average
   experiment = Experiment(config)
-  params, steps = average_params(workdir, experiment.abstract_params, average)
+  params, steps = average_params(workdir, experiment.abstract_params, average,
+                                 period=config.train.checkpoint_every, final_step=config.train.steps)
   tokenizer = tokenizer_lib.get_tokenizer(config.data, workdir)
   return Trained(experiment, params, tokenizer, steps)

@@ -1,33 +1,57 @@
-"""Orbax checkpoints: the train state plus a JSON item (the data iterator's state), the last K kept.
+"""Orbax checkpoints: the train state, every host's data-iterator state and their checksums.
 
 Layout of a workdir:
-  workdir/config.json                 the resolved experiment config (write_config)
-  workdir/checkpoints/<step>/state    TrainState (sharded arrays, written asynchronously)
-  workdir/checkpoints/<step>/data     JSON, e.g. the data iterator state
+  workdir/config.json                   the resolved experiment config (write_config)
+  workdir/checkpoints/<step>/state      TrainState (sharded arrays, written asynchronously)
+  workdir/checkpoints/<step>/data       JSON: {"process_count": N, "hosts": [state of host 0, ...]}
+  workdir/checkpoints/<step>/manifest   JSON: checksums of every array and of the data JSON
+
+Which checkpoints stay: the last `keep` of the periodic series (steps that are multiples of
+train.checkpoint_every, and the final step) -- the series `tfm eval` averages -- plus the latest
+checkpoint whatever its step. A preemption save is therefore extra: it lets training resume and
+is deleted once a later checkpoint exists, so a preempted and resumed run keeps exactly the
+checkpoints of an uninterrupted one.
 
 Restoring takes an abstract state whose leaves are jax.ShapeDtypeStruct with shardings (from
-tfm.train.state.abstract_train_state), so each host reads only its shards and a sharded state comes
-back sharded. If the latest checkpoint cannot be read (a partial write, a corrupt file) the previous
-one is used, with a warning, and the unreadable step directory is renamed `<step>.unreadable` so that
-training can write that step again. If none can be read, nothing is renamed and restore raises: that
-is a changed model or optimizer config, not a torn write.
+tfm.experiment.Experiment.abstract_state), so each host reads only its shards and a sharded state
+comes back sharded. Every restore is verified: the arrays' checksums (tfm/train/checksums.py), the
+data JSON's SHA-256, and what the caller checks (`accept`, e.g. that the data iterator takes its
+state). If the latest checkpoint fails any of these (a torn write, flipped bytes, a bad data state)
+the previous one is tried, with one warning each, and the bad step directory is renamed
+`<step>.unreadable[.N]` so that training can write that step again. If none can be read, nothing is
+renamed and restore raises: that is a changed model or optimizer config, not a torn write.
 """
 
 from __future__ import annotations
 
 import json
-import os
 import logging
-from typing import Any
+import os
+from typing import Any, Callable, Sequence
 
 import jax
+import numpy as np
 import orbax.checkpoint as ocp
 from etils import epath
 from jax.experimental import multihost_utils
 
+from tfm.train import checksums
+
 log = logging.getLogger(__name__)
 
-STATE, DATA = "state", "data"
+STATE, DATA, MANIFEST = "state", "data", "manifest"
+
+
+class CheckpointError(ValueError):
+  """No checkpoint of a workdir can be used (a user-facing error: one line, no traceback)."""
+
+
+class ResumeRefused(CheckpointError):
+  """A readable checkpoint that this run must not continue from (not a reason to fall back)."""
+
+
+class CorruptCheckpoint(RuntimeError):
+  """A checkpoint whose bytes do not match its manifest."""
 
 
 def checkpoint_dir(workdir: str | epath.Path) -> epath.Path:
@@ -43,7 +67,9 @@ def write_config(workdir: str | epath.Path, config: dict) -> epath.Path:
   path = epath.Path(workdir) / "config.json"
   if jax.process_index() == 0:
     path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(json.dumps(config, indent=2, sort_keys=True) + "\n")
+    tmp = path.parent / (path.name + ".tmp")
+    tmp.write_text(json.dumps(config, indent=2, sort_keys=True) + "\n")
+    tmp.replace(path)  # never half written
   return path
 
 
@@ -53,28 +79,66 @@ def read_config(workdir: str | epath.Path) -> dict:
 
 
 def available_steps(workdir: str | epath.Path) -> list[int]:
-  """Steps of the finished checkpoints in workdir, ascending (for checkpoint averaging)."""
+  """Steps of the finished checkpoints in workdir, ascending."""
   return sorted(ocp.utils.checkpoint_steps(checkpoint_dir(workdir)))
+
+
+def periodic(steps: Sequence[int], period: int | None, final_step: int | None = None) -> list[int]:
+  """The steps of the periodic series: multiples of `period`, and `final_step` (all when no period)."""
+  return sorted(s for s in steps if period is None or s % period == 0 or s == final_step)
+
+
+def _gather_host_states(data_state) -> list:
+  """Every host's JSON-serialisable state, on every host (process order)."""
+  if jax.process_count() == 1:
+    return [data_state]
+  encoded = np.frombuffer(json.dumps(data_state).encode(), np.uint8)
+  lengths = multihost_utils.process_allgather(np.array([encoded.size], np.int32))
+  padded = np.zeros(int(np.max(lengths)), np.uint8)
+  padded[:encoded.size] = encoded
+  everything = multihost_utils.process_allgather(padded)
+  return [json.loads(bytes(row[:int(n)]).decode()) for row, n in zip(everything,
+                                                                    np.ravel(lengths))]
+
+
+def host_data_state(payload: dict) -> dict:
+  """This host's part of a saved data item (raises ResumeRefused on a different host count)."""
+  if "hosts" not in payload:  # written by a single-host tfm before per-host states
+    return payload
+  hosts = payload["hosts"]
+  if len(hosts) != jax.process_count():
+    raise ResumeRefused(
+        f"this checkpoint holds the data positions of {len(hosts)} host(s) and this run has "
+        f"{jax.process_count()}: each host reads its own shard of the data (train split "
+        f"[process_index::process_count]), so the positions cannot be carried over without repeating "
+        f"or skipping examples of the current epoch. Resume with {len(hosts)} host(s), or train into "
+        "a new --workdir")
+  return hosts[jax.process_index()] or {}
 
 
 class Checkpointer:
   """Saves and restores (TrainState, data state) under workdir/checkpoints.
 
-  keep: how many of the latest checkpoints to keep (config key train.keep_checkpoints).
+  keep: how many checkpoints of the periodic series to keep (train.keep_checkpoints); period: its
+  step (train.checkpoint_every; None = every saved step is periodic); final_step: train.steps.
   async_save: save in a background thread; `wait()` blocks until the last save is on disk.
   Every process must call save/restore (Orbax coordinates the hosts).
   """
 
-  def __init__(self, workdir: str | epath.Path, keep: int, async_save: bool = True):
+  def __init__(self, workdir: str | epath.Path, keep: int, period: int | None = None,
+               final_step: int | None = None, async_save: bool = True):
     if keep < 1:
       raise ValueError(f"config key train.keep_checkpoints: expected >= 1, got {keep}")
+    self.keep, self.period, self.final_step = keep, period, final_step
     self.directory = checkpoint_dir(workdir)
-    options = ocp.CheckpointManagerOptions(max_to_keep=keep, enable_async_checkpointing=async_save,
+    options = ocp.CheckpointManagerOptions(max_to_keep=None, enable_async_checkpointing=async_save,
                                            create=True)
-    self.manager = ocp.CheckpointManager(self.directory, options=options, item_names=(STATE, DATA))
+    self.manager = ocp.CheckpointManager(self.directory, options=options,
+                                         item_names=(STATE, DATA, MANIFEST))
 
-  def save(self, step: int, state: Any, data_state: dict | None = None, force: bool = True) -> bool:
-    """Starts saving `state` and the JSON-serialisable `data_state` as checkpoint `step`.
+  def save(self, step: int, state: Any, data_state: Any = None, force: bool = True) -> bool:
+    """Starts saving `state`, every host's JSON-serialisable `data_state` and their checksums as
+    checkpoint `step` (every host passes its own data state).
 
     Returns whether a save was started: False if `step` is already saved (e.g. a final save right
     after a periodic one). The state may be passed to the next (donating) train step right away: the
@@ -82,9 +146,24 @@ class Checkpointer:
     """
     if int(step) in self.manager.all_steps():
       return False
+    payload = {"process_count": jax.process_count(),
+               "hosts": _gather_host_states(data_state or {})}
+    manifest = {"arrays": checksums.array_checksums(state),
+                "data": checksums.json_checksum(payload)}
     args = ocp.args.Composite(**{STATE: ocp.args.StandardSave(state),
-                                 DATA: ocp.args.JsonSave(data_state or {})})
-    return self.manager.save(int(step), args=args, force=force)
+                                 DATA: ocp.args.JsonSave(payload),
+                                 MANIFEST: ocp.args.JsonSave(manifest)})
+    started = self.manager.save(int(step), args=args, force=force)
+    self._prune(int(step))
+    return started
+
+  def _prune(self, newest: int) -> None:
+    """Deletes the checkpoints outside the last `keep` of the series, but never the newest."""
+    steps = sorted(set(self.manager.all_steps()) | {newest})
+    kept = set(periodic(steps, self.period, self.final_step)[-self.keep:]) | {steps[-1]}
+    for step in steps:
+      if step not in kept and step != newest:
+        self.manager.delete(step)
 
   def latest_step(self) -> int | None:
     return self.manager.latest_step()
@@ -93,21 +172,25 @@ class Checkpointer:
     """Steps currently on disk (finished saves only), ascending."""
     return sorted(self.manager.all_steps())
 
-  def restore(self, abstract_state: Any, step: int | None = None) -> tuple[Any, dict, int] | None:
-    """Restores (state, data_state, step) onto the shardings of `abstract_state`.
+  def restore(self, abstract_state: Any, step: int | None = None,
+              accept: Callable[[Any, dict], None] | None = None) -> tuple[Any, dict, int] | None:
+    """Restores (state, this host's data state, step) onto the shardings of `abstract_state`.
 
-    step None: the latest readable checkpoint, None if there is no checkpoint at all. Unreadable newer
-    ones are skipped with a warning and set aside; if no checkpoint can be restored (e.g. the model
-    config changed) this raises and renames nothing. An explicit step is restored or raises.
+    step None: the latest good checkpoint, None if there is no checkpoint at all. Bad newer ones are
+    skipped with a warning and set aside; if no checkpoint can be restored (e.g. the model config
+    changed) this raises and renames nothing. An explicit step is restored or raises. accept(state,
+    data_state) may raise to reject a checkpoint (e.g. a data state the iterator cannot take).
     """
     self.wait()
     if step is not None:
-      return self._restore(abstract_state, step) + (step,)
+      return self._restore(abstract_state, step, accept) + (step,)
     failed = []
     for candidate in sorted(self.all_steps(), reverse=True):
       try:
-        restored = self._restore(abstract_state, candidate)
-      except Exception as error:  # noqa: BLE001 -- an unreadable checkpoint falls back to older ones
+        restored = self._restore(abstract_state, candidate, accept)
+      except ResumeRefused:
+        raise
+      except Exception as error:  # noqa: BLE001 -- a bad checkpoint falls back to older ones
         log.warning("checkpoint %s/%d cannot be restored (%s: %s); trying the previous one",
                     self.directory, candidate, type(error).__name__, error)
         failed.append((candidate, error))
@@ -117,23 +200,37 @@ class Checkpointer:
       return restored + (candidate,)
     if failed:
       step, error = failed[0]
-      raise RuntimeError(f"no checkpoint in {self.directory} can be restored into this train state "
-                         f"(steps {[s for s, _ in failed]}); the latest, {step}, fails with: "
-                         f"{type(error).__name__}: {error}") from error
+      raise CheckpointError(f"no checkpoint in {self.directory} can be restored into this train "
+                            f"state (steps {[s for s, _ in failed]}); the latest, {step}, fails with: "
+                            f"{type(error).__name__}: {error}") from error
     return None
 
-  def _restore(self, abstract_state: Any, step: int) -> tuple[Any, dict]:
-    args = ocp.args.Composite(**{STATE: ocp.args.StandardRestore(abstract_state),
-                                 DATA: ocp.args.JsonRestore()})
-    restored = self.manager.restore(step, args=args)
-    return restored[STATE], dict(restored[DATA] or {})
+  def _restore(self, abstract_state: Any, step: int, accept) -> tuple[Any, dict]:
+    items = {STATE: ocp.args.StandardRestore(abstract_state), DATA: ocp.args.JsonRestore()}
+    has_manifest = (self.directory / str(step) / MANIFEST).exists()
+    if has_manifest:
+      items[MANIFEST] = ocp.args.JsonRestore()
+    restored = self.manager.restore(step, args=ocp.args.Composite(**items))
+    state, payload = restored[STATE], dict(restored[DATA] or {})
+    if has_manifest:
+      verify(restored[MANIFEST], state, payload)
+    else:
+      log.warning("checkpoint %s/%d has no manifest (an older tfm wrote it): not verified",
+                  self.directory, step)
+    data_state = host_data_state(payload)
+    if accept is not None:
+      accept(state, data_state)
+    return state, data_state
 
   def _set_aside(self, step: int) -> None:
-    """Renames an unreadable step directory so a later save of the same step does not collide."""
+    """Renames a bad step directory so a later save of the same step does not collide."""
     if jax.process_index() == 0:
       path = self.directory / str(step)
+      target, n = self.directory / f"{step}.unreadable", 1
+      while target.exists():
+        target, n = self.directory / f"{step}.unreadable.{n}", n + 1
       if path.exists():
-        path.rename(self.directory / f"{step}.unreadable")
+        path.rename(target)
     if jax.process_count() > 1:
       multihost_utils.sync_global_devices(f"tfm_checkpoint_set_aside_{step}")
     self.manager.reload()
@@ -146,19 +243,37 @@ class Checkpointer:
     self.manager.close()
 
 
+def verify(manifest: dict, state: Any, payload: Any | None = None, prefix: str = "") -> None:
+  """Raises CorruptCheckpoint unless the arrays of `state` (and the data payload) match the
+  manifest's checksums. prefix: where `state` sits in the saved tree ('params/' for params only)."""
+  expected = {k: v for k, v in manifest.get("arrays", {}).items() if k.startswith(prefix)}
+  actual = checksums.array_checksums({prefix.rstrip("/"): state} if prefix else state)
+  bad = checksums.mismatches(expected, actual)
+  if bad:
+    raise CorruptCheckpoint(f"{len(bad)} array(s) do not match their checksums, e.g. {bad[0]}")
+  if payload is not None and checksums.json_checksum(payload) != manifest.get("data"):
+    raise CorruptCheckpoint("the data state does not match its checksum")
+
+
 def read_data_state(workdir: str | epath.Path, step: int) -> dict:
-  """The data-iterator state saved with checkpoint `step` (a JSON item; no arrays are read)."""
+  """The data item saved with checkpoint `step`: {"process_count", "hosts": [...]} (JSON only)."""
   with ocp.Checkpointer(ocp.JsonCheckpointHandler()) as checkpointer:
-    return dict(checkpointer.restore(checkpoint_dir(workdir) / str(step) / DATA) or {})
+    payload = dict(checkpointer.restore(checkpoint_dir(workdir) / str(step) / DATA) or {})
+  return payload if "hosts" in payload else {"process_count": 1, "hosts": [payload]}
 
 
 def restore_params(workdir: str | epath.Path, step: int, abstract_params: Any) -> Any:
   """Only the parameters of checkpoint `step`, onto the shardings of `abstract_params` (a tree of
-  jax.ShapeDtypeStruct, e.g. abstract_state.params) -- for checkpoint averaging and evaluation."""
-  path = checkpoint_dir(workdir) / str(step) / STATE
+  jax.ShapeDtypeStruct, e.g. Experiment.abstract_params), verified against the checkpoint's
+  checksums when it has them -- for checkpoint averaging and evaluation."""
+  path = checkpoint_dir(workdir) / str(step)
   target = {"params": abstract_params}
   restore_args = ocp.checkpoint_utils.construct_restore_args(target)
   with ocp.PyTreeCheckpointer() as checkpointer:
-    restored = checkpointer.restore(path, args=ocp.args.PyTreeRestore(
+    restored = checkpointer.restore(path / STATE, args=ocp.args.PyTreeRestore(
         item=target, restore_args=restore_args, partial_restore=True))
+  if (path / MANIFEST).exists():
+    with ocp.Checkpointer(ocp.JsonCheckpointHandler()) as checkpointer:
+      manifest = checkpointer.restore(path / MANIFEST)
+    verify(manifest, restored["params"], prefix="params/")
   return restored["params"]

@@ -3,12 +3,15 @@
 train step (one update):
   1. N = real target tokens of the global batch; dropout key = fold_in(state.rng, state.step)
   2. g = sum over microbatches of grad(label-smoothed CE sum / N)           (tfm/train/accumulate.py)
-  3. if the loss and g are finite: params, opt_state <- Adam update with lrate(applied updates + 1)
-     else: params and opt_state unchanged, nonfinite_count + 1   (no NaN ever enters the state)
+  3. the Adam update with lrate(applied updates + 1) gives new params and opt_state; if the loss, g,
+     the new params and the new opt_state are all finite they replace the old ones, else params and
+     opt_state stay unchanged and nonfinite_count + 1: no NaN or inf ever enters the state, whatever
+     its cause (data, a learning rate, an overflowing moment)
   4. step + 1
 Metrics stay on device (no host sync): loss (label-smoothed CE per token, the objective), nll (per
 token, unsmoothed), perplexity = exp(nll), accuracy, tokens, grad_norm (global, before clipping),
-learning_rate (the one this update used), nonfinite (1 if this update was skipped), nonfinite_count.
+update_norm, learning_rate (the one this update used), nonfinite (1 if this update was skipped),
+nonfinite_count.
 
 Batches are dicts of int32 [batch, length]: targets and, for models with an encoder, inputs; optional
 inputs_segmentation / targets_segmentation and inputs_position / targets_position (the `*_positions`
@@ -60,6 +63,17 @@ def _where_finite(finite, new, old):
   return jax.tree_util.tree_map(lambda n, o: jnp.where(finite, n, o), new, old)
 
 
+def all_finite(tree) -> jax.Array:
+  """True when every floating-point value of `tree` is finite (a bool scalar)."""
+  leaves = [jnp.all(jnp.isfinite(x)) for x in jax.tree_util.tree_leaves(tree)
+            if jnp.issubdtype(x.dtype, jnp.inexact)]
+  return jnp.all(jnp.stack(leaves)) if leaves else jnp.bool_(True)
+
+
+class NonFiniteError(ValueError):
+  """Training stopped on a non-finite update (train.nonfinite='stop'); the state was not changed."""
+
+
 def train_step(state: TrainState, batch: Batch, *, model: nn.Module, tx: optax.GradientTransformation,
                schedule: Schedule, label_smoothing: float, microbatches: int = 1,
                grad_shardings: Any = None) -> tuple[TrainState, dict[str, jax.Array]]:
@@ -76,17 +90,19 @@ def train_step(state: TrainState, batch: Batch, *, model: nn.Module, tx: optax.G
   key = jax.random.fold_in(state.rng, state.step)
   grads, sums = accumulate_gradients(grad_fn, state.params, batch, microbatches, key, grad_shardings)
   grad_norm = optax.tree.norm(grads)
-  # One NaN/inf gradient makes the norm non-finite (so does a norm overflowing float32: skipped too).
-  finite = jnp.isfinite(sums["loss"]) & jnp.isfinite(grad_norm)
   updates, opt_state = tx.update(grads, state.opt_state, state.params)
   params = optax.apply_updates(state.params, updates)
+  # One NaN/inf gradient makes the norm non-finite (so does a norm overflowing float32: skipped
+  # too); the new state is checked itself, which covers every other cause.
+  finite = (jnp.isfinite(sums["loss"]) & jnp.isfinite(grad_norm) & all_finite(params)
+            & all_finite(opt_state))
   skipped = (~finite).astype(jnp.int32)
   new_state = state.replace(
       step=state.step + 1,
       params=_where_finite(finite, params, state.params),
       opt_state=_where_finite(finite, opt_state, state.opt_state),
       nonfinite_count=state.nonfinite_count + skipped)
-  metrics = dict(per_token(sums), grad_norm=grad_norm,
+  metrics = dict(per_token(sums), grad_norm=grad_norm, update_norm=optax.tree.norm(updates),
                  learning_rate=schedule(state.applied_updates), nonfinite=skipped,
                  nonfinite_count=new_state.nonfinite_count)
   return new_state, metrics
@@ -139,10 +155,12 @@ def make_eval_step(model: nn.Module, label_smoothing: float, mesh: Mesh, rules: 
 
 
 def check_nonfinite(metrics: Mapping[str, Any], step: int, policy: str) -> None:
-  """Host side, after fetching a step's metrics: with train.nonfinite='stop', raises on a skipped
-  update, naming the step (the state itself is still the last finite one)."""
+  """Host side, after fetching a step's metrics: with train.nonfinite='stop', raises
+  NonFiniteError on a skipped update, naming the step and the values (the state itself is still
+  the last finite one)."""
   if policy == "stop" and int(metrics["nonfinite"]):
-    raise FloatingPointError(
-        f"non-finite loss or gradients at step {step} (loss={float(metrics['loss'])}, "
-        f"grad_norm={float(metrics['grad_norm'])}); the update was not applied and training stops "
-        f"because train.nonfinite='stop' (set it to 'skip' to skip such updates)")
+    raise NonFiniteError(
+        f"non-finite update at step {step} (loss={float(metrics['loss'])}, "
+        f"grad_norm={float(metrics['grad_norm'])}, update_norm={float(metrics['update_norm'])}, "
+        f"learning_rate={float(metrics['learning_rate'])}): not applied; training stops because "
+        "train.nonfinite='stop' (set it to 'skip' to skip such updates)")

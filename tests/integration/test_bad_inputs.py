@@ -1,0 +1,219 @@
+"""The bad-input catalogue: every case gives one line naming the file, key or flag and what was
+expected, exit code 2 for usage errors and 1 for the rest, and leaves the workdir as it was."""
+
+from __future__ import annotations
+
+import dataclasses
+import io
+import json
+import os
+import pathlib
+import subprocess
+import sys
+from typing import Callable
+
+import pytest
+
+from tests.integration.conftest import MODEL, run_train
+from tfm import cli
+
+ROOT = pathlib.Path(__file__).resolve().parents[2]
+
+
+@dataclasses.dataclass
+class Case:
+  args: list[str]  # after `tfm`; WORK = the case's workdir, TRAINED = a trained workdir
+  code: int
+  message: str  # a substring of the one line on stderr
+  setup: Callable[[pathlib.Path], None] | None = None  # prepares WORK (None: WORK does not exist)
+  stdin: bytes | None = None
+  corpus: bool = False  # add the fake-corpus data keys to a train command
+
+
+def _write(name: str, text: str):
+  return lambda work: (work.mkdir(parents=True, exist_ok=True), (work / name).write_text(text))
+
+
+def _lock(work: pathlib.Path):
+  work.mkdir(parents=True)
+  (work / ".lock").write_text(json.dumps({"pid": os.getpid(), "host": os.uname().nodename,
+                                          "since": "now"}))  # this test process: alive
+
+
+def _copy_trained_with(change: Callable[[dict], None]):
+  def setup(work: pathlib.Path):
+    import shutil  # pylint: disable=import-outside-toplevel
+    shutil.copytree(TRAINED_DIR[0], work)
+    config = json.loads((work / "config.json").read_text())
+    change(config)
+    (work / "config.json").write_text(json.dumps(config))
+  return setup
+
+
+QS = "--config=configs/quickstart.py"
+CASES = {
+    # the config file and its keys
+    "missing_config_file": Case(["train", "--config=configs/nope.py", "--workdir=WORK"], 2,
+                                "--config configs/nope.py: cannot be read (No such file or directory)"),
+    "config_syntax_error": Case(["train", "--config=WORK/c.py", "--workdir=WORK"], 2,
+                                "c.py: invalid Python at line 1", _write("c.py", "def get_config(:\n")),
+    "config_without_get_config": Case(["train", "--config=WORK/c.py", "--workdir=WORK"], 2,
+                                      "c.py: defines no get_config", _write("c.py", "X = 1\n")),
+    "config_get_config_raises": Case(["train", "--config=configs/table3.py:Z9", "--workdir=WORK"], 2,
+                                     "unknown row 'Z9'; expected one of base, A1"),
+    "unknown_key_typo": Case(["train", QS, "--config.model.d_modle=64", "--workdir=WORK"], 2,
+                             "--config.model.d_modle: unknown config key 'd_modle'; did you mean "
+                             "'d_model'?"),
+    "unknown_section": Case(["train", QS, "--config.modle.d_model=64", "--workdir=WORK"], 2,
+                            "unknown config key 'modle'; did you mean 'model'?"),
+    "value_of_the_wrong_type": Case(["train", QS, "--config.model.d_model=abc", "--workdir=WORK"], 2,
+                                    "flag --config.model.d_model=abc: invalid literal for int()"),
+    "invalid_value": Case(["train", QS, "--config.model.num_heads=0", "--workdir=WORK"], 1,
+                          "config key model.num_heads: expected a positive integer, got 0"),
+    "nan_learning_rate": Case(["train", QS, "--config.train.learning_rate=nan", "--workdir=WORK"], 1,
+                              "config key train.learning_rate: expected a positive finite number, "
+                              "got nan"),
+    "inf_label_smoothing": Case(["train", QS, "--config.train.label_smoothing=inf",
+                                 "--workdir=WORK"], 1, "train.label_smoothing: expected a number"),
+    "vocab_sizes_differ": Case(["train", QS, "--config.model.vocab_size=100", "--workdir=WORK"], 1,
+                               "data.vocab_size (8000) and model.vocab_size (100) must be equal"),
+    "unknown_dataset": Case(["train", QS, "--config.data.dataset=wmt99/xx", "--workdir=WORK"], 1,
+                            "data.dataset='wmt99/xx' is not a known dataset"),
+    "eval_batch_size_zero": Case(["train", QS, "--config.eval.batch_size=0", "--workdir=WORK"], 1,
+                                 "config key eval.batch_size: expected a positive integer, got 0"),
+    "keep_fewer_than_averaged": Case(["train", QS, "--config.train.keep_checkpoints=2",
+                                      "--workdir=WORK"], 1, "train.keep_checkpoints: expected at "
+                                     "least train.average_checkpoints=5"),
+    # the workdir
+    "missing_workdir_flag": Case(["train", QS], 2, "--workdir is required"),
+    "workdir_is_a_file": Case(["train", QS, "--workdir=WORK/file"], 1, "is a file; expected a "
+                              "directory", _write("file", "x")),
+    "workdir_cannot_be_created": Case(["train", QS, "--workdir=/sys/tfm-test-workdir"], 1,
+                                      "--workdir /sys/tfm-test-workdir: cannot be created"),
+    "workdir_read_only": Case(["train", QS, "--workdir=/sys/kernel"], 1,
+                              "--workdir /sys/kernel: not writable"),
+    "workdir_in_use": Case(["train", "--workdir=WORK"], 1, "in use by another tfm train", _lock,
+                           corpus=True),
+    "workdir_of_another_model": Case(["train", "--workdir=WORK", "--config.model.d_model=32"], 1,
+                                     "model.d_model: 16 -> 32", corpus=True,
+                                     setup=lambda work: _copy_trained_with(lambda c: None)(work)),
+    "garbage_config_json": Case(["train", "--workdir=WORK"], 1, "config.json: not valid JSON",
+                                _write("config.json", "{not json"), corpus=True),
+    # data
+    "missing_manual_dir": Case(["train", "--workdir=WORK", "--config.data.manual_dir=/nonexistent",
+                                "--config.data.data_dir=/tmp"], 1,
+                               "data.manual_dir='/nonexistent' does not exist", corpus=True),
+    "missing_data_dir": Case(["train", "--workdir=WORK", "--config.data.data_dir=/nonexistent/tfds"],
+                             1, "data.data_dir='/nonexistent/tfds' does not exist", corpus=True),
+    "microbatches_do_not_divide": Case(["train", "--workdir=WORK", "--config.train.microbatches=3"], 1,
+                                       "cannot be split into train.microbatches=3", corpus=True),
+    # eval
+    "eval_without_workdir": Case(["eval"], 2, "--workdir is required"),
+    "eval_empty_workdir": Case(["eval", "--workdir=WORK"], 1, "config.json not found",
+                               lambda work: work.mkdir()),
+    "eval_garbage_config_json": Case(["eval", "--workdir=WORK"], 1, "config.json: not valid JSON",
+                                     _write("config.json", "{not json")),
+    "eval_config_json_of_another_model": Case(
+        ["eval", "--workdir=WORK"], 1, "can be restored for averaging",
+        _copy_trained_with(lambda c: c["model"].update(d_model=32))),
+    "eval_config_json_invalid": Case(
+        ["eval", "--workdir=WORK"], 1, "config.json: config key model.num_heads",
+        _copy_trained_with(lambda c: c["model"].update(num_heads=0))),
+    "eval_negative_limit": Case(["eval", "--workdir=TRAINED", "--limit=-1"], 2,
+                                "flag --limit=-1: -1 is not a non-negative integer"),
+    "eval_zero_average": Case(["eval", "--workdir=TRAINED", "--average=0"], 2,
+                              "flag --average=0: 0 is not a positive integer"),
+    "eval_unknown_split": Case(["eval", "--workdir=TRAINED", "--split=valid"], 2,
+                               "flag --split=valid: value should be one of <dev|test>"),
+    # translate
+    "translate_non_utf8_stdin": Case(["translate", "--workdir=TRAINED"], 1, "stdin: not UTF-8 text",
+                                     stdin=b"caf\xe9\n"),
+    "translate_negative_beam": Case(["translate", "--workdir=TRAINED", "--beam_size=-1"], 2,
+                                    "flag --beam_size=-1: -1 is not a positive integer"),
+    "translate_zero_beam": Case(["translate", "--workdir=TRAINED", "--beam_size=0"], 2,
+                                "flag --beam_size=0: 0 is not a positive integer"),
+    "translate_missing_input": Case(["translate", "--workdir=TRAINED", "--input=/nonexistent.txt"], 1,
+                                    "--input /nonexistent.txt: cannot read it as UTF-8 text"),
+    "translate_zero_temperature": Case(["translate", "--workdir=TRAINED", "--sample",
+                                        "--temperature=0"], 2, "--temperature: expected a number > 0"),
+    "translate_top_p_out_of_range": Case(["translate", "--workdir=TRAINED", "--sample", "--top_p=1.5"],
+                                         2, "--top_p: expected a number in (0, 1], got 1.5"),
+    "translate_top_k_without_sample": Case(["translate", "--workdir=TRAINED", "--top_k=5"], 2,
+                                           "apply with --sample only"),
+    # sweep, params, the command itself
+    "sweep_without_root": Case(["sweep", QS], 2, "--root is required"),
+    "sweep_zero_seeds": Case(["sweep", QS, "--root=WORK", "--seeds=0"], 2,
+                             "flag --seeds=0: 0 is not a positive integer"),
+    "sweep_malformed_grid": Case(["sweep", QS, "--root=WORK", "--grid=num_heads=1,2"], 2,
+                                 "--grid 'num_heads=1,2': expected SECTION.KEY=VALUE1,VALUE2"),
+    "sweep_rows_of_a_plain_config": Case(["sweep", QS, "--root=WORK", "--rows=A1"], 2,
+                                         "--rows: configs/quickstart.py is not a table config"),
+    "sweep_unknown_row": Case(["sweep", "--config=configs/table3_mini.py", "--root=WORK",
+                               "--rows=A9"], 2, "--rows: unknown row(s) ['A9']"),
+    "sweep_report_of_nothing": Case(["sweep", "--report", "--root=WORK"], 1, "no run results found",
+                                    lambda work: work.mkdir()),
+    "params_zero_vocab": Case(["params", QS, "--vocab_size=0"], 1, "config key model.vocab_size"),
+    "train_without_config": Case(["train", "--workdir=WORK"], 2, "--config=FILE[:ARG] is required"),
+    "unknown_subcommand": Case(["trian"], 2, "unknown subcommand 'trian'"),
+    "unknown_flag": Case(["eval", "--workdir=TRAINED", "--averag=2"], 2,
+                         "Unknown command line flag 'averag'"),
+}
+
+TRAINED_DIR: list[str] = []
+
+
+@pytest.fixture(scope="module")
+def trained(experiment_module, tmp_path_factory):
+  workdir = tmp_path_factory.mktemp("trained")
+  run_train(experiment_module("train.steps=3", "train.average_checkpoints=1"), workdir)
+  TRAINED_DIR[:] = [str(workdir)]
+  return workdir
+
+
+def snapshot(path: pathlib.Path) -> dict | None:
+  """Every file under path with its size and modification time (None: path does not exist)."""
+  if not path.exists():
+    return None
+  if path.is_file():
+    return {"": (path.stat().st_size, path.stat().st_mtime_ns)}
+  return {str(p.relative_to(path)): (p.stat().st_size, p.stat().st_mtime_ns)
+          for p in sorted(path.rglob("*"))}
+
+
+@pytest.mark.parametrize("name", list(CASES))
+def test_bad_input(name, trained, corpus, tmp_path, monkeypatch, capsys):
+  case = CASES[name]
+  work = tmp_path / "work"
+  if case.setup:
+    case.setup(work)
+  args = [a.replace("WORK", str(work)).replace("TRAINED", str(trained)) for a in case.args]
+  if case.corpus:
+    args = args[:1] + ["--config=configs/quickstart.py"] + [f"--config.{o}" for o in MODEL + [
+        f"data.manual_dir={corpus['sword']}", f"data.data_dir={corpus['tfds']}",
+        f"data.vocab_dir={corpus['vocab']}", "data.vocab_size=300", "data.max_length=32",
+        "data.tokens_per_batch=256", "data.overlong=truncate", "train.steps=3"]] + args[1:]
+  watched = [work, trained] + [pathlib.Path(a.split("=", 1)[1]) for a in args
+                               if a.startswith("--workdir=/sys")]
+  before = [snapshot(p) for p in watched]
+  if case.stdin is not None:
+    monkeypatch.setattr(sys, "stdin", io.TextIOWrapper(io.BytesIO(case.stdin)))
+  code = cli.main(["tfm"] + args)
+  err = [line for line in capsys.readouterr().err.splitlines() if line.strip()]
+  assert code == case.code, (name, err)
+  assert len(err) == 1 and case.message in err[0] and "Traceback" not in err[0], (name, err)
+  assert err[0].startswith(("tfm: ", f"tfm {args[0]}: ")), err
+  assert [snapshot(p) for p in watched] == before, f"{name} changed a workdir"
+
+
+@pytest.mark.parametrize("argv, message", [
+    (["--processes"], "--processes needs a positive number of processes, got ''"),
+    (["--processes", "0", "train"], "got '0'"),
+    (["--processes", "two", "train"], "got 'two'"),
+    (["--processes=2", "train"], "write --processes N"),
+])
+def test_launch_sh_checks_its_flags(argv, message):
+  proc = subprocess.run(["bash", str(ROOT / "launch.sh"), *argv], capture_output=True, text=True,
+                        timeout=60, env={**os.environ, "TFM_VENV": sys.prefix})
+  lines = proc.stderr.strip().splitlines()
+  assert proc.returncode == 2 and len(lines) == 1 and lines[0].startswith("launch.sh: ")
+  assert message in lines[0] and not proc.stdout
