@@ -128,7 +128,7 @@ def _run_steps(config, train_step, state, step, batches, checkpointer, writer, e
     step += 1
     window.append(metrics)
     done = step == tc.steps
-    stop = preemption.stop(step)
+    stop = preemption.stop()
     if step % tc.log_every == 0 or done or stop or step % tc.checkpoint_every == 0:
       window = jax.device_get(window)  # the one host sync: this window's metrics
       for offset, m in enumerate(window):

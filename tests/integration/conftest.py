@@ -21,17 +21,27 @@ def corpus(tmp_path_factory):
               vocab=str(root / "vocab"))
 
 
+def tiny_overrides(corpus, *extra) -> list[str]:
+  """The config overrides of a tiny experiment on the fake corpus, then `extra`."""
+  data = [f"data.manual_dir={corpus['sword']}", f"data.data_dir={corpus['tfds']}",
+          f"data.vocab_dir={corpus['vocab']}", "data.vocab_size=300", "data.max_length=32",
+          "data.tokens_per_batch=256", "data.eval_max_examples=16", "data.overlong=truncate"]
+  train = ["train.steps=6", "train.warmup_steps=4", "train.learning_rate=4.0", "train.log_every=3",
+           "train.eval_every=100", "train.checkpoint_every=3", "train.keep_checkpoints=3",
+           "train.average_checkpoints=2", "eval.bleu_every=0"]
+  return MODEL + data + train + list(extra)
+
+
+def tiny_flags(corpus, *extra) -> list[str]:
+  """The same experiment as command-line flags (tfm train, launch.sh, experiments/soak.py)."""
+  return ["--config=configs/quickstart.py"] + [f"--config.{o}" for o in tiny_overrides(corpus, *extra)]
+
+
 def _experiment(corpus):
   """make(*overrides) -> a tiny config on the fake corpus."""
 
   def make(*overrides):
-    data = [f"data.manual_dir={corpus['sword']}", f"data.data_dir={corpus['tfds']}",
-            f"data.vocab_dir={corpus['vocab']}", "data.vocab_size=300", "data.max_length=32",
-            "data.tokens_per_batch=256", "data.eval_max_examples=16", "data.overlong=truncate"]
-    train = ["train.steps=6", "train.warmup_steps=4", "train.learning_rate=4.0", "train.log_every=3",
-             "train.eval_every=100", "train.checkpoint_every=3", "train.keep_checkpoints=3",
-             "train.average_checkpoints=2", "eval.bleu_every=0"]
-    return load_config("configs/quickstart.py", MODEL + data + train + list(overrides))
+    return load_config("configs/quickstart.py", tiny_overrides(corpus, *overrides))
 
   return make
 

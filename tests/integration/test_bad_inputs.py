@@ -14,7 +14,7 @@ from typing import Callable
 
 import pytest
 
-from tests.integration.conftest import MODEL, run_train
+from tests.integration.conftest import run_train, tiny_flags
 from tfm import cli
 
 ROOT = pathlib.Path(__file__).resolve().parents[2]
@@ -188,10 +188,7 @@ def test_bad_input(name, trained, corpus, tmp_path, monkeypatch, capsys):
     case.setup(work)
   args = [a.replace("WORK", str(work)).replace("TRAINED", str(trained)) for a in case.args]
   if case.corpus:
-    args = args[:1] + ["--config=configs/quickstart.py"] + [f"--config.{o}" for o in MODEL + [
-        f"data.manual_dir={corpus['sword']}", f"data.data_dir={corpus['tfds']}",
-        f"data.vocab_dir={corpus['vocab']}", "data.vocab_size=300", "data.max_length=32",
-        "data.tokens_per_batch=256", "data.overlong=truncate", "train.steps=3"]] + args[1:]
+    args = args[:1] + tiny_flags(corpus, "train.steps=3") + args[1:]
   watched = [work, trained] + [pathlib.Path(a.split("=", 1)[1]) for a in args
                                if a.startswith("--workdir=/sys")]
   before = [snapshot(p) for p in watched]

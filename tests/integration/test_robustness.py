@@ -13,7 +13,7 @@ import numpy as np
 import orbax.checkpoint as ocp
 import pytest
 
-from tests.integration.conftest import run_train
+from tests.integration.conftest import run_train, tiny_flags
 from tfm import cli
 from tfm.train import checkpoint as ckpt_lib
 from tfm.train import checksums
@@ -67,13 +67,8 @@ def test_a_nonfinite_learning_rate_never_reaches_a_checkpoint(experiment, tmp_pa
 
 def test_nonfinite_stop_is_one_line(experiment, corpus, tmp_path, capsys, nan_after_two_updates):
   nan_after_two_updates(float("nan"))
-  from tests.integration.conftest import MODEL  # pylint: disable=import-outside-toplevel
-  args = ["tfm", "train", "--config=configs/quickstart.py", f"--workdir={tmp_path / 'w'}"] + [
-      f"--config.{o}" for o in MODEL + [
-          f"data.manual_dir={corpus['sword']}", f"data.data_dir={corpus['tfds']}",
-          f"data.vocab_dir={corpus['vocab']}", "data.vocab_size=300", "data.max_length=32",
-          "data.tokens_per_batch=256", "data.eval_max_examples=16", "data.overlong=truncate",
-          "train.steps=6", "train.log_every=3", "train.nonfinite=stop"]]
+  args = ["tfm", "train", f"--workdir={tmp_path / 'w'}"] + tiny_flags(
+      corpus, "train.steps=6", "train.log_every=3", "train.nonfinite=stop")
   assert cli.main(args) == 1
   err = capsys.readouterr().err.strip().splitlines()
   assert len(err) == 1 and err[0].startswith("tfm train: error: non-finite update at step 3 ("), err

@@ -16,18 +16,27 @@ class Preemption:
   notice at different steps, and one host leaving the loop alone would hang the others in a
   collective, so every host stops at the step the service agrees on
   (`multihost_utils.reached_preemption_sync_point`, which must be called at every step).
+
+  The service sets the sync point one past the largest counter the hosts have passed it, 0 before
+  the first call: the counter must count this process's calls (1, 2, ...), not training steps. A
+  run resumed at step 1000 that passed its step would never reach a notice's sync point (measured
+  with experiments/soak.py: a SIGTERM during the first compile of a resumed 2-process run was
+  ignored and training went on to the end).
   """
 
   def __init__(self):
     self.requested = False
+    self._calls = 0
     self._previous = signal.signal(signal.SIGTERM, self._handle)
 
   def _handle(self, signum, frame):
     self.requested = True
 
-  def stop(self, step: int) -> bool:
+  def stop(self) -> bool:
+    """Whether to stop after the step just taken (call once per step, on every host)."""
     if jax.distributed.is_initialized():
-      return multihost_utils.reached_preemption_sync_point(step)
+      self._calls += 1
+      return multihost_utils.reached_preemption_sync_point(self._calls)
     return self.requested
 
   def restore(self):
