@@ -9,6 +9,7 @@ import sys
 
 from experiments import soak
 from tests.integration.conftest import tiny_flags
+from tfm import cli
 
 ROOT = pathlib.Path(__file__).resolve().parents[2]
 ENV = {**os.environ, "TFM_VENV": sys.prefix, "PYTHONUNBUFFERED": "1"}  # launch.sh runs this venv
@@ -32,10 +33,11 @@ def _attempt(corpus, workdir, log):
   return soak.Attempt(argv, log, ENV)
 
 
-def test_two_processes_stopped_twice_resume_bit_exact(corpus, tmp_path):
+def test_two_processes_stopped_twice_resume_bit_exact(corpus, tmp_path, capsys):
   """SIGTERM to launch.sh reaches both workers, which agree on a step and save it, also while a
   resumed run is still compiling (JAX's sync point counts calls, not steps); the resumed run ends
-  bit-identical to an uninterrupted one: every host's data position is restored."""
+  bit-identical to an uninterrupted one: every host's data position is restored. Resuming it on
+  one host is refused."""
   reference = _attempt(corpus, tmp_path / "a", tmp_path / "a.log")
   assert reference.wait(300) == 0
   stopped = tmp_path / "b"
@@ -55,3 +57,11 @@ def test_two_processes_stopped_twice_resume_bit_exact(corpus, tmp_path):
   result = soak.compare(tmp_path / "a", stopped, 8)
   assert not result["differing_leaves"] and result["data_state_equal"], result
   assert result["kept_steps"][0] == result["kept_steps"][1]
+  # One host cannot continue the two hosts' epoch: refused in one line, the workdir untouched.
+  before = sorted((p.name, p.stat().st_mtime_ns) for p in stopped.rglob("*"))
+  code = cli.main(["tfm", "train", *tiny_flags(corpus, "train.steps=10"), f"--workdir={stopped}"])
+  err = capsys.readouterr().err.strip().splitlines()
+  assert code == 1 and len(err) == 1, err
+  assert "holds the data positions of 2 host(s) and this run has 1" in err[0]
+  assert "Resume with 2 host(s)" in err[0]
+  assert sorted((p.name, p.stat().st_mtime_ns) for p in stopped.rglob("*")) == before

@@ -6,12 +6,11 @@ tokenized BLEU, dev perplexity per target token (no smoothing) and decoding spee
 
 from __future__ import annotations
 
-import json
-import os
-
 from absl import flags
+from etils import epath
 
-from tfm.commands import define_trained_flags, require_workdir
+from tfm import storage
+from tfm.commands import announce_backend, define_trained_flags, require_workdir
 
 
 def define_flags(fv: flags.FlagValues):
@@ -26,12 +25,14 @@ def run(fv: flags.FlagValues, config):
   del config  # the workdir's own config is used
   require_workdir(fv)
   # pylint: disable=import-outside-toplevel
+  import jax
   from tfm.eval.dev_bleu import DevBleu
   from tfm.eval.dev_loss import DevLoss
   from tfm.eval.restore import load_trained
   from tfm.train import checkpoint as ckpt_lib
 
   t = load_trained(fv.workdir, fv.average)
+  announce_backend()
   exp, c = t.experiment, t.config
   losses = DevLoss(c.data, t.tokenizer, exp.eval_step, exp.batch_sharding, split=fv.split)(t.params)
   bleu = DevBleu(c.data, t.tokenizer, exp.translate_fn(eos_id=t.tokenizer.eos_id),
@@ -44,9 +45,9 @@ def run(fv: flags.FlagValues, config):
                 target_tokens=losses["tokens"], beam_size=c.eval.beam_size,
                 length_penalty=c.eval.length_penalty, max_extra_length=c.eval.max_extra_length,
                 train_source_tokens=tokens("real_inputs"), train_target_tokens=tokens("real_targets"))
-  path = os.path.join(fv.workdir, f"eval_{fv.split}_{t.steps[-1]}.json")
-  with open(path, "w", encoding="utf-8") as f:
-    json.dump(result, f, indent=1)
+  path = epath.Path(fv.workdir) / f"eval_{fv.split}_{t.steps[-1]}.json"
+  if jax.process_index() == 0:
+    storage.write_json(path, result)
   for key, value in result.items():
     print(f"{key:>22}: {value}")
   print(f"{'written':>22}: {path}")

@@ -9,8 +9,9 @@ from __future__ import annotations
 import sys
 
 from absl import flags
+from etils import epath
 
-from tfm.commands import UsageError, define_trained_flags, require_workdir
+from tfm.commands import UsageError, announce_backend, define_trained_flags, require_workdir
 
 
 def define_flags(fv: flags.FlagValues):
@@ -47,8 +48,7 @@ def run(fv: flags.FlagValues, config):
 
   if fv.input:
     try:
-      with open(fv.input, encoding="utf-8") as f:
-        lines = [line.rstrip("\n") for line in f]
+      lines = epath.Path(fv.input).read_text(encoding="utf-8").splitlines()
     except (OSError, UnicodeDecodeError) as e:
       raise ValueError(f"--input {fv.input}: cannot read it as UTF-8 text ({e})") from None
   else:
@@ -59,6 +59,7 @@ def run(fv: flags.FlagValues, config):
       raise ValueError(f"stdin: not UTF-8 text ({e})") from None
     lines = text.splitlines()
   t = load_trained(fv.workdir, fv.average)
+  announce_backend()
   exp = t.experiment
   if fv.sample:
     translate = exp.translate_fn(temperature=fv.temperature, top_k=fv.top_k, top_p=fv.top_p,

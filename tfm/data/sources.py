@@ -11,9 +11,8 @@ processes can use it. Reading never downloads: `prepare(cfg)` does that once.
 
 from __future__ import annotations
 
-import os
-
 import tensorflow_datasets as tfds
+from etils import epath
 
 from tfm.data import bible  # noqa: F401  (registers the `bible_translate` builder with TFDS)
 from tfm.data.config import DataConfig
@@ -55,7 +54,7 @@ class TextPairSource:
 
 
 def _check_manual_dir(cfg) -> None:
-  if cfg.manual_dir is not None and not os.path.isdir(cfg.manual_dir):
+  if cfg.manual_dir is not None and not epath.Path(cfg.manual_dir).is_dir():
     raise FileNotFoundError(
         f"data.manual_dir={cfg.manual_dir!r} does not exist; expected a directory with the "
         "dataset's manually downloaded files (for bible_translate: a SWORD data directory with "
@@ -86,7 +85,7 @@ def prepare(cfg: DataConfig, create_data_dir: bool = False):
   silently builds a second copy of a dataset in a mistyped directory.
   """
   _check_manual_dir(cfg)
-  if cfg.data_dir is not None and not create_data_dir and not os.path.isdir(cfg.data_dir):
+  if cfg.data_dir is not None and not create_data_dir and not epath.Path(cfg.data_dir).is_dir():
     raise FileNotFoundError(
         f"data.data_dir={cfg.data_dir!r} does not exist; expected the TFDS directory the dataset "
         "is prepared in (None = TFDS's default, ~/tensorflow_datasets); `tfm prepare-data` builds "

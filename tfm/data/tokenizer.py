@@ -7,8 +7,9 @@ Token id contract (used by the model and the decoder):
 The vocabulary is trained on the training split, both languages, at most `max_sentences`
 sentences (a fixed-seed sample of the pairs), and cached as
 `<vocab_dir>/spm_<dataset>_<lang1>-<lang2>_<size>.model`, so a different corpus or size never
-reuses a wrong file. Training writes to a temporary file and renames it, so concurrent hosts
-that all train the (identical, deterministic) model don't see half-written files.
+reuses a wrong file. The directory may be any epath (a local path, gs://...). Training writes
+a local temporary file, copies it next to the target and renames it there, so a reader never
+sees a half-written model.
 """
 
 from __future__ import annotations
@@ -19,7 +20,9 @@ import tempfile
 
 import numpy as np
 import sentencepiece as spm
+from etils import epath
 
+from tfm import storage
 from tfm.data import sources
 
 PAD_ID, EOS_ID, UNK_ID = 0, 1, 2
@@ -49,9 +52,8 @@ class Tokenizer:
                        "eos=1, unk=2, no bos")
 
   @classmethod
-  def load(cls, path: str) -> "Tokenizer":
-    with open(path, "rb") as f:
-      return cls(f.read(), path)
+  def load(cls, path: str | epath.Path) -> "Tokenizer":
+    return cls(epath.Path(path).read_bytes(), os.fspath(path))
 
   @property
   def vocab_size(self) -> int:
@@ -116,17 +118,15 @@ def training_sentences(cfg, max_sentences: int) -> list[str]:
   return sentences
 
 
-def train_vocab(sentences: list[str], vocab_size: int, path: str) -> None:
-  """Trains a BPE model on `sentences` and writes it atomically to `path`."""
+def train_vocab(sentences: list[str], vocab_size: int, path: str | epath.Path) -> None:
+  """Trains a BPE model on `sentences` and writes it atomically to `path` (any epath)."""
   if not sentences:
     raise ValueError("no training sentences to build the vocabulary from (is the train split "
                      "empty?)")
-  directory = os.path.dirname(os.path.abspath(path))
-  os.makedirs(directory, exist_ok=True)
   spm.set_random_generator_seed(_SAMPLE_SEED)
-  with tempfile.NamedTemporaryFile("wb", dir=directory, suffix=".tmp", delete=False) as tmp:
+  with tempfile.TemporaryFile() as local:
     spm.SentencePieceTrainer.train(
-        sentence_iterator=iter(sentences), model_writer=tmp,
+        sentence_iterator=iter(sentences), model_writer=local,
         model_type="bpe", vocab_size=vocab_size, hard_vocab_limit=False,
         character_coverage=0.9999,
         # The sample is bounded (and drawn with a fixed seed) by `training_sentences`; 0 tells
@@ -136,7 +136,9 @@ def train_vocab(sentences: list[str], vocab_size: int, path: str) -> None:
         pad_id=PAD_ID, eos_id=EOS_ID, unk_id=UNK_ID, bos_id=-1,
         pad_piece="<pad>", eos_piece="</s>", unk_piece="<unk>",
         minloglevel=2)
-  os.replace(tmp.name, path)
+    local.seek(0)
+    model = local.read()
+  storage.write_atomically(path, model)
 
 
 def get_tokenizer(cfg, vocab_dir: str | None = None, *,
@@ -150,7 +152,7 @@ def get_tokenizer(cfg, vocab_dir: str | None = None, *,
   if directory is None:
     raise ValueError("data.vocab_dir is None and no vocab_dir was passed to get_tokenizer; "
                      "expected a directory to cache the SentencePiece model in")
-  path = os.path.join(directory, vocab_filename(cfg))
-  if not os.path.exists(path):
+  path = epath.Path(directory) / vocab_filename(cfg)
+  if not path.exists():
     train_vocab(training_sentences(cfg, max_sentences), cfg.vocab_size, path)
   return Tokenizer.load(path)

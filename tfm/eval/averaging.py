@@ -132,7 +132,6 @@ def average_params(workdir: str | epath.Path, abstract_params: Any, num: int,
                 f"{type(error).__name__}: {error}"
       if strict:
         raise ckpt_lib.CheckpointError(message) from error
-      log.warning("%s; taking the previous one", message)
       failures.append(message)
       continue
     total = add(total, params)
@@ -143,6 +142,8 @@ def average_params(workdir: str | epath.Path, abstract_params: Any, num: int,
   if not chosen:
     raise ckpt_lib.CheckpointError(f"no checkpoint in {directory} can be restored for averaging; "
                                    f"the newest: {failures[0]}")
+  for message in failures:  # one warning per skipped checkpoint, now that others were good
+    log.warning("%s; skipped", message)
   if len(chosen) < want:
     log.warning("%s=%d but %s holds only %d good checkpoint(s) of the series (steps %s): averaging "
                 "those", KEY, want, directory, len(chosen), sorted(chosen))

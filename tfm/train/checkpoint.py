@@ -35,7 +35,8 @@ import orbax.checkpoint as ocp
 from etils import epath
 from jax.experimental import multihost_utils
 
-from tfm.train import checksums
+from tfm import storage
+from tfm.train import checksums, distributed
 
 log = logging.getLogger(__name__)
 
@@ -56,26 +57,20 @@ class CorruptCheckpoint(RuntimeError):
 
 def checkpoint_dir(workdir: str | epath.Path) -> epath.Path:
   """workdir/checkpoints, made absolute (Orbax refuses relative paths; gs:// paths are absolute)."""
-  path = epath.Path(workdir)
-  if not path.is_absolute():
-    path = epath.Path(os.path.abspath(os.fspath(path)))
-  return path / "checkpoints"
+  return storage.path(workdir) / "checkpoints"
 
 
 def write_config(workdir: str | epath.Path, config: dict) -> epath.Path:
-  """Writes the resolved config (plain values) as workdir/config.json (process 0 only)."""
+  """Writes the resolved config (plain values) as workdir/config.json (process 0 only), atomically."""
   path = epath.Path(workdir) / "config.json"
   if jax.process_index() == 0:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.parent / (path.name + ".tmp")
-    tmp.write_text(json.dumps(config, indent=2, sort_keys=True) + "\n")
-    tmp.replace(path)  # never half written
+    storage.write_json(path, config, indent=2, sort_keys=True)
   return path
 
 
 def read_config(workdir: str | epath.Path) -> dict:
   """The config saved by write_config, as plain values (tuples come back as lists)."""
-  return json.loads((epath.Path(workdir) / "config.json").read_text())
+  return storage.read_json(epath.Path(workdir) / "config.json")
 
 
 def available_steps(workdir: str | epath.Path) -> list[int]:
@@ -191,11 +186,11 @@ class Checkpointer:
       except ResumeRefused:
         raise
       except Exception as error:  # noqa: BLE001 -- a bad checkpoint falls back to older ones
-        log.warning("checkpoint %s/%d cannot be restored (%s: %s); trying the previous one",
-                    self.directory, candidate, type(error).__name__, error)
         failed.append((candidate, error))
         continue
-      for bad, _ in failed:
+      for bad, error in failed:  # one warning per bad step, once an older one is known to be good
+        log.warning("checkpoint %s/%d cannot be restored (%s: %s); using step %d",
+                    self.directory, bad, type(error).__name__, error, candidate)
         self._set_aside(bad)
       return restored + (candidate,)
     if failed:
@@ -231,8 +226,7 @@ class Checkpointer:
         target, n = self.directory / f"{step}.unreadable.{n}", n + 1
       if path.exists():
         path.rename(target)
-    if jax.process_count() > 1:
-      multihost_utils.sync_global_devices(f"tfm_checkpoint_set_aside_{step}")
+    distributed.barrier(f"tfm-checkpoint-set-aside-{step}")
     self.manager.reload()
 
   def wait(self) -> None:

@@ -7,10 +7,15 @@ the cluster from the environment). Without either, this is a single process and 
 
 from __future__ import annotations
 
+import collections
 import os
 
 import jax
-from jax.experimental import multihost_utils
+from jax._src import distributed as jax_distributed
+
+# Long enough for the lead host to build a dataset (hours for WMT) while the others wait.
+BARRIER_TIMEOUT_S = 24 * 3600
+_barrier_uses: collections.Counter = collections.Counter()
 
 
 def initialize_from_env() -> None:
@@ -29,10 +34,17 @@ def initialize_from_env() -> None:
     jax.distributed.initialize()
 
 
-def barrier(name: str) -> None:
-  """Waits until every host reaches the barrier `name` (no-op on one host)."""
+def barrier(name: str, timeout_s: float = BARRIER_TIMEOUT_S) -> None:
+  """Waits until every host reaches the barrier `name` (no-op on one host), up to timeout_s.
+
+  The coordination service's barrier, not a device collective: a collective
+  (multihost_utils.sync_global_devices) gives up after 30 s of Gloo set-up on CPUs, so hosts that
+  waited for a lead preparing data crashed. Each use of a name is a new barrier.
+  """
   if jax.process_count() > 1:
-    multihost_utils.sync_global_devices(name)
+    _barrier_uses[name] += 1
+    jax_distributed.global_state.client.wait_at_barrier(f"{name}-{_barrier_uses[name]}",
+                                                       timeout_in_ms=int(timeout_s * 1000))
 
 
 def is_lead_host() -> bool:

@@ -1,12 +1,18 @@
-"""Training metrics to the console and to TensorBoard event files, from the lead host only."""
+"""Training metrics to the console and to TensorBoard event files, from the lead host only.
+
+Event files go to workdir/tensorboard, on any storage (tfm.storage.Staged copies them to a gs://
+workdir at most every 30 s and at the end).
+"""
 
 from __future__ import annotations
 
-import os
 import sys
 from typing import Mapping
 
 import jax
+from etils import epath
+
+from tfm import storage
 
 
 class MetricsWriter:
@@ -18,7 +24,8 @@ class MetricsWriter:
     self.tensorboard = None
     if self.lead:
       from tensorboardX import SummaryWriter  # pylint: disable=import-outside-toplevel
-      self.tensorboard = SummaryWriter(os.path.join(workdir, "tensorboard"))
+      self._events = storage.Staged(epath.Path(workdir) / "tensorboard")
+      self.tensorboard = SummaryWriter(self._events.local)
 
   def write(self, step: int, scalars: Mapping[str, float], prefix: str = "train") -> None:
     if not self.lead:
@@ -27,6 +34,7 @@ class MetricsWriter:
       if isinstance(value, (int, float)):  # strings (e.g. a BLEU signature) go to the console only
         self.tensorboard.add_scalar(f"{prefix}/{name}", value, step)
     self.tensorboard.flush()
+    self._events.sync()
     text = " | ".join(f"{name} {_format(value)}" for name, value in scalars.items())
     print(f"[{prefix}] step {step} | {text}", file=self.stream, flush=True)
 
@@ -37,6 +45,7 @@ class MetricsWriter:
   def close(self) -> None:
     if self.tensorboard is not None:
       self.tensorboard.close()
+      self._events.close()
 
 
 def _format(value) -> str:
