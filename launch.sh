@@ -1,25 +1,57 @@
 #!/usr/bin/env bash
 # The one entry point for running tfm: sets up the environment and runs `tfm` subcommands.
 #
-#   ./launch.sh setup                                  virtualenv + package + offline corpus
+#   ./launch.sh setup [--accelerator cpu|cuda|tpu]    virtualenv with the jax for this hardware
+#                                                      (detected when not given), tfm, the corpus
 #   ./launch.sh train --config configs/quickstart.py --workdir workdirs/quickstart
 #   ./launch.sh --processes 2 train --config ...      N processes on this machine (jax.distributed
 #                                                      on 127.0.0.1; each gets TFM_PROCESS_ID)
-#   ./launch.sh --slurm train --config ...            one process per SLURM task (inside sbatch/salloc;
-#                                                      jax.distributed reads the SLURM environment)
-#   ./launch.sh --tpu train --config ...              on every worker of a TPU VM pod slice; run it on
-#                                                      each worker (e.g. gcloud ... ssh --worker=all)
+#   ./launch.sh --slurm train --config ...            inside sbatch/salloc: one process per SLURM
+#                                                      task, ONE TASK PER GPU (template: slurm.sbatch)
+#   ./launch.sh --tpu NAME --zone ZONE [--project P] train --config ... --workdir gs://BUCKET/DIR
+#                                                      every worker of the TPU VM slice NAME: copies
+#                                                      this checkout (git HEAD plus uncommitted
+#                                                      changes), runs setup, then the command
+#                                                      (per-host logs: WORKDIR/logs/)
+#   ./launch.sh --tpu-worker train ...                what --tpu runs on each worker
 # Anything after the mode flags is passed to `tfm` unchanged.
 set -euo pipefail
 cd "$(dirname "$0")"
 VENV=${TFM_VENV:-.venv}
 
+detect_accelerator() {
+  if ls /dev/nvidia[0-9]* >/dev/null 2>&1 || { command -v nvidia-smi >/dev/null && nvidia-smi -L 2>/dev/null | grep -q '^GPU '; }; then
+    echo cuda
+  elif ls /dev/accel[0-9]* >/dev/null 2>&1 || ls /dev/vfio/[0-9]* >/dev/null 2>&1 || [ -n "${TPU_NAME:-}" ]; then
+    echo tpu
+  else
+    echo cpu
+  fi
+}
+
 setup() {
+  local accelerator=""
+  while [ $# -gt 0 ]; do
+    case "$1" in
+      --accelerator) accelerator=${2:-}; shift 2 || usage "--accelerator needs cpu, cuda or tpu" ;;
+      --accelerator=*) accelerator=${1#*=}; shift ;;
+      *) usage "setup takes --accelerator cpu|cuda|tpu, got '$1'" ;;
+    esac
+  done
+  [ -n "$accelerator" ] || accelerator=$(detect_accelerator)
+  case "$accelerator" in
+    cpu) extras="test" ;;  # CPU jax; the test suite's extras (CI runs this)
+    cuda) extras="cuda" ;;  # jax[cuda12]: the CUDA 12 plugin and its NVIDIA libraries from PyPI
+    tpu) extras="tpu" ;;  # jax[tpu]: the libtpu that jax pins
+    *) usage "--accelerator: expected cpu, cuda or tpu, got '$accelerator'" ;;
+  esac
+  echo "launch.sh: setting up $VENV for $accelerator"
   [ -x "$VENV/bin/python" ] || python3 -m venv "$VENV"
   "$VENV/bin/pip" install -q --upgrade pip
-  "$VENV/bin/pip" install -q -e ".[test]"
+  "$VENV/bin/pip" install -q -e ".[$extras]"
   # The offline corpus: SWORD Bible modules from Debian (English WEB and KJV, Spanish 1909).
-  if [ ! -d /usr/share/sword/modules/texts/ztext/sparv ] && [ ! -d /usr/share/sword/modules/texts/rawtext/sparv ]; then
+  if ! dpkg-query -W -f='${Status}\n' sword-text-kjv sword-text-web sword-text-sparv 2>/dev/null \
+      | grep -c "install ok installed" | grep -qx 3; then
     if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null; then
       apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq \
         sword-text-kjv sword-text-web sword-text-sparv >/dev/null
@@ -27,7 +59,31 @@ setup() {
       echo "launch.sh: install the offline corpus with: sudo apt-get install sword-text-kjv sword-text-web sword-text-sparv" >&2
     fi
   fi
-  echo "launch.sh: environment ready in $VENV"
+  echo "launch.sh: environment ready in $VENV ($accelerator: $("$VENV/bin/python" -c 'import jax; print("jax", jax.__version__)'))"
+}
+
+# Runs setup and the tfm command on every worker of a TPU VM slice, through gcloud.
+tpu_launch() {
+  local name=$1 zone=$2 project=$3
+  shift 3
+  local where=(--zone "$zone")
+  [ -z "$project" ] || where+=(--project "$project")
+  local archive
+  archive=$(mktemp --suffix=.tar)
+  if git rev-parse --git-dir >/dev/null 2>&1; then
+    # The checkout as it is: HEAD plus uncommitted changes to tracked files (`git stash create`).
+    local ref
+    ref=$(git stash create 2>/dev/null || true)
+    git archive --format=tar -o "$archive" "${ref:-HEAD}"
+  else
+    tar --exclude=./.venv --exclude=./workdirs -cf "$archive" .
+  fi
+  local quoted
+  quoted=$(printf '%q ' "$@")
+  gcloud compute tpus tpu-vm scp "$archive" "$name:tfm.tar" --worker=all "${where[@]}"
+  rm -f "$archive"
+  gcloud compute tpus tpu-vm ssh "$name" --worker=all "${where[@]}" --command \
+    "mkdir -p ~/tfm && tar -xf ~/tfm.tar -C ~/tfm && cd ~/tfm && ./launch.sh setup --accelerator tpu && ./launch.sh --tpu-worker $quoted"
 }
 
 usage() { echo "launch.sh: $1 (see the comment at the top of launch.sh)" >&2; exit 2; }
@@ -36,16 +92,28 @@ mode=local
 processes=1
 while [ $# -gt 0 ]; do
   case "$1" in
-    setup) setup; exit 0 ;;
+    setup) shift; setup "$@"; exit 0 ;;
     --processes)
       [[ "${2:-}" =~ ^[1-9][0-9]*$ ]] || usage "--processes needs a positive number of processes, got '${2:-}'"
       processes=$2; mode=multiprocess; shift 2 ;;
     --processes=*) usage "write --processes N (a space, not '=')" ;;
     --slurm) mode=slurm; shift ;;
-    --tpu) mode=tpu; shift ;;
+    --tpu)
+      [[ "${2:-}" =~ ^[a-z][-a-z0-9]*$ ]] || usage "--tpu needs the TPU VM's name (then --zone ZONE), got '${2:-}'"
+      tpu_name=$2; mode=tpu; shift 2 ;;
+    --zone) tpu_zone=${2:-}; [ -n "$tpu_zone" ] || usage "--zone needs a zone, e.g. us-central2-b"; shift 2 ;;
+    --project) tpu_project=${2:-}; [ -n "$tpu_project" ] || usage "--project needs a project id"; shift 2 ;;
+    --tpu-worker) mode=tpu-worker; shift ;;
     *) break ;;
   esac
 done
+if [ "$mode" = tpu ]; then
+  [ -n "${tpu_zone:-}" ] || usage "--tpu $tpu_name needs --zone ZONE"
+  [ $# -gt 0 ] || usage "--tpu $tpu_name: which tfm command? e.g. train --config ... --workdir gs://..."
+  command -v gcloud >/dev/null || usage "--tpu needs the gcloud CLI (https://cloud.google.com/sdk)"
+  tpu_launch "$tpu_name" "$tpu_zone" "${tpu_project:-}" "$@"
+  exit $?
+fi
 [ -x "$VENV/bin/tfm" ] || { echo "launch.sh: run './launch.sh setup' first" >&2; exit 1; }
 [ $# -gt 0 ] || { "$VENV/bin/tfm" --help; exit 0; }
 
@@ -79,5 +147,5 @@ case "$mode" in
     done
     exit $status ;;
   slurm) exec srun --kill-on-bad-exit=1 env TFM_DISTRIBUTED=auto "$VENV/bin/tfm" "$@" ;;
-  tpu) TFM_DISTRIBUTED=auto exec "$VENV/bin/tfm" "$@" ;;
+  tpu-worker) TFM_DISTRIBUTED=auto exec "$VENV/bin/tfm" "$@" ;;
 esac

@@ -9,7 +9,11 @@ import sys
 from absl import flags
 
 from tfm import config as config_lib
+from tfm import logs
 from tfm.commands import UsageError
+
+# Commands whose stdout is a progress log, where tfm's INFO lines belong (not translate's output).
+PROGRESS_COMMANDS = ("train", "sweep", "prepare-data")
 
 # subcommand -> (module under tfm.commands, one-line help, whether --config is required)
 COMMANDS = {
@@ -69,6 +73,7 @@ def main(argv=None) -> int:
           file=sys.stderr)
     return 2
   module_name, _, needs_config = COMMANDS[name]
+  logs.configure_console(info=name in PROGRESS_COMMANDS)
   command = importlib.import_module(f"tfm.commands.{module_name}")
   sub_argv = [f"tfm {name}"] + [_underscore_flag(a) for a in argv[2:]]
   fv = flags.FlagValues()

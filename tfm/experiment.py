@@ -13,7 +13,9 @@ Every command, benchmark and test helper assembles a run here and nowhere else:
   exp.translate_fn(...)                   # beam search / greedy / sampling under the same mesh
   exp.batch_sharding, exp.batch_row_multiple, exp.abstract_batch(rows, length)
 
-Each piece is built on first use and kept (the optimizer only when training asks for it), so
+Building an Experiment points JAX's persistent compilation cache at train.compilation_cache_dir
+(tfm/train/compile_cache.py), so a restart, an eval or a plan reuses compiled steps. Each piece is
+built on first use and kept (the optimizer only when training asks for it), so
 eval and translate pay only for the parameters. `model` replaces the Transformer with another module
 of the same call contract (the train tests' tiny model); `devices` replaces jax.devices() (a TPU
 topology's devices for ahead-of-time compilation).
@@ -32,6 +34,7 @@ from tfm.config import Config
 from tfm.data.batching import BATCH_KEYS
 from tfm.decode.translate import make_translate_fn
 from tfm.model.transformer import Transformer
+from tfm.train import compile_cache
 from tfm.train.mesh import create_mesh
 from tfm.train.optimizer import make_optimizer
 from tfm.train.sharding import (OnMesh, axes_size, batch_row_multiple, batch_sharding, batch_spec,
@@ -49,6 +52,7 @@ class Experiment:
     self._model = model
     self._devices = devices
     self.compiler_options = compiler_options
+    self.compilation_cache_dir = compile_cache.enable(config.train.compilation_cache_dir)
 
   @functools.cached_property
   def mesh(self) -> jax.sharding.Mesh:

@@ -23,13 +23,14 @@ import time
 import jax
 import numpy as np
 
+from tfm import logs
 from tfm.config import Config
 from tfm.data import batching, pipeline, prefetch, sources, tokenizer as tokenizer_lib
 from tfm.eval.dev_bleu import DevBleu
 from tfm.eval.dev_loss import DevLoss
 from tfm.experiment import Experiment
 from tfm.train import checkpoint as ckpt_lib
-from tfm.train import distributed
+from tfm.train import backend, distributed
 from tfm.train.metrics_writer import MetricsWriter
 from tfm.train.preemption import Preemption
 from tfm.train.sharding import check_batch_size
@@ -43,16 +44,27 @@ DATA_STATS = ("inputs_efficiency", "targets_efficiency", "examples_read", "examp
 
 
 def prepare_data(config: Config, workdir: str):
-  """Builds the dataset and the vocabulary on the lead host, then loads the vocabulary everywhere."""
-  if distributed.is_lead_host():
+  """The dataset on every host and the vocabulary in the workdir; returns the tokenizer.
+
+  The lead host prepares the dataset in data.data_dir and trains the vocabulary (into
+  data.vocab_dir or the workdir, storage every host reads); then every other host prepares the
+  dataset in its own data.data_dir, which is a no-op where that directory is shared (it is ready)
+  and builds a local copy where each host has its own disk (e.g. the default ~/tensorflow_datasets
+  on every TPU VM). The build is deterministic, so every host's copy is the same dataset.
+  """
+  lead = distributed.is_lead_host()
+  if lead:
     sources.prepare(config.data)
     tokenizer_lib.get_tokenizer(config.data, workdir)
   distributed.barrier("tfm-data-ready")
+  if not lead:
+    sources.prepare(config.data, create_data_dir=True)  # the lead checked that the path exists
   tokenizer = tokenizer_lib.get_tokenizer(config.data, workdir)
   if tokenizer.vocab_size != config.model.vocab_size:
     raise ValueError(f"the vocabulary has {tokenizer.vocab_size} tokens but model.vocab_size is "
                      f"{config.model.vocab_size}; set model.vocab_size and data.vocab_size to "
                      f"{tokenizer.vocab_size} (a small corpus can give fewer than asked)")
+  distributed.barrier("tfm-data-everywhere")
   return tokenizer
 
 
@@ -72,13 +84,13 @@ def train(config: Config, workdir: str, stream=sys.stdout):
   preemption = Preemption()  # from the start: a SIGTERM during set-up still ends with a checkpoint
   try:
     distributed.initialize_from_env()
-    with Workdir(workdir) as held:
-      return _train(config, held, stream, preemption)
+    with logs.workdir_log(jax.process_index()) as log, Workdir(workdir) as held:
+      return _train(config, held, log, stream, preemption)
   finally:
     preemption.restore()
 
 
-def _train(config: Config, held: Workdir, stream, preemption: Preemption):
+def _train(config: Config, held: Workdir, log: logs.WorkdirLog, stream, preemption: Preemption):
   workdir = os.fspath(held.path)
   held.check_config(config.to_dict())  # before anything is written: a resume is the same model
   tokenizer = prepare_data(config, workdir)
@@ -99,8 +111,12 @@ def _train(config: Config, held: Workdir, stream, preemption: Preemption):
                                     accept=lambda state, data_state: iterator.set_state(data_state))
     state, start = (exp.init_state(), 0) if restored is None else (restored[0], restored[2])
     held.commit(config.to_dict())  # config.json only now that the state is known to fit it
+    log.publish(held.path)  # and the log file (every host's, into WORKDIR/logs/)
     writer = MetricsWriter(workdir, stream)
     cleanup.callback(writer.close)
+    writer.text(f"tfm: {backend.describe()}")
+    if backend.unused_accelerator():
+      writer.text(f"tfm: {backend.unused_accelerator()}")
     writer.text(f"tfm: {parameter_count(exp.abstract_state.params):,} parameters; mesh "
                 f"{dict(exp.mesh.shape)}; {jax.process_count()} host(s), {jax.device_count()} "
                 "device(s)")

@@ -207,6 +207,11 @@ def test_bad_input(name, trained, corpus, tmp_path, monkeypatch, capsys):
     (["--processes", "0", "train"], "got '0'"),
     (["--processes", "two", "train"], "got 'two'"),
     (["--processes=2", "train"], "write --processes N"),
+    (["setup", "--accelerator", "rocm"], "--accelerator: expected cpu, cuda or tpu, got 'rocm'"),
+    (["setup", "--gpu"], "setup takes --accelerator cpu|cuda|tpu, got '--gpu'"),
+    (["--tpu", "my-pod", "train"], "--tpu my-pod needs --zone ZONE"),
+    (["--tpu", "--zone", "us-central2-b", "train"], "--tpu needs the TPU VM's name"),
+    (["--tpu", "my-pod", "--zone", "us-central2-b"], "which tfm command?"),
 ])
 def test_launch_sh_checks_its_flags(argv, message):
   proc = subprocess.run(["bash", str(ROOT / "launch.sh"), *argv], capture_output=True, text=True,

@@ -24,3 +24,12 @@ def require_workdir(fv: flags.FlagValues):
   if not fv.workdir:
     raise UsageError("--workdir is required")
 
+
+
+def announce_backend() -> None:
+  """Prints the JAX backend and devices to stderr (and the warning if an accelerator is unused)."""
+  import sys  # pylint: disable=import-outside-toplevel
+  from tfm.train import backend  # pylint: disable=import-outside-toplevel
+  print(f"tfm: {backend.describe()}", file=sys.stderr)
+  if backend.unused_accelerator():
+    print(f"tfm: {backend.unused_accelerator()}", file=sys.stderr)

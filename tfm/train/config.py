@@ -64,6 +64,9 @@ class TrainConfig:
   checkpoint_every: int = 1500  # the paper wrote a checkpoint every 10 minutes at 0.4 s/step
   keep_checkpoints: int = 5
   average_checkpoints: int = 5  # 5 for base, 20 for big (section 6.1)
+  # Persistent XLA compilation cache (tfm/train/compile_cache.py): None = $JAX_COMPILATION_CACHE_DIR
+  # or ~/.cache/tfm/xla, "" = off.
+  compilation_cache_dir: str | None = None
 
   def __post_init__(self):
     validate_train_config(self)
@@ -106,6 +109,8 @@ def validate_train_config(train: TrainConfig) -> None:
       fail(f"train.{key}", "a non-negative integer", getattr(train, key))
   if train.schedule not in SCHEDULES:
     fail("train.schedule", f"one of {SCHEDULES}", train.schedule)
+  if train.compilation_cache_dir is not None and not isinstance(train.compilation_cache_dir, str):
+    fail("train.compilation_cache_dir", "None, '' (off) or a directory", train.compilation_cache_dir)
   if train.schedule == "rsqrt_warmup" and train.warmup_steps < 1:
     fail("train.warmup_steps", "at least 1 with schedule 'rsqrt_warmup'", train.warmup_steps)
   if train.schedule == "linear_cosine" and train.steps <= train.warmup_steps:

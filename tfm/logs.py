@@ -1,0 +1,113 @@
+"""Where log records go: tfm's own to the console, everyone's to a log file in the workdir.
+
+  console                                tfm.* INFO records to stdout (beside the training
+                                         lines; not for commands whose stdout is their result);
+                                         any library's warnings and errors to stderr
+                                         (absl, TFDS, Orbax, JAX INFO records: the file only)
+  WORKDIR/logs/<start>-host<i>.log       every record at INFO and above, with time and logger: one
+                                         file per run and host, on any storage (copied there every
+                                         30 s and at the end, once the run owns the workdir)
+
+`configure_console()` runs once when the `tfm` command starts; `workdir_log()` around training.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import os
+import shutil
+import sys
+import tempfile
+import time
+
+from etils import epath
+
+from tfm import storage
+
+FILE_FORMAT = "%(asctime)s %(levelname).1s %(name)s: %(message)s"
+
+
+def _is_tfm(record: logging.LogRecord) -> bool:
+  return record.name.split(".")[0] == "tfm"
+
+
+def configure_console(info: bool = True) -> None:
+  """Everyone's warnings and errors to stderr ('WARNING absl: ...') and, with `info`, tfm's INFO
+  records to stdout ('tfm: ...', beside the training lines). Commands whose stdout is their
+  result (translate, eval, params) pass info=False; other libraries' INFO records go only to the
+  workdir's log file."""
+  info_handler = logging.StreamHandler(sys.stdout)
+  info_handler.addFilter(lambda r: info and _is_tfm(r) and logging.INFO <= r.levelno < logging.WARNING)
+  info_handler.setFormatter(logging.Formatter("tfm: %(message)s"))
+  problems = logging.StreamHandler(sys.stderr)
+  problems.setLevel(logging.WARNING)
+  problems.setFormatter(logging.Formatter("%(levelname)s %(name)s: %(message)s"))
+  root = logging.getLogger()
+  root.handlers = [h for h in root.handlers if h.get_name() not in ("tfm-info", "tfm-problems")]
+  for name, handler in (("tfm-info", info_handler), ("tfm-problems", problems)):
+    handler.set_name(name)
+    root.addHandler(handler)
+  root.setLevel(logging.INFO)
+  try:  # absl's own handler would print its records a second time
+    from absl import logging as absl_logging  # pylint: disable=import-outside-toplevel
+    absl_logging.get_absl_handler().setLevel(logging.CRITICAL + 1)
+  except ImportError:
+    pass
+
+
+class WorkdirLog(logging.FileHandler):
+  """Every record at INFO and above, to a local file that is copied to WORKDIR/logs/ once the run
+  owns the workdir (publish), then at most every SYNC_S seconds and when the handler closes.
+
+  Until publish() nothing is written into the workdir, so a run refused at start-up (a bad
+  config, a locked workdir) leaves it as it was, while its records are still kept.
+  """
+
+  SYNC_S = 30.0
+
+  def __init__(self, process_index: int):
+    self.filename = f"{time.strftime('%Y%m%d-%H%M%S')}-host{process_index}.log"
+    self._dir = tempfile.mkdtemp(prefix="tfm-log-")
+    super().__init__(os.path.join(self._dir, self.filename), encoding="utf-8")
+    self.setLevel(logging.INFO)
+    self.setFormatter(logging.Formatter(FILE_FORMAT))
+    self.target: epath.Path | None = None
+    self._synced = 0.0
+
+  def publish(self, workdir: str | epath.Path) -> None:
+    self.target = epath.Path(workdir) / "logs" / self.filename
+    self._copy()
+
+  def _copy(self) -> None:
+    self.flush()
+    with open(self.baseFilename, "rb") as f:  # our own local file
+      storage.write_atomically(self.target, f.read())
+    self._synced = time.monotonic()
+
+  def emit(self, record: logging.LogRecord) -> None:
+    super().emit(record)
+    if self.target is not None and time.monotonic() - self._synced >= self.SYNC_S:
+      self._copy()
+
+  def close(self) -> None:
+    if self.target is not None and self.stream is not None:
+      self._copy()
+    super().close()
+    shutil.rmtree(self._dir, ignore_errors=True)
+
+
+@contextlib.contextmanager
+def workdir_log(process_index: int):
+  """Adds a WorkdirLog to the root logger (INFO and above) for the duration of a run."""
+  root = logging.getLogger()
+  level = root.level
+  handler = WorkdirLog(process_index)
+  root.addHandler(handler)
+  root.setLevel(min(level, logging.INFO) if level else logging.INFO)
+  try:
+    yield handler
+  finally:
+    root.removeHandler(handler)
+    root.setLevel(level)
+    handler.close()
