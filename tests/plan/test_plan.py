@@ -1,0 +1,92 @@
+"""tfm plan end to end: a tiny config compiled for v5e:2x2 by libtpu, its JSON checked against the
+parameter count, the FLOP formula and the roofline; a step too big for HBM and the change that
+fixes it; the rows rounded up to split; one-line errors."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from tfm import cli
+from tfm.config import load_config
+from tfm.model.params import count_params
+from tfm.plan import topology as topology_lib
+from tfm.train.flops import train_flops
+from tfm.train.tpu_chips import chip_by_name
+
+# Matmul-dominated, so the model FLOPs of tfm/train/flops.py are most of what XLA counts.
+TINY = ["model.vocab_size=1024", "data.vocab_size=1024", "model.d_model=256", "model.d_ff=1024",
+        "model.num_heads=4", "model.d_k=64", "model.d_v=64", "model.num_encoder_layers=1",
+        "model.num_decoder_layers=1", "model.dtype=bfloat16", "data.max_length=64"]
+QS = "configs/quickstart.py"
+needs_libtpu = pytest.mark.skipif(not topology_lib.libtpu_installed(),
+                                  reason="libtpu is the tpu-aot extra (Linux x86_64 only)")
+
+
+def plan_json(capsys, *overrides, flags=()):
+  code = cli.main(["tfm", "plan", f"--config={QS}", "--topology=v5e:2x2", "--json", *flags]
+                  + [f"--config.{o}" for o in TINY + list(overrides)])
+  out = capsys.readouterr().out
+  assert code == 0, out
+  return json.loads(out)
+
+
+@needs_libtpu
+def test_plan_of_a_tiny_step(capsys):
+  # 30 rows of 64 tokens do not split over the 4 chips: rounded up to 32 rows.
+  plan = plan_json(capsys, "data.tokens_per_batch=1920")
+  config = load_config(QS, TINY + ["data.tokens_per_batch=1920"])
+  v5e, params = chip_by_name("v5e"), count_params(config.model)
+  assert plan["chips"] == 4 and plan["mesh"] == {"data": 4, "fsdp": 1, "tensor": 1}
+  assert plan["rows"] == 32 and plan["tokens_per_step"] == 32 * 64
+  assert "gives 30 rows" in plan["rows_note"] and "rounded up to 32 rows" in plan["rows_note"]
+  assert plan["fits"] is True and plan["hbm_bytes"] == v5e.hbm_bytes
+  # Data parallel: every chip holds the float32 parameters and Adam's two moments whole.
+  assert plan["bytes"]["params"] == 4 * params
+  assert 8 * params <= plan["bytes"]["optimizer"] <= 8 * params + 64  # + Adam's step count
+  assert plan["bytes_per_chip"] >= 3 * 4 * params + plan["bytes"]["temporaries"]
+  assert plan["bytes_per_chip"] < plan["hbm_bytes"]
+  # XLA's count over the 4 chips is the model's matmuls (flops.py) plus softmax, norms, Adam...
+  model = 32 * train_flops(config.model, 64, 64)
+  assert plan["model_flops_per_step"] == model
+  assert plan["flops_per_step"] == pytest.approx(4 * plan["flops_per_chip"])
+  assert model <= plan["flops_per_step"] <= 1.25 * model
+  # Roofline: the larger of compute time at peak and HBM time at bandwidth.
+  compute = plan["flops_per_chip"] / v5e.peak_bf16_flops
+  memory = plan["bytes_accessed_per_chip"] / v5e.hbm_bytes_per_s
+  assert plan["est_step_s"] == pytest.approx(max(compute, memory)) and plan["est_step_s"] > 0
+  assert plan["est_tokens_per_s"] == pytest.approx(32 * 64 / plan["est_step_s"])
+  assert plan["est_mfu"] == pytest.approx(model / (plan["est_step_s"] * 4 * v5e.peak_bf16_flops))
+  assert plan["compile_s"] > 0 and plan["remedies"] == []
+
+
+@needs_libtpu
+def test_a_step_too_big_for_hbm_names_the_change_that_fits(capsys):
+  # 65536 rows of 64 tokens: ~1M tokens of activations per chip, more than 16 GiB.
+  plan = plan_json(capsys, "data.tokens_per_batch=4194304", flags=["--remedies=1"])
+  assert plan["fits"] is False and plan["bytes_per_chip"] > plan["hbm_bytes"]
+  assert plan["bytes"]["temporaries"] > plan["hbm_bytes"] / 2  # activations, not the state
+  [remedy] = plan["remedies"]
+  assert remedy["change"].startswith("train.microbatches=") and remedy["fits"] is True
+  assert remedy["bytes_per_chip"] < plan["hbm_bytes"] < plan["bytes_per_chip"]
+
+
+def test_missing_libtpu_is_one_line(monkeypatch, capsys):
+  monkeypatch.setattr(topology_lib, "libtpu_installed", lambda: False)
+  code = cli.main(["tfm", "plan", f"--config={QS}", "--topology=v5e:2x2"])
+  err = capsys.readouterr().err.strip().splitlines()
+  assert code == 1 and len(err) == 1
+  assert "install the tpu-aot extra: pip install -e '.[tpu-aot]'" in err[0]
+
+
+@pytest.mark.parametrize("args, code, message", [
+    ([], 2, "--topology is required"),
+    (["--topology=v9:2x2"], 1, "--topology='v9:2x2': unknown chip 'v9'"),
+    (["--topology=v5e"], 1, "--topology='v5e': expected CHIP:XxY or CHIP:XxYxZ"),
+    (["--topology=v5e:2x2", "--slices=0"], 1, "--slices must be a positive number"),
+])
+def test_bad_flags_are_one_line(args, code, message, capsys):
+  assert cli.main(["tfm", "plan", f"--config={QS}", *args]) == code
+  err = capsys.readouterr().err.strip().splitlines()
+  assert len(err) == 1 and message in err[0], err
