@@ -5,8 +5,10 @@ Candidates, for a plan whose bytes per chip exceed the chip's HBM:
   mesh.fsdp        data-parallel devices moved to fsdp (mesh.data=1, mesh.fsdp=data x fsdp): the
                    parameters and optimizer state are sharded instead of replicated
   train.microbatches  the smallest power-of-two multiple m of the current value with
-                   fixed + temporaries x current / m <= 90% of HBM (activations shrink with the
-                   microbatch; fixed = total - temporaries), at most rows / batch shards
+                   fixed + temporaries x current / m <= 3/4 of HBM (activations shrink with the
+                   microbatch; fixed = total - temporaries), at most rows / batch shards. The
+                   headroom: a step that XLA must squeeze by rematerializing compiles slowly
+                   and runs slower
   model.remat=full the layers' activations are recomputed in the backward pass
 
 The first is tried first when the state (parameters + optimizer) is at least half of the total,
@@ -46,7 +48,7 @@ def _microbatches(config: Config, plan: StepPlan) -> int | None:
   most = plan.rows // batch_shards
   fixed = plan.bytes_per_chip - plan.temp_bytes
   m = 2 * current
-  while m < most and fixed + plan.temp_bytes * current / m > 0.9 * plan.hbm_bytes:
+  while m < most and fixed + plan.temp_bytes * current / m > 0.75 * plan.hbm_bytes:
     m *= 2
   m = min(m, most)
   return m if m > current else None
