@@ -72,13 +72,18 @@ def test_plan_of_a_tiny_step(capsys):
 
 @needs_libtpu
 def test_a_step_too_big_for_hbm_names_the_change_that_fits(capsys):
-  # 65536 rows of 64 tokens: ~1M tokens of activations per chip, more than 16 GiB.
-  plan = plan_json(capsys, "data.tokens_per_batch=4194304", flags=["--remedies=1"])
+  # A 4M-piece vocabulary: ~1.07B parameters, whose float32 values, Adam moments and gradients do
+  # not fit a 16 GiB v5e when every chip holds them whole; sharded over 4 chips they do.
+  big_vocab = ["model.vocab_size=4194304", "data.vocab_size=4194304", "data.tokens_per_batch=256"]
+  plan = plan_json(capsys, *big_vocab, flags=["--remedies=1"])
+  params = count_params(load_config(QS, TINY + big_vocab).model)
   assert plan["fits"] is False and plan["bytes_per_chip"] > plan["hbm_bytes"]
-  assert plan["bytes"]["temporaries"] > plan["hbm_bytes"] / 2  # activations, not the state
+  assert "Ran out of memory" in plan["out_of_memory"]["message"]
+  assert plan["out_of_memory"]["usable_hbm_bytes"] <= plan["hbm_bytes"]
+  assert plan["bytes"]["params"] == 4 * params and plan["flops_per_step"] is None
   [remedy] = plan["remedies"]
-  assert remedy["change"].startswith("train.microbatches=") and remedy["fits"] is True
-  assert remedy["bytes_per_chip"] < plan["hbm_bytes"] < plan["bytes_per_chip"]
+  assert remedy["change"] == "mesh.data=1, mesh.fsdp=4" and remedy["fits"] is True
+  assert 3 * 4 * params / 4 < remedy["bytes_per_chip"] < plan["hbm_bytes"]
 
 
 def test_missing_libtpu_is_one_line(monkeypatch, capsys):
