@@ -61,8 +61,8 @@ def test_plan_of_a_tiny_step(capsys):
   assert plan["model_flops_per_step"] == model
   assert plan["flops_per_step"] == pytest.approx(4 * plan["flops_per_chip"])
   assert model <= plan["flops_per_step"] <= 1.25 * model
-  # Roofline: the larger of compute time at peak and HBM time at bandwidth.
-  compute = plan["flops_per_chip"] / v5e.peak_bf16_flops
+  # Roofline: the larger of compute time at peak (the model's FLOPs a floor) and HBM time.
+  compute = max(plan["flops_per_chip"], model / 4) / v5e.peak_bf16_flops
   memory = plan["bytes_accessed_per_chip"] / v5e.hbm_bytes_per_s
   assert plan["est_step_s"] == pytest.approx(max(compute, memory)) and plan["est_step_s"] > 0
   assert plan["est_tokens_per_s"] == pytest.approx(32 * 64 / plan["est_step_s"])

@@ -145,4 +145,5 @@ def plan_step(config: Config, topology: Topology) -> StepPlan:
       argument_bytes=memory.argument_size_in_bytes, output_bytes=memory.output_size_in_bytes,
       alias_bytes=memory.alias_size_in_bytes, bytes_per_chip=total,
       flops_per_chip=float(cost["flops"]), bytes_accessed_per_chip=float(cost["bytes accessed"]),
-      estimate=roofline(cost["flops"], cost["bytes accessed"], topology.chip))
+      estimate=roofline(cost["flops"], cost["bytes accessed"], topology.chip,
+                        figures["model_flops_per_step"] / topology.chips))
