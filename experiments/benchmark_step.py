@@ -5,7 +5,8 @@
       --rows=64 --length=128 --steps=20
 
 The batch has `rows` rows of `length` tokens on each side (default: data.tokens_per_batch /
-data.max_length rows of data.max_length), every row filled with 1-4 packed examples, so all tokens
+data.max_length rows of data.max_length, rounded up to split over the batch shards x microbatches),
+every row filled with 1-4 packed examples, so all tokens
 are real. After `warmup` steps (the first one compiles) it times `steps` steps and prints the mean
 step time, target tokens/s (source + target tokens/s too for encoder-decoder models), the model
 FLOPs of a step (tfm/train/flops.py) and the MFU against the devices' bf16 peak; on CPUs, which have no
@@ -22,6 +23,7 @@ import numpy as np
 from absl import app, flags
 
 from tfm import config as config_lib
+from tfm.data.batching import round_up_rows
 from tfm.experiment import Experiment
 from tfm.train.flops import mfu, peak_flops, train_flops
 from tfm.train.sharding import shard_batch
@@ -62,8 +64,8 @@ def benchmark(config: config_lib.Config, rows: int | None, length: int | None, w
               steps: int, seed: int) -> dict:
   cfg = config.model
   length = length or config.data.max_length
-  rows = rows or max(1, config.data.tokens_per_batch // length)
   exp = Experiment(config)
+  rows = rows or round_up_rows(config.data.tokens_per_batch // length, exp.batch_row_multiple)
   state, step = exp.init_state(), exp.train_step
   host = synthetic_batch(rows, length, cfg.vocab_size, cfg.has_encoder, seed)
   batch = shard_batch(process_rows(host), exp.batch_sharding)

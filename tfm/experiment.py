@@ -12,6 +12,7 @@ Every command, benchmark and test helper assembles a run here and nowhere else:
   exp.train_step, exp.eval_step           # jitted over the mesh (OnMesh), state donated
   exp.translate_fn(...)                   # beam search / greedy / sampling under the same mesh
   exp.batch_sharding, exp.batch_row_multiple, exp.abstract_batch(rows, length)
+  exp.train_rows(hosts), exp.rows_note(hosts)  # the packed batch's rows, rounded up to split
 
 Building an Experiment points JAX's persistent compilation cache at train.compilation_cache_dir
 (tfm/train/compile_cache.py), so a restart, an eval or a plan reuses compiled steps. Each piece is
@@ -31,7 +32,7 @@ import jax
 import numpy as np
 
 from tfm.config import Config
-from tfm.data.batching import BATCH_KEYS
+from tfm.data.batching import BATCH_KEYS, global_rows, rows_note
 from tfm.decode.translate import make_translate_fn
 from tfm.model.transformer import Transformer
 from tfm.train import compile_cache
@@ -137,6 +138,17 @@ class Experiment:
   def batch_row_multiple(self) -> int:
     """Training batches must have a multiple of this many rows: microbatches x batch shards."""
     return batch_row_multiple(self.mesh, self.rules, self.config.train.microbatches)
+
+  def train_rows(self, process_count: int = 1) -> int:
+    """Global rows of a packed training batch: data.tokens_per_batch // data.max_length rounded up
+    to a multiple of the hosts and of batch_row_multiple (tfm/data/batching.py global_rows)."""
+    return global_rows(self.config.data, process_count, self.batch_row_multiple)
+
+  def rows_note(self, process_count: int = 1) -> str | None:
+    """The one line saying train_rows rounded the configured rows up (None when it did not)."""
+    m = self.config.train.microbatches
+    split = f"{self.batch_shards} batch shards" + (f" x train.microbatches={m}" if m > 1 else "")
+    return rows_note(self.config.data, process_count, self.batch_row_multiple, split)
 
   def decode_rows(self, wanted: int) -> int:
     """`wanted` decode rows rounded up to a multiple of the batch shards."""

@@ -25,7 +25,7 @@ import numpy as np
 
 from tfm import logs
 from tfm.config import Config
-from tfm.data import batching, pipeline, prefetch, sources, tokenizer as tokenizer_lib
+from tfm.data import pipeline, prefetch, sources, tokenizer as tokenizer_lib
 from tfm.eval.dev_bleu import DevBleu
 from tfm.eval.dev_loss import DevLoss
 from tfm.experiment import Experiment
@@ -33,7 +33,6 @@ from tfm.train import checkpoint as ckpt_lib
 from tfm.train import backend, distributed
 from tfm.train.metrics_writer import MetricsWriter
 from tfm.train.preemption import Preemption
-from tfm.train.sharding import check_batch_size
 from tfm.train.state import parameter_count
 from tfm.train.step import check_nonfinite
 from tfm.train.workdir import Workdir
@@ -96,8 +95,6 @@ def _train(config: Config, held: Workdir, log: logs.WorkdirLog, stream, preempti
   tokenizer = prepare_data(config, workdir)
   tc = config.train
   exp = Experiment(config)
-  # Packed (and dev) batches have a fixed row count, checked here; bucketed ones are sized to fit.
-  check_batch_size(batching.host_rows(config.data, 1), exp.mesh, exp.rules, tc.microbatches)
   with contextlib.ExitStack() as cleanup:  # closed in reverse order, whatever happens
     iterator = pipeline.train_iterator(config.data, tokenizer, process_index=jax.process_index(),
                                        process_count=jax.process_count(),
@@ -120,11 +117,16 @@ def _train(config: Config, held: Workdir, log: logs.WorkdirLog, stream, preempti
     writer.text(f"tfm: {parameter_count(exp.abstract_state.params):,} parameters; mesh "
                 f"{dict(exp.mesh.shape)}; {jax.process_count()} host(s), {jax.device_count()} "
                 "device(s)")
+    # Batches (packed, bucketed, dev) are rounded up to split over the hosts and the step.
+    rows_note = exp.rows_note(jax.process_count())
+    if rows_note:
+      writer.text(f"tfm: {rows_note}")
     if restored is not None:
       writer.text(f"tfm: resumed from step {start} in {workdir}")
     batches = prefetch.prefetch_to_device(iterator, exp.batch_sharding)
     cleanup.callback(batches.close)
-    evaluate_dev = DevLoss(config.data, tokenizer, exp.eval_step, exp.batch_sharding)
+    evaluate_dev = DevLoss(config.data, tokenizer, exp.eval_step, exp.batch_sharding,
+                           row_multiple=exp.batch_shards)
     evaluate_bleu = None
     if config.eval.bleu_every:
       evaluate_bleu = DevBleu(config.data, tokenizer, exp.translate_fn(eos_id=tokenizer.eos_id),

@@ -97,10 +97,11 @@ def test_bad_values_name_key(key, value, message):
     DataConfig(**{key: value})
 
 
-def test_rows_must_divide_among_hosts(cfg, tok):
-  cfg = cfg.replace(tokens_per_batch=cfg.max_length * 3)
-  with pytest.raises(ValueError, match=r"data\.tokens_per_batch.*2 hosts"):
-    pipeline.train_iterator(cfg, tok, process_index=0, process_count=2)
+def test_rows_are_rounded_up_to_divide_among_hosts(cfg, tok):
+  cfg = cfg.replace(tokens_per_batch=cfg.max_length * 3)  # 3 rows on 2 hosts: 4 rows, 2 each
+  for index in range(2):
+    batch = next(pipeline.train_iterator(cfg, tok, process_index=index, process_count=2))
+    assert batch["inputs"].shape == (2, cfg.max_length)
 
 
 def test_unprepared_dataset_is_a_clear_error(cfg, tmp_path):

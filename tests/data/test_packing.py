@@ -141,12 +141,36 @@ def test_bucket_boundaries_and_rows(cfg):
   assert batching.host_rows(cfg, 2) == ROWS // 2
   assert batching.bucket_rows(cfg, 12, 2) == (cfg.tokens_per_batch // 12) // 2
   # Buckets on 2 hosts feeding a step that splits the batch 6 ways (3 shards x 2 microbatches):
-  # global rows = the largest multiple of lcm(2, 6) = 6 within the token budget.
+  # global rows = the smallest multiple of lcm(2, 6) = 6 that holds the token budget's rows.
   for boundary in batching.bucket_boundaries(MAX_LENGTH):
     global_rows = 2 * batching.bucket_rows(cfg, boundary, 2, row_multiple=6)
-    assert global_rows % 6 == 0 and 0 <= cfg.tokens_per_batch // boundary - global_rows < 6
-  with pytest.raises(ValueError, match="data.tokens_per_batch"):
-    batching.bucket_rows(cfg, MAX_LENGTH, 1, row_multiple=cfg.tokens_per_batch)
+    assert global_rows % 6 == 0 and 0 <= global_rows - cfg.tokens_per_batch // boundary < 6
+  # More batch shards than the budget has rows: one row per shard, not an error.
+  assert batching.bucket_rows(cfg, MAX_LENGTH, 1, row_multiple=cfg.tokens_per_batch) == (
+      cfg.tokens_per_batch)
+
+
+@pytest.mark.parametrize("hosts, multiple, rows", [
+    (1, 1, ROWS), (2, 4, ROWS), (1, 3, 9), (2, 3, 12), (1, 64, 64), (4, 256, 256)])
+def test_packed_rows_round_up_to_split(cfg, hosts, multiple, rows):
+  # ROWS = 8 rows of the token budget, rounded up to a multiple of the hosts and of the step's
+  # batch shards x microbatches (the paper's 96 rows on 64 shards run as 128).
+  assert batching.global_rows(cfg, hosts, multiple) == rows
+  assert batching.host_rows(cfg, hosts, multiple) * hosts == rows
+  note = batching.rows_note(cfg, hosts, multiple, f"{multiple} batch shards")
+  if rows == ROWS:
+    assert note is None
+  else:
+    assert note.startswith(f"data.tokens_per_batch={cfg.tokens_per_batch} gives {ROWS} rows of "
+                           f"data.max_length={MAX_LENGTH}; rounded up to {rows} rows "
+                           f"({rows * MAX_LENGTH} tokens) to split over {multiple} batch shards")
+  paper = cfg.replace(tokens_per_batch=24576, max_length=256)  # 96 rows
+  assert batching.global_rows(paper, 1, 64) == 128 and batching.global_rows(paper, 1, 32) == 96
+
+
+def test_packed_batches_have_the_rounded_rows(cfg, tok):
+  batches = list(pipeline.train_iterator(cfg, tok, num_epochs=1, row_multiple=3))
+  assert batches and all(b["inputs"].shape == (9, MAX_LENGTH) for b in batches)
 
 
 def test_bucketed_batches_split_over_the_step(cfg, tok):

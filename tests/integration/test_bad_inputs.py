@@ -105,8 +105,6 @@ CASES = {
                                "data.manual_dir='/nonexistent' does not exist", corpus=True),
     "missing_data_dir": Case(["train", "--workdir=WORK", "--config.data.data_dir=/nonexistent/tfds"],
                              1, "data.data_dir='/nonexistent/tfds' does not exist", corpus=True),
-    "microbatches_do_not_divide": Case(["train", "--workdir=WORK", "--config.train.microbatches=3"], 1,
-                                       "cannot be split into train.microbatches=3", corpus=True),
     # eval
     "eval_without_workdir": Case(["eval"], 2, "--workdir is required"),
     "eval_empty_workdir": Case(["eval", "--workdir=WORK"], 1, "config.json not found",

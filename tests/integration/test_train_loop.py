@@ -38,6 +38,15 @@ def test_loss_falls_and_everything_is_logged(experiment, tmp_path, monkeypatch):
   assert (tmp_path / "config.json").exists()
 
 
+def test_rows_round_up_to_split_over_microbatches(experiment, tmp_path):
+  # 256 tokens of 32 give 8 rows, which 3 microbatches cannot split: the run takes 9, says so once.
+  state, log = run_train(experiment("train.steps=2", "train.microbatches=3"), tmp_path)
+  note = ("tfm: data.tokens_per_batch=256 gives 8 rows of data.max_length=32; rounded up to 9 rows "
+          "(288 tokens) to split over 1 batch shards x train.microbatches=3")
+  assert log.count(note) == 1 and log.count("rounded up") == 1, log
+  assert int(state.step) == 2 and int(state.nonfinite_count) == 0
+
+
 def test_resume_is_exact(experiment, tmp_path):
   uninterrupted, _ = run_train(experiment("train.steps=6"), tmp_path / "a")
   run_train(experiment("train.steps=3"), tmp_path / "b")

@@ -4,8 +4,8 @@ Public interface:
   DataConfig (the `data` section, validated when built)   -- tfm.data.config
   prepare(cfg)                                            -- tfm.data.sources
   get_tokenizer(cfg, vocab_dir) -> Tokenizer              -- tfm.data.tokenizer
-  train_iterator(cfg, tokenizer, *, process_index, process_count) -> TrainIterator
-  eval_batches(cfg, tokenizer, split, *, process_index, process_count) -> list of batches
+  train_iterator(cfg, tokenizer, *, process_index, process_count, row_multiple) -> TrainIterator
+  eval_batches(cfg, tokenizer, split, *, process_index, process_count, row_multiple) -> batches
   eval_text_pairs(cfg, split) -> list of (source, target)  -- tfm.data.pipeline
   prefetch_to_device(iterator, sharding, size=2)          -- tfm.data.prefetch
 """

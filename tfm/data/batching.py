@@ -1,7 +1,8 @@
 """Batch geometry (rows per host, bucket boundaries) and padding of unpacked examples.
 
 Batch size is given in tokens per step (data.tokens_per_batch, global, per side). A batch of
-row length L has tokens_per_batch // L rows globally, split evenly over the hosts.
+row length L has tokens_per_batch // L rows globally, rounded up to a multiple of the hosts and of
+the step's batch shards x microbatches, split evenly over the hosts.
 
 Unpacked batches use the packed-batch keys: segmentation is 1 on real tokens and 0 on padding,
 positions count 0, 1, ... over the real tokens and are 0 on padding; padding tokens are 0. (A
@@ -18,16 +19,35 @@ BATCH_KEYS = ("inputs", "targets", "inputs_segmentation", "targets_segmentation"
               "inputs_position", "targets_position")
 
 
-def host_rows(cfg, process_count: int) -> int:
-  """Rows per host for packed / max-length batches: (tokens_per_batch // max_length) / hosts."""
-  rows = cfg.tokens_per_batch // cfg.max_length
-  if rows < 1 or rows % process_count:
-    raise ValueError(
-        f"data.tokens_per_batch={cfg.tokens_per_batch} gives {rows} global rows of "
-        f"data.max_length={cfg.max_length} tokens, which must be a positive multiple of the "
-        f"{process_count} hosts (process_count); change data.tokens_per_batch (e.g. to "
-        f"{max(1, rows // process_count) * process_count * cfg.max_length})")
-  return rows // process_count
+def round_up_rows(rows: int, multiple: int) -> int:
+  """The smallest positive multiple of `multiple` that is >= rows."""
+  return max(1, -(-rows // multiple)) * multiple
+
+
+def global_rows(cfg, process_count: int = 1, row_multiple: int = 1) -> int:
+  """Global rows of a packed / max-length batch: tokens_per_batch // max_length, rounded UP to a
+  multiple of lcm(hosts, row_multiple) so the batch splits over the hosts and over the step
+  (row_multiple: its batch shards x train.microbatches). Rounding up, not down, lets the paper's
+  96-row batch run on 64 or 256 batch shards (as 128 or 256 rows) instead of failing."""
+  return round_up_rows(cfg.tokens_per_batch // cfg.max_length, math.lcm(process_count, row_multiple))
+
+
+def host_rows(cfg, process_count: int, row_multiple: int = 1) -> int:
+  """Rows per host for packed / max-length batches: global_rows split evenly over the hosts."""
+  return global_rows(cfg, process_count, row_multiple) // process_count
+
+
+def rows_note(cfg, process_count: int, row_multiple: int, split: str) -> str | None:
+  """The one line that says the global row count was rounded up (None when it was not).
+
+  split: what row_multiple stands for, e.g. "64 batch shards x 2 train.microbatches"."""
+  asked, rows = cfg.tokens_per_batch // cfg.max_length, global_rows(cfg, process_count, row_multiple)
+  if rows == asked:
+    return None
+  over = split if process_count == 1 else f"{split} on {process_count} hosts"
+  return (f"data.tokens_per_batch={cfg.tokens_per_batch} gives {asked} rows of "
+          f"data.max_length={cfg.max_length}; rounded up to {rows} rows ({rows * cfg.max_length} "
+          f"tokens) to split over {over}")
 
 
 def bucket_boundaries(max_length: int) -> list[int]:
@@ -44,15 +64,10 @@ def bucket_boundaries(max_length: int) -> list[int]:
 
 def bucket_rows(cfg, boundary: int, process_count: int, row_multiple: int = 1) -> int:
   """Rows per host in a bucket of row length `boundary`: global tokens_per_batch // boundary,
-  rounded down to a multiple of the hosts and of `row_multiple` (the step's batch shards times
+  rounded up to a multiple of the hosts and of `row_multiple` (the step's batch shards times
   train.microbatches, so every bucket splits evenly over the devices), then split over the hosts."""
   multiple = math.lcm(process_count, row_multiple)
-  rows = (cfg.tokens_per_batch // boundary) // multiple * multiple
-  if rows < 1:
-    raise ValueError(f"data.tokens_per_batch={cfg.tokens_per_batch} is too small for row length "
-                     f"{boundary}: fewer than {multiple} rows ({process_count} hosts, batches in "
-                     f"multiples of {row_multiple} rows)")
-  return rows // process_count
+  return round_up_rows(cfg.tokens_per_batch // boundary, multiple) // process_count
 
 
 def pad_examples(examples, rows: int, length: int) -> dict[str, np.ndarray]:

@@ -23,7 +23,8 @@ Stages (per host):
   -> packed: PackedBatcher(rows)  |  bucketed: BucketBatcher(boundaries)
 Each batch is a dict of int32 arrays [rows, length] with keys batching.BATCH_KEYS, where
 rows = tokens_per_batch // max_length // process_count (packed; length = max_length) or
-rows ~ tokens_per_batch // boundary // process_count (bucketed; length = bucket boundary).
+rows ~ tokens_per_batch // boundary // process_count (bucketed; length = bucket boundary), each
+global count rounded up to split over the hosts and the step (tfm/data/batching.py).
 """
 
 from __future__ import annotations
@@ -124,7 +125,8 @@ def train_iterator(cfg: DataConfig, tokenizer, *, process_index: int = 0, proces
 
   One seed (data.shuffle_seed) gives one sequence of batches; num_epochs=None repeats forever.
   With a finite num_epochs the last batch is padded with empty rows. row_multiple: the global
-  row count of every bucketed batch is a multiple of it (the step's batch shards x microbatches).
+  row count of every batch, packed or bucketed, is rounded up to a multiple of it (the step's
+  batch shards x microbatches; tfm/data/batching.py).
   """
   _check_host(process_index, process_count)
   pairs = _host_pairs(cfg, "train", process_index, process_count, shuffle=True,
@@ -139,8 +141,8 @@ def train_iterator(cfg: DataConfig, tokenizer, *, process_index: int = 0, proces
   grain_iterator = iter(ds)
   example_cursor = cursor.ExampleCursor(grain_iterator)
   if cfg.packing:
-    batcher = packing.PackedBatcher(example_cursor, batching.host_rows(cfg, process_count),
-                                    cfg.max_length)
+    batcher = packing.PackedBatcher(
+        example_cursor, batching.host_rows(cfg, process_count, row_multiple), cfg.max_length)
   else:
     boundaries = batching.bucket_boundaries(cfg.max_length)
     batcher = bucketing.BucketBatcher(
@@ -152,15 +154,16 @@ def train_iterator(cfg: DataConfig, tokenizer, *, process_index: int = 0, proces
 
 
 def eval_batches(cfg: DataConfig, tokenizer, split: str = "dev", *, process_index: int = 0,
-                 process_count: int = 1) -> list[dict[str, Any]]:
+                 process_count: int = 1, row_multiple: int = 1) -> list[dict[str, Any]]:
   """This host's share of `split` (first data.eval_max_examples examples) as unpacked, padded
-  [rows, max_length] batches in dataset order, rows = tokens_per_batch // max_length // hosts.
+  [rows, max_length] batches in dataset order, rows = batching.host_rows (tokens_per_batch //
+  max_length rounded up to a multiple of the hosts and of row_multiple, the batch shards) // hosts.
 
   Over-long examples follow data.overlong. Every host returns the same number of batches
   (padded with all-zero batches), so collective eval steps stay in lockstep.
   """
   _check_host(process_index, process_count)
-  rows = batching.host_rows(cfg, process_count)
+  rows = batching.host_rows(cfg, process_count, row_multiple)
   ds = encoded_examples(cfg, tokenizer, split, process_index=process_index,
                         process_count=process_count, limit=cfg.eval_max_examples)
   total = len(sources.open_split(cfg, split))

@@ -17,13 +17,16 @@ class DevLoss:
   """Holds this host's batches of a split on the devices; dev_loss(params) -> {loss, nll,
   perplexity, accuracy, tokens}.
 
-  eval_step: params, batch -> loss sums (Experiment.eval_step); sharding: the batch sharding.
+  eval_step: params, batch -> loss sums (Experiment.eval_step); sharding: the batch sharding;
+  row_multiple: the batch shards (Experiment.batch_shards), which every batch's rows must split over.
   """
 
-  def __init__(self, data: DataConfig, tokenizer, eval_step, sharding, split: str = "dev"):
+  def __init__(self, data: DataConfig, tokenizer, eval_step, sharding, split: str = "dev",
+               row_multiple: int = 1):
     self.eval_step = eval_step
     host_batches = pipeline.eval_batches(data, tokenizer, split, process_index=jax.process_index(),
-                                         process_count=jax.process_count())
+                                         process_count=jax.process_count(),
+                                         row_multiple=row_multiple)
     self.batches = [prefetch.to_device(b, sharding) for b in host_batches]
 
   def __call__(self, params) -> dict[str, float]:

@@ -2,6 +2,15 @@
 
 With tied embeddings one such matrix serves the source embedding, the target embedding and, through
 `attend`, the pre-softmax linear transformation (logits = x E^T, without the sqrt(d_model) factor).
+
+Sharding of the lookup: the table is stored as (vocab over `tensor`, embed over `fsdp`), but the
+output's rows are split over the batch axes, fsdp among them. Gathering rows from the stored layout
+gives an output split along embed over fsdp, which XLA cannot reshard to rows split over fsdp
+without replicating the whole tensor first ("involuntary full rematerialization" of the gather and
+of its gradient, measured with tfm plan on a (data, fsdp, tensor) = (2, 2, 2) v5e mesh). So the
+lookup reads the table all-gathered over fsdp, as every FSDP layer reads its weights (still split
+over vocab, which XLA's gather handles), and the output is constrained to the activation layout,
+rows over the batch axes. Sharding constraints move data only: the values are the same.
 """
 
 from __future__ import annotations
@@ -10,7 +19,7 @@ import flax.linen as nn
 import jax
 import jax.numpy as jnp
 
-from tfm.model.partitioning import with_axes
+from tfm.model.partitioning import BLD, constrain, with_axes
 
 
 class Embed(nn.Module):
@@ -26,8 +35,9 @@ class Embed(nn.Module):
 
   def __call__(self, tokens: jax.Array) -> jax.Array:
     """tokens [batch, length] int -> [batch, length, d_model], scaled by sqrt(d_model)."""
-    table = self.embedding.astype(self.dtype)
-    return jnp.take(table, tokens, axis=0) * jnp.asarray(self.d_model**0.5, self.dtype)
+    table = constrain(self.embedding.astype(self.dtype), ("vocab", None))  # see the docstring
+    out = jnp.take(table, tokens, axis=0) * jnp.asarray(self.d_model**0.5, self.dtype)
+    return constrain(out, BLD)
 
   def attend(self, x: jax.Array) -> jax.Array:
     """Pre-softmax projection with the same matrix: x [b, l, d_model] -> logits [b, l, vocab]."""

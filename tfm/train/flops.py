@@ -24,17 +24,12 @@ from __future__ import annotations
 import jax
 
 from tfm.model.config import ModelConfig
+from tfm.train.tpu_chips import chip_by_device_kind
 
-# Dense bf16 peak FLOP/s per chip (vendor figures, without sparsity). Matched against
-# jax.devices()[0].device_kind (case-insensitive substring, first match wins).
-PEAK_FLOPS = (
-    ("tpu v6 lite", 918e12),  # v6e (Trillium)
-    ("tpu v6e", 918e12),
-    ("tpu v5 lite", 197e12),  # v5e
-    ("tpu v5e", 197e12),
-    ("tpu v5p", 459e12),
-    ("tpu v5", 459e12),  # v5p reports "TPU v5"
-    ("tpu v4", 275e12),
+# Dense bf16 peak FLOP/s per GPU (vendor figures, without sparsity); TPU chips are in
+# tfm/train/tpu_chips.py. Matched against jax.devices()[0].device_kind (case-insensitive
+# substring, first match wins).
+GPU_PEAK_FLOPS = (
     ("h200", 989e12),
     ("h100 pcie", 756e12),
     ("h100", 989e12),  # SXM / HBM3
@@ -52,8 +47,11 @@ def peak_flops(device_kind: str | None = None) -> float | None:
     if device.platform == "cpu":
       return None
     device_kind = device.device_kind
+  chip = chip_by_device_kind(device_kind)
+  if chip is not None:
+    return chip.peak_bf16_flops
   kind = device_kind.lower()
-  for name, flops in PEAK_FLOPS:
+  for name, flops in GPU_PEAK_FLOPS:
     if name in kind:
       return flops
   return None
