@@ -89,7 +89,8 @@ class Attempt:
 
   def last_step(self) -> int:
     """The last training step the run logged (train.log_every=1), 0 before any."""
-    steps = [int(line.split()[2]) for _, line in list(self.lines) if line.startswith("[train] step ")]
+    steps = [int(line.split()[2].split("/")[0]) for _, line in list(self.lines)
+             if line.startswith("[train] step ")]
     return steps[-1] if steps else 0
 
   def first(self, text: str) -> float | None:

@@ -26,6 +26,8 @@ COMMANDS = {
     "prepare-data": ("prepare_data", "build the dataset and vocabulary a config names", True),
     "sweep": ("sweep", "train and evaluate every row / grid point / seed; our table beside the "
               "paper's", False),
+    "plot": ("plot", "training curves of one or more workdirs (loss, perplexity, BLEU, learning "
+             "rate) as a PNG", False),
 }
 
 
@@ -85,9 +87,14 @@ def main(argv=None) -> int:
     print(f"usage: tfm {name} [flags]\n\n{COMMANDS[name][1]}\n\n{fv.get_help()}")
     return 0
   try:
-    config_lib.parse_flags(fv, sub_argv)
+    args = config_lib.parse_flags(fv, sub_argv)
   except ValueError as e:  # a bad flag, or whatever loading the config file raised
     print(f"tfm {name}: {e}", file=sys.stderr)
+    return 2
+  positional = getattr(command, "POSITIONAL", None)  # what a command's non-flag arguments are
+  if args and not positional:
+    print(f"tfm {name}: unexpected argument(s) {' '.join(args)}; every option is a flag "
+          f"(--name=value, see tfm {name} --help)", file=sys.stderr)
     return 2
   if needs_config and fv.config is None:
     print(f"tfm {name}: --config=FILE[:ARG] is required", file=sys.stderr)
@@ -100,7 +107,7 @@ def main(argv=None) -> int:
     return 2
   try:
     config = None if loaded is None else config_lib.build(loaded)
-    return command.run(fv, config) or 0
+    return (command.run(fv, config, args) if positional else command.run(fv, config)) or 0
   except UsageError as e:
     print(f"tfm {name}: {e}", file=sys.stderr)
     return 2

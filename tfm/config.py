@@ -102,8 +102,9 @@ def define_config_flag(flag_values: flags.FlagValues, argv: Sequence[str], defau
                                          sys_argv=list(argv))
 
 
-def parse_flags(flag_values: flags.FlagValues, argv: Sequence[str]) -> None:
-  """flag_values(argv), loading --config afresh; raises ValueError with one line on any error.
+def parse_flags(flag_values: flags.FlagValues, argv: Sequence[str]) -> list[str]:
+  """flag_values(argv), loading --config afresh; returns the arguments that are not flags (after
+  the program name); raises ValueError with one line on any error.
 
   ml_collections loads every config file as the module `config_config` with the deprecated
   `load_module`, which re-executes a file into the module left by the previous one: a file that
@@ -111,7 +112,7 @@ def parse_flags(flag_values: flags.FlagValues, argv: Sequence[str]) -> None:
   """
   sys.modules.pop("config_config", None)
   try:
-    flag_values(list(argv))
+    return flag_values(list(argv))[1:]
   except Exception as e:  # noqa: BLE001 -- whatever loading the file raised, said in one line
     raise ValueError(load_error_message(e, argv)) from None
 

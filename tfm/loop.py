@@ -4,12 +4,14 @@
   Experiment   -> mesh, rules, model, optimizer, sharded state, the jitted steps (tfm/experiment.py)
   state:  restored from the workdir's latest readable checkpoint (with the data iterator's position),
           else initialized directly in its shards
-  loop:   step (one jit, state donated) ... every train.log_every steps the only host sync: metrics
-          fetched, non-finite updates checked, a console line and TensorBoard scalars;
+  loop:   step (one jit, state donated; the first one's compilation timed and shown) ... every
+          train.log_every steps the only host sync: metrics fetched, non-finite updates checked,
+          a console line (step/total, ETA, MFU on accelerators) and TensorBoard scalars;
           every train.eval_every the input pipeline's packing efficiency and dropped-example
           counts, dev loss / perplexity (and dev BLEU every eval.bleu_every);
-          every train.checkpoint_every and at the end an async Orbax checkpoint.
-SIGTERM (preemption) finishes the current step, saves it and returns (several hosts: at the step
+          every train.checkpoint_every and at the end an async Orbax checkpoint;
+          train.profile_steps=(a, b): a profiler trace of steps a+1..b.
+Console: tfm/train/progress.py (a progress bar on terminals). SIGTERM (preemption) finishes the current step, saves it and returns (several hosts: at the step
 JAX's preemption service agrees on).
 """
 
@@ -23,16 +25,19 @@ import time
 import jax
 import numpy as np
 
-from tfm import logs
+from tfm import logs, storage
 from tfm.config import Config
 from tfm.data import pipeline, prefetch, sources, tokenizer as tokenizer_lib
 from tfm.eval.dev_bleu import DevBleu
 from tfm.eval.dev_loss import DevLoss
 from tfm.experiment import Experiment
+from tfm.figures import curves
 from tfm.train import checkpoint as ckpt_lib
 from tfm.train import backend, distributed
+from tfm.train import flops as flops_lib
 from tfm.train.metrics_writer import MetricsWriter
 from tfm.train.preemption import Preemption
+from tfm.train.progress import Progress
 from tfm.train.state import parameter_count
 from tfm.train.step import check_nonfinite
 from tfm.train.workdir import Workdir
@@ -73,7 +78,7 @@ def _window_summary(window: list[dict], seconds: float) -> dict[str, float]:
   mean = lambda k: float(np.mean([float(m[k]) for m in window]))
   return dict(loss=mean("loss"), nll=mean("nll"), perplexity=float(np.exp(mean("nll"))),
               accuracy=mean("accuracy"), grad_norm=mean("grad_norm"),
-              learning_rate=float(window[-1]["learning_rate"]),
+              learning_rate=float(window[-1]["learning_rate"]), tokens=int(tokens),
               target_tokens_per_s=tokens / seconds, step_s=seconds / len(window),
               nonfinite_count=int(window[-1]["nonfinite_count"]))
 
@@ -109,7 +114,9 @@ def _train(config: Config, held: Workdir, log: logs.WorkdirLog, stream, preempti
     state, start = (exp.init_state(), 0) if restored is None else (restored[0], restored[2])
     held.commit(config.to_dict())  # config.json only now that the state is known to fit it
     log.publish(held.path)  # and the log file (every host's, into WORKDIR/logs/)
-    writer = MetricsWriter(workdir, stream)
+    progress = Progress(tc.steps, start, stream, evals_left=_evaluations_left(config, start))
+    cleanup.callback(progress.close)
+    writer = MetricsWriter(workdir, progress, total_steps=tc.steps)
     cleanup.callback(writer.close)
     writer.text(f"tfm: {backend.describe()}")
     if backend.unused_accelerator():
@@ -133,35 +140,84 @@ def _train(config: Config, held: Workdir, log: logs.WorkdirLog, stream, preempti
                               batch_size=exp.decode_rows(config.eval.batch_size),
                               limit=config.eval.bleu_examples, compounds=config.eval.compounds)
     return _run_steps(config, exp.train_step, state, start, batches, checkpointer, writer,
-                      evaluate_dev, evaluate_bleu, preemption)
+                      evaluate_dev, evaluate_bleu, preemption, progress, workdir)
+
+
+def _draw_curves(writer: MetricsWriter, workdir: str) -> None:
+  """WORKDIR/curves.png (tfm plot's figure) from every run's events so far; lead host."""
+  if jax.process_index() == 0:
+    writer.sync()
+    curves.write_png([workdir], storage.path(workdir) / "curves.png")
+
+
+def _evaluations_left(config: Config, start: int) -> int:
+  """How many dev-loss and dev-BLEU evaluations steps start+1..train.steps will run."""
+  steps, bleu = config.train.steps, config.eval.bleu_every
+  due = lambda every: sum(1 for s in range(start + 1, steps + 1) if s % every == 0 or s == steps)
+  return due(config.train.eval_every) + (due(bleu) if bleu else 0)
 
 
 def _run_steps(config, train_step, state, step, batches, checkpointer, writer, evaluate_dev,
-               evaluate_bleu, preemption):
+               evaluate_bleu, preemption, progress, workdir):
   """Steps from `step` to train.steps (or a preemption); returns the last state."""
   tc, bleu_every = config.train, config.eval.bleu_every
-  window, window_start = [], time.perf_counter()
+  peak, devices = flops_lib.peak_flops(), jax.device_count()
+  profile = tuple(tc.profile_steps)
+  trace_dir = os.fspath(storage.path(workdir) / "tensorboard")
+  window, window_flops, window_start, compile_s = [], 0, time.perf_counter(), None
   while step < tc.steps:
-    state, metrics = train_step(state, next(batches))
+    if profile and step == profile[0]:
+      jax.profiler.start_trace(trace_dir)
+    batch = next(batches)
+    window_flops += flops_lib.batch_flops(config.model, batch)  # shapes only, no device sync
+    if compile_s is None:  # the first step of this process compiles (or loads the cached step)
+      with progress.timed("compiling the train step") as compiled:
+        state, metrics = train_step(state, batch)
+      compile_s = compiled["seconds"]
+      writer.text(f"tfm: train step compiled (or loaded from the compilation cache) in "
+                  f"{compile_s:.1f} s")
+      window_start = time.perf_counter()
+    else:
+      state, metrics = train_step(state, batch)
     step += 1
+    progress.dispatched(step)
     window.append(metrics)
     done = step == tc.steps
     stop = preemption.stop()
+    if profile and step == profile[1]:
+      jax.block_until_ready(state)
+      jax.profiler.stop_trace()
+      writer.text(f"tfm: profiler trace of steps {profile[0] + 1}-{step} in {trace_dir}")
     if step % tc.log_every == 0 or done or stop or step % tc.checkpoint_every == 0:
       window = jax.device_get(window)  # the one host sync: this window's metrics
       for offset, m in enumerate(window):
         check_nonfinite(m, step - len(window) + offset + 1, tc.nonfinite)
-      writer.write(step, _window_summary(window, time.perf_counter() - window_start))
-      window, window_start = [], time.perf_counter()
+      seconds = time.perf_counter() - window_start
+      summary = _window_summary(window, seconds)
+      utilisation = flops_lib.mfu(window_flops / len(window), seconds / len(window), devices, peak)
+      if utilisation is not None:
+        summary["mfu"] = utilisation
+      progress.window(len(window), seconds, {
+          "loss": f"{summary['loss']:.3f}", "tok/s": f"{summary['target_tokens_per_s']:,.0f}",
+          "lr": f"{summary['learning_rate']:.2e}",
+          **({"mfu": f"{utilisation:.1%}"} if utilisation is not None else {})})
+      writer.write(step, {**summary, "eta": progress.eta_text()})
+      window, window_flops, window_start = [], 0, time.perf_counter()
     # A preempted run saves at once: evaluation could outlast the grace period after SIGTERM.
     if step % tc.eval_every == 0 or done:
       stats = batches.stats()  # this host's pipeline so far (it reads a few batches ahead)
       writer.write(step, {k: stats[k] for k in DATA_STATS if k in stats}, prefix="data")
-      writer.write(step, evaluate_dev(state.params), prefix="dev")
+      with progress.timed("evaluating dev loss", evaluation=True) as timed:
+        dev = evaluate_dev(state.params)
+      writer.write(step, {**dev, "eval_s": timed["seconds"]}, prefix="dev")
       window_start = time.perf_counter()
     if evaluate_bleu and (step % bleu_every == 0 or done):
-      writer.write(step, evaluate_bleu(state.params), prefix="dev")
+      with progress.timed("decoding dev BLEU", evaluation=True) as timed:
+        bleu = evaluate_bleu(state.params)
+      writer.write(step, {**bleu, "eval_s": timed["seconds"]}, prefix="dev")
       window_start = time.perf_counter()
+    if step % tc.eval_every == 0 or done or (evaluate_bleu and step % bleu_every == 0):
+      _draw_curves(writer, workdir)
     if step % tc.checkpoint_every == 0 or done or stop:
       checkpointer.save(step, state, batches.get_state())
     if stop:

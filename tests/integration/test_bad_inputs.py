@@ -155,6 +155,12 @@ CASES = {
     "unknown_subcommand": Case(["trian"], 2, "unknown subcommand 'trian'"),
     "unknown_flag": Case(["eval", "--workdir=TRAINED", "--averag=2"], 2,
                          "Unknown command line flag 'averag'"),
+    "stray_argument": Case(["eval", "--workdir=TRAINED", "dev"], 2,
+                           "unexpected argument(s) dev; every option is a flag"),
+    "profile_steps_out_of_range": Case(["train", QS, "--config.train.profile_steps=(5,2)",
+                                        "--workdir=WORK"], 1,
+                                       "config key train.profile_steps: expected () or two steps"),
+    "plot_without_workdir": Case(["plot"], 2, "--workdir is required"),
 }
 
 TRAINED_DIR: list[str] = []

@@ -13,7 +13,7 @@ from tfm.train import checkpoint as ckpt_lib
 
 
 def _losses(log):
-  return [float(x) for x in re.findall(r"\[train\] step \d+ \| loss ([0-9.]+)", log)]
+  return [float(x) for x in re.findall(r"\[train\] step \d+/\d+ \(\d+%\) \| loss ([0-9.]+)", log)]
 
 
 def _same_params(a, b):

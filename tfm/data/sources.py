@@ -11,12 +11,18 @@ processes can use it. Reading never downloads: `prepare(cfg)` does that once.
 
 from __future__ import annotations
 
+import contextlib
+import io
+import logging
+
 import tensorflow_datasets as tfds
 from etils import epath
 
 from tfm.data import bible  # noqa: F401  (registers the `bible_translate` builder with TFDS)
 from tfm.data.config import DataConfig
 from tfm.data.datasets import resolve_dataset
+
+log = logging.getLogger(__name__)
 
 SPLITS = {"train": "train", "dev": "validation", "test": "test"}
 
@@ -94,7 +100,18 @@ def prepare(cfg: DataConfig, create_data_dir: bool = False):
   builder = tfds.builder(spec.name, data_dir=cfg.data_dir, file_format="array_record")
   download_config = tfds.download.DownloadConfig(manual_dir=cfg.manual_dir)
   try:
-    builder.download_and_prepare(download_config=download_config)
+    if builder.is_prepared():
+      return builder
+    log.info("preparing dataset %s in %s (the first run only; TFDS's output goes to the log file)",
+             spec.name, builder.data_dir)
+    tfds.disable_progress_bar()  # carriage-return progress bars would fill the console and logs
+    printed = io.StringIO()
+    with contextlib.redirect_stdout(printed):
+      builder.download_and_prepare(download_config=download_config)
+    for line in printed.getvalue().splitlines():  # the log file's, not the console's
+      if line.strip():
+        logging.getLogger("tensorflow_datasets").info("%s", line.strip())
+    log.info("dataset %s ready", spec.name)
   except ModuleNotFoundError as e:
     if e.name != "importlib_resources":
       raise

@@ -67,6 +67,9 @@ class TrainConfig:
   # Persistent XLA compilation cache (tfm/train/compile_cache.py): None = $JAX_COMPILATION_CACHE_DIR
   # or ~/.cache/tfm/xla, "" = off.
   compilation_cache_dir: str | None = None
+  # (a, b): a profiler trace of steps a+1..b into WORKDIR/tensorboard (TensorBoard's profile tab);
+  # () = none.
+  profile_steps: tuple = ()
 
   def __post_init__(self):
     validate_train_config(self)
@@ -91,7 +94,7 @@ class MeshConfig:
 
 
 def train_from_mapping(values) -> TrainConfig:
-  return sections.from_mapping(TrainConfig, "train", values)
+  return sections.from_mapping(TrainConfig, "train", values, profile_steps=tuple)
 
 
 def mesh_from_mapping(values) -> MeshConfig:
@@ -109,6 +112,11 @@ def validate_train_config(train: TrainConfig) -> None:
       fail(f"train.{key}", "a non-negative integer", getattr(train, key))
   if train.schedule not in SCHEDULES:
     fail("train.schedule", f"one of {SCHEDULES}", train.schedule)
+  profile = tuple(train.profile_steps)
+  if profile and not (len(profile) == 2 and all(is_int(s) for s in profile)
+                      and 0 <= profile[0] < profile[1] <= train.steps):
+    fail("train.profile_steps", f"() or two steps (a, b) with 0 <= a < b <= train.steps={train.steps}",
+         train.profile_steps)
   if train.compilation_cache_dir is not None and not isinstance(train.compilation_cache_dir, str):
     fail("train.compilation_cache_dir", "None, '' (off) or a directory", train.compilation_cache_dir)
   if train.schedule == "rsqrt_warmup" and train.warmup_steps < 1:

@@ -112,6 +112,14 @@ def train_flops_per_token(cfg: ModelConfig, source_length: int, target_length: i
   return train_flops(cfg, source_length, target_length, exclude_masked) / tokens
 
 
+def batch_flops(cfg: ModelConfig, batch) -> int:
+  """Model training FLOPs of one step on `batch` (dict of [rows, length] arrays; shapes only):
+  rows x train_flops(source length, target length), padding and packing included."""
+  rows, target_length = batch["targets"].shape
+  source_length = batch["inputs"].shape[1] if "inputs" in batch else 0
+  return rows * train_flops(cfg, source_length, target_length)
+
+
 def mfu(flops_per_step: float, step_seconds: float, num_devices: int,
         peak: float | None) -> float | None:
   """Model FLOPs utilisation: achieved FLOP/s over the devices' peak; None without a peak."""

@@ -13,30 +13,39 @@ import jax
 from etils import epath
 
 from tfm import storage
+from tfm.train.events import EventWriter
 
 
 class MetricsWriter:
-  """write(step, {name: float}, prefix) -> one console line and TensorBoard scalars `prefix/name`."""
+  """write(step, {name: float}, prefix) -> one console line and TensorBoard scalars `prefix/name`.
 
-  def __init__(self, workdir: str, stream=sys.stdout):
+  Train lines read '[train] step 500/1500 (33%) | loss ...' when total_steps is given; strings (an
+  ETA, a BLEU signature) go to the console only."""
+
+  def __init__(self, workdir: str, stream=sys.stdout, total_steps: int | None = None):
     self.lead = jax.process_index() == 0
     self.stream = stream
+    self.total_steps = total_steps
     self.tensorboard = None
     if self.lead:
-      from tensorboardX import SummaryWriter  # pylint: disable=import-outside-toplevel
       self._events = storage.Staged(epath.Path(workdir) / "tensorboard")
-      self.tensorboard = SummaryWriter(self._events.local)
+      self.tensorboard = EventWriter(self._events.local)
 
   def write(self, step: int, scalars: Mapping[str, float], prefix: str = "train") -> None:
     if not self.lead:
       return
-    for name, value in scalars.items():
-      if isinstance(value, (int, float)):  # strings (e.g. a BLEU signature) go to the console only
-        self.tensorboard.add_scalar(f"{prefix}/{name}", value, step)
-    self.tensorboard.flush()
+    self.tensorboard.scalars(step, {f"{prefix}/{name}": value for name, value in scalars.items()
+                                    if isinstance(value, (int, float))})  # strings: console only
     self._events.sync()
     text = " | ".join(f"{name} {_format(value)}" for name, value in scalars.items())
-    print(f"[{prefix}] step {step} | {text}", file=self.stream, flush=True)
+    where = f"{step}" if prefix != "train" or not self.total_steps else (
+        f"{step}/{self.total_steps} ({100 * step // self.total_steps}%)")
+    print(f"[{prefix}] step {where} | {text}", file=self.stream, flush=True)
+
+  def sync(self) -> None:
+    """Flushes the events and copies them to a remote workdir now (lead host)."""
+    if self.lead:
+      self._events.sync(force=True)
 
   def text(self, message: str) -> None:
     if self.lead:

@@ -1,0 +1,71 @@
+"""What a researcher sees of a run: progress lines with ETA, MFU where the devices have a peak,
+a profiler trace of chosen steps, WORKDIR/curves.png at each evaluation and tfm plot."""
+
+import re
+
+import pytest
+
+from tests.integration.conftest import run_train
+from tfm import cli
+from tfm.train import flops as flops_lib
+from tfm.train.events import read_scalars
+
+PEAK = 1e12  # a pretend accelerator's FLOP/s, so the CPU run reports an MFU
+
+
+@pytest.fixture(scope="module")
+def runs(experiment_module, tmp_path_factory):
+  monkeypatch = pytest.MonkeyPatch()
+  monkeypatch.setattr(flops_lib, "peak_flops", lambda device_kind=None: PEAK)
+  root = tmp_path_factory.mktemp("runs")
+  logs = {}
+  for name, heads in (("two_heads", 2), ("one_head", 1)):
+    _, logs[name] = run_train(experiment_module(
+        "train.steps=8", "train.log_every=2", "train.eval_every=4", "train.checkpoint_every=4",
+        "train.profile_steps=(2,4)",
+        f"model.num_heads={heads}"), root / name)
+  monkeypatch.undo()
+  return root, logs
+
+
+def test_progress_mfu_and_timings_in_the_log(runs, experiment_module):
+  root, logs = runs
+  log = logs["two_heads"]
+  assert re.search(r"tfm: train step compiled \(or loaded from the compilation cache\) in "
+                   r"[0-9.]+ s", log)
+  lines = re.findall(r"\[train\] step (\d+)/8 \((\d+)%\) \|.* \| mfu ([0-9.e-]+) \| eta (\S+)", log)
+  assert [(int(s), int(p)) for s, p, _, _ in lines] == [(2, 25), (4, 50), (6, 75), (8, 100)]
+  # MFU = model FLOPs of the window's batches / seconds / (devices x peak): check it against
+  # the logged tokens/s, the batch geometry and tfm/train/flops.py independently.
+  config = experiment_module("train.steps=8")
+  rows, length = config.data.tokens_per_batch // config.data.max_length, config.data.max_length
+  step_flops = rows * flops_lib.train_flops(config.model, length, length)
+  windows = re.findall(r"\| tokens (\d+) \| target_tokens_per_s ([0-9.]+) \|", log)
+  assert len(windows) == 4
+  for (_, _, mfu, _), (tokens, per_s) in zip(lines, windows):
+    seconds = int(tokens) / float(per_s)  # the window's 2 steps (precise: tokens are exact)
+    assert float(mfu) == pytest.approx(2 * step_flops / seconds / PEAK, rel=2e-3)
+  assert re.search(r"\[dev\] step 4 \|.* \| eval_s [0-9.]+", log)
+  assert "tfm: profiler trace of steps 3-4 in" in log
+
+
+def test_profile_trace_and_curves_in_the_workdir(runs):
+  root, _ = runs
+  assert list((root / "two_heads" / "tensorboard" / "plugins" / "profile").glob("*/*.xplane.pb"))
+  scalars = read_scalars(root / "two_heads" / "tensorboard")
+  assert [s for s, _ in scalars["dev/nll"]] == [4, 8]
+  assert len(scalars["train/tokens"]) == 4 and all(t > 0 for _, t in scalars["train/tokens"])
+  png = (root / "two_heads" / "curves.png").read_bytes()
+  assert png.startswith(b"\x89PNG") and len(png) > 20_000
+
+
+def test_tfm_plot_overlays_workdirs(runs, capsys):
+  root, _ = runs
+  out = root / "both.png"
+  assert cli.main(["tfm", "plot", "--workdir", str(root / "two_heads"), str(root / "one_head"),
+                   f"--out={out}", "--names=h2,h1"]) == 0
+  assert out.read_bytes().startswith(b"\x89PNG") and f"written: {out}" in capsys.readouterr().out
+  assert cli.main(["tfm", "plot", f"--workdir={root}"]) == 1  # not a workdir
+  assert "no tensorboard/ events" in capsys.readouterr().err
+  assert cli.main(["tfm", "plot", f"--workdir={root / 'one_head'}", "--names=a,b"]) == 2
+  assert "--names: expected 1 names" in capsys.readouterr().err

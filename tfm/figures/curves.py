@@ -1,0 +1,89 @@
+"""Training curves of one or more workdirs, from their TensorBoard scalars (tfm/train/events.py).
+
+Panels, each workdir a line with its name: train and dev loss against steps, dev perplexity, dev
+BLEU (sacreBLEU), the learning rate, and train loss against target tokens seen. The train loss is
+label-smoothed (the objective); dev loss and perplexity are the unsmoothed NLL per word-piece.
+"""
+
+from __future__ import annotations
+
+import io
+import os
+from typing import Sequence
+
+import numpy as np
+from etils import epath
+
+from tfm import storage
+from tfm.train.events import Scalars, read_scalars
+
+
+def workdir_scalars(workdir: str | epath.Path) -> Scalars:
+  return read_scalars(epath.Path(workdir) / "tensorboard")
+
+
+def tokens_seen(scalars: Scalars) -> list[tuple[int, float]]:
+  """(step, target tokens seen by that step): the running sum of each window's train/tokens."""
+  windows = scalars.get("train/tokens", [])
+  return list(zip([s for s, _ in windows], np.cumsum([t for _, t in windows]).tolist()))
+
+
+def _series(ax, points, label, **kwargs) -> bool:
+  if not points:
+    return False
+  x, y = zip(*points)
+  ax.plot(x, y, label=label, **kwargs)
+  return True
+
+
+def draw(runs: dict[str, Scalars]):
+  """A matplotlib figure of the runs' curves ({name: scalars})."""
+  import matplotlib  # pylint: disable=import-outside-toplevel
+  matplotlib.use("Agg")
+  import matplotlib.pyplot as plt  # pylint: disable=import-outside-toplevel
+  import matplotlib.ticker  # pylint: disable=import-outside-toplevel
+
+  fig, axes = plt.subplots(2, 3, figsize=(15, 8.5))
+  (loss, ppl, bleu), (lr, by_tokens, _) = axes
+  _.axis("off")
+  colors = plt.rcParams["axes.prop_cycle"].by_key()["color"]
+  for i, (name, s) in enumerate(runs.items()):
+    color = colors[i % len(colors)]
+    _series(loss, s.get("train/loss"), f"{name} train", color=color)
+    _series(loss, s.get("dev/nll"), f"{name} dev", color=color, linestyle="--", marker="o", ms=3)
+    _series(ppl, s.get("dev/perplexity"), name, color=color, marker="o", ms=3)
+    _series(bleu, s.get("dev/bleu"), name, color=color, marker="o", ms=3)
+    _series(lr, s.get("train/learning_rate"), name, color=color)
+    steps_to_tokens = dict(tokens_seen(s))
+    _series(by_tokens, [(steps_to_tokens[step], v) for step, v in s.get("train/loss", [])
+                        if step in steps_to_tokens], name, color=color)
+  titles = [(loss, "loss (train: label-smoothed; dev: NLL)", "step"),
+            (ppl, "dev perplexity (per word-piece)", "step"), (bleu, "dev BLEU (sacreBLEU)", "step"),
+            (lr, "learning rate", "step"), (by_tokens, "train loss", "target tokens seen")]
+  for ax, title, xlabel in titles:
+    ax.set_title(title)
+    ax.set_xlabel(xlabel)
+    ax.grid(alpha=0.3)
+    if ax.lines:
+      ax.legend(fontsize=8)
+    else:
+      ax.text(0.5, 0.5, "nothing logged yet", ha="center", va="center", transform=ax.transAxes,
+              color="gray")
+  if ppl.lines:  # perplexity falls by orders of magnitude
+    ppl.set_yscale("log")
+    ppl.yaxis.set_major_formatter(matplotlib.ticker.ScalarFormatter())
+  fig.tight_layout()
+  return fig
+
+
+def write_png(workdirs: Sequence[str | epath.Path], out: str | epath.Path,
+              names: Sequence[str] | None = None) -> epath.Path:
+  """Draws the workdirs' curves into the PNG `out` (any storage); returns its path."""
+  import matplotlib.pyplot as plt  # pylint: disable=import-outside-toplevel
+  names = list(names or [os.path.basename(os.fspath(w).rstrip("/")) or os.fspath(w)
+                         for w in workdirs])
+  fig = draw({name: workdir_scalars(w) for name, w in zip(names, workdirs)})
+  buffer = io.BytesIO()
+  fig.savefig(buffer, format="png", dpi=100)
+  plt.close(fig)
+  return storage.write_atomically(out, buffer.getvalue())
