@@ -19,6 +19,7 @@ import os
 import shutil
 import sys
 import tempfile
+import threading
 import time
 
 from etils import epath
@@ -44,7 +45,10 @@ def configure_console(info: bool = True) -> None:
   problems.setLevel(logging.WARNING)
   problems.setFormatter(logging.Formatter("%(levelname)s %(name)s: %(message)s"))
   root = logging.getLogger()
-  root.handlers = [h for h in root.handlers if h.get_name() not in ("tfm-info", "tfm-problems")]
+  consoles = (sys.stdout, sys.stderr, sys.__stdout__, sys.__stderr__)
+  root.handlers = [h for h in root.handlers  # ours from an earlier call, or logging.basicConfig's
+                   if h.get_name() not in ("tfm-info", "tfm-problems")
+                   and not (type(h) is logging.StreamHandler and h.stream in consoles)]
   for name, handler in (("tfm-info", info_handler), ("tfm-problems", problems)):
     handler.set_name(name)
     root.addHandler(handler)
@@ -74,21 +78,36 @@ class WorkdirLog(logging.FileHandler):
     self.setFormatter(logging.Formatter(FILE_FORMAT))
     self.target: epath.Path | None = None
     self._synced = 0.0
+    self._copying = threading.Lock()
 
   def publish(self, workdir: str | epath.Path) -> None:
     self.target = epath.Path(workdir) / "logs" / self.filename
     self._copy()
 
   def _copy(self) -> None:
-    self.flush()
-    with open(self.baseFilename, "rb") as f:  # our own local file
-      storage.write_atomically(self.target, f.read())
-    self._synced = time.monotonic()
+    with self._copying:
+      self._upload()
 
-  def emit(self, record: logging.LogRecord) -> None:
-    super().emit(record)
-    if self.target is not None and time.monotonic() - self._synced >= self.SYNC_S:
-      self._copy()
+  def _upload(self) -> None:
+    """Copies the file so far to the target. The upload runs outside the handler's lock: the
+    storage library logs from its own threads while it uploads (gcsfs does), and those records
+    must still reach this handler rather than wait for a lock the upload holds."""
+    self._synced = time.monotonic()
+    with self.lock:
+      self.flush()
+      with open(self.baseFilename, "rb") as f:  # our own local file
+        data = f.read()
+    storage.write_atomically(self.target, data)
+
+  def handle(self, record: logging.LogRecord) -> bool:
+    emitted = super().handle(record)  # to the local file, under the handler's lock
+    due = self.target is not None and time.monotonic() - self._synced >= self.SYNC_S
+    if due and self._copying.acquire(blocking=False):  # one upload at a time, never re-entered
+      try:
+        self._upload()
+      finally:
+        self._copying.release()
+    return emitted
 
   def close(self) -> None:
     if self.target is not None and self.stream is not None:

@@ -2,8 +2,10 @@
 
 Every file tfm writes to a user path (workdir, vocabulary, outputs) goes through these helpers or
 through Orbax, never through `open` or `os.path`: a workdir on gs:// must work like a local one.
-Writes are atomic: the bytes go to a temporary name beside the target, which is then renamed over
-it, so a reader (another host, a restarted run) sees the old file or the new one, never half of one.
+Writes are atomic, so a reader (another host, a restarted run) sees the old file or the new one,
+never half of one: a local file is written under a temporary name beside the target and renamed
+over it; an object store (gs://, s3://) makes an object visible only once its upload is complete,
+so there the object is written in place (a rename there is a copy and a delete, not atomic).
 
 On Google Cloud, epath reads gs:// with TensorFlow's gfile when TensorFlow is installed (as it is
 here) and with gcsfs otherwise; EPATH_USE_TF=false selects gcsfs, which also honours
@@ -30,9 +32,20 @@ def path(value: PathLike) -> epath.Path:
   return p if p.is_absolute() else epath.Path(os.path.abspath(os.fspath(p)))
 
 
+def is_remote(value: PathLike) -> bool:
+  """True for an object store's URL (gs://bucket/..., s3://...), False for a local path."""
+  return "://" in os.fspath(value)
+
+
 def write_atomically(target: PathLike, data: bytes | str) -> epath.Path:
   """Writes `data` to `target` through a temporary file beside it; returns the target's epath."""
   target = epath.Path(target)
+  if is_remote(target):  # one upload, visible whole or not at all
+    if isinstance(data, str):
+      target.write_text(data, encoding="utf-8")
+    else:
+      target.write_bytes(data)
+    return target
   target.parent.mkdir(parents=True, exist_ok=True)
   tmp = target.parent / f".{target.name}.tmp-{os.getpid()}"
   if isinstance(data, str):
@@ -63,7 +76,7 @@ class Staged:
 
   def __init__(self, target: PathLike, every_s: float = 30.0):
     self.target = epath.Path(target)
-    self.remote = "://" in os.fspath(self.target)
+    self.remote = is_remote(self.target)
     self.every_s = every_s
     self.local = (tempfile.mkdtemp(prefix="tfm-staged-") if self.remote
                   else os.fspath(self.target))

@@ -84,6 +84,22 @@ def _listing(env, prefix):
   return [name[len(f"{BUCKET}/{prefix}"):].lstrip("/") for name in json.loads(out.splitlines()[-1])]
 
 
+def _finish(procs, timeout):
+  """Each process's output once all have ended; past `timeout` all are killed and the test fails
+  with the end of what each had printed (a hang shows where it hung)."""
+  deadline = time.monotonic() + timeout
+  outputs = []
+  try:
+    for p in procs:
+      outputs.append(p.communicate(timeout=max(1.0, deadline - time.monotonic()))[0])
+  except subprocess.TimeoutExpired:
+    for p in procs:
+      p.kill()
+    tails = [f"--- host {i}:\n{p.communicate()[0][-3000:]}" for i, p in enumerate(procs)]
+    pytest.fail(f"training did not end within {timeout} s\n" + "\n".join(tails))
+  return outputs
+
+
 def test_train_eval_translate_with_a_gs_workdir(gcs, corpus, tmp_path):
   workdir = f"gs://{BUCKET}/runs/tiny"
   flags = [f.replace("=configs/", f"={ROOT}/configs/") for f in tiny_flags(
@@ -100,7 +116,7 @@ def test_train_eval_translate_with_a_gs_workdir(gcs, corpus, tmp_path):
       env=dict(gcs, TFM_COORDINATOR=f"127.0.0.1:{port}", TFM_NUM_PROCESSES="2",
                TFM_PROCESS_ID=str(i)), stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
       for i, host in enumerate(hosts)]
-  outputs = [p.communicate(timeout=400)[0] for p in procs]
+  outputs = _finish(procs, timeout=400)
   assert [p.returncode for p in procs] == [0, 0], "\n".join(o[-3000:] for o in outputs)
   assert "[dev] step 4" in outputs[0]
   for host in hosts:  # each host prepared its own dataset copy
