@@ -17,6 +17,8 @@ COMMANDS = {
     "train": ("train", "train a model into --workdir (resumes if the workdir has checkpoints)", True),
     "eval": ("eval", "BLEU and perplexity of the checkpoints in --workdir", False),
     "translate": ("translate", "translate lines from stdin or --input with the model in --workdir", False),
+    "convert": ("convert", "copy --workdir's checkpoints into a new --out with model.scan_layers "
+                "set (layers stacked or unrolled)", False),
     "prepare-data": ("prepare_data", "build the dataset and vocabulary a config names", True),
     "sweep": ("sweep", "train and evaluate every row / grid point / seed; our table beside the "
               "paper's", False),

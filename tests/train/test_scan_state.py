@@ -50,6 +50,15 @@ def test_decay_mask_ignores_the_layers_dimension():
   assert layer["ffn"]["wi"]["kernel"] and not layer["ffn_norm"]["scale"]
 
 
+def test_a_scanned_model_starts_from_the_unrolled_initialisation(setups):
+  """The same seed gives the same initial state in both layouts (so the same loss curve)."""
+  unrolled, scanned = setups
+  stacked = stack_layers(unrolled.initial)
+  assert jax.tree.structure(stacked) == jax.tree.structure(scanned.initial)
+  assert all(np.array_equal(a, b) for a, b in zip(jax.tree.leaves(stacked),
+                                                  jax.tree.leaves(scanned.initial)))
+
+
 def test_converted_state_trains_on_like_the_original(setups):
   unrolled, scanned = setups
   state = unrolled.fresh_state()
