@@ -14,7 +14,8 @@ def test_usage_lists_every_subcommand(capsys):
 @pytest.mark.parametrize("name,flags", [("eval", ["--workdir", "--average", "--split", "--limit"]),
                                         ("translate", ["--workdir", "--average", "--input",
                                                        "--beam_size"]),
-                                        ("params", ["--config", "--vocab_size", "json"])])
+                                        ("params", ["--config", "--vocab_size", "json"]),
+                                        ("convert", ["--workdir", "--out", "--scan_layers"])])
 def test_subcommand_help_lists_its_flags(capsys, name, flags):
   assert cli.main(["tfm", name, "--helpfull"]) == 0
   out = capsys.readouterr().out
