@@ -23,6 +23,8 @@ COMMANDS = {
     "translate": ("translate", "translate lines from stdin or --input with the model in --workdir", False),
     "plan": ("plan", "compile the train step for a TPU topology ahead of time: memory, FLOPs, "
              "step time", True),
+    "convert": ("convert", "copy --workdir's checkpoints into a new --out with model.scan_layers "
+                "set (layers stacked or unrolled)", False),
     "prepare-data": ("prepare_data", "build the dataset and vocabulary a config names", True),
     "sweep": ("sweep", "train and evaluate every row / grid point / seed; our table beside the "
               "paper's", False),

@@ -1,14 +1,19 @@
 """Decoding the real Transformer: the cache changes nothing but the cost."""
 
+import dataclasses
+
 import flax.linen as nn
 import jax
 import jax.numpy as jnp
 import numpy as np
+import pytest
 
 from tests.model.helpers import init, tiny
 from tfm.decode.beam import beam_search
 from tfm.decode.translate import (beam_invariant_cache, cached_step, init_cache, make_translate_fn,
                                   uncached_step)
+from tfm.model.scan_convert import stack_layers
+from tfm.model.transformer import Transformer
 
 
 def _model():
@@ -59,3 +64,32 @@ def test_skipping_beam_invariant_cache_leaves_changes_nothing():
   (full_seqs, full_scores), (fast_seqs, fast_scores) = run(None), run(beam_invariant_cache)
   np.testing.assert_array_equal(full_seqs, fast_seqs)
   np.testing.assert_array_equal(full_scores, fast_scores)
+
+
+@pytest.mark.parametrize("search", [dict(beam_size=3), dict(beam_size=1),
+                                    dict(temperature=0.9, top_k=6)], ids=["beam", "greedy", "sample"])
+def test_scanned_model_decodes_like_the_unrolled_one(search):
+  """model.scan_layers: the same parameters, stacked, give the same outputs (the cache is stacked
+  behind the batch, so beam search tiles and reorders it as before)."""
+  model, params, inputs = _model()
+  scanned = Transformer(dataclasses.replace(model.cfg, scan_layers=True))
+  rng = jax.random.PRNGKey(11)
+  want_tokens, want_scores = make_translate_fn(model, max_extra_length=4, **search)(params, inputs, rng)
+  tokens, scores = make_translate_fn(scanned, max_extra_length=4, **search)(stack_layers(params),
+                                                                           inputs, rng)
+  np.testing.assert_array_equal(tokens, want_tokens)
+  np.testing.assert_allclose(scores, want_scores, rtol=1e-5, atol=1e-5)
+  assert np.any(np.asarray(tokens) != 0)
+
+
+def test_scanned_cache_has_the_same_beam_invariant_leaves():
+  model, params, inputs = _model()
+  scanned = Transformer(dataclasses.replace(model.cfg, scan_layers=True))
+  cache = jax.eval_shape(lambda p: init_cache(scanned, p, inputs, 7), stack_layers(params))
+  skipped = {jax.tree_util.keystr(p) for p, _ in jax.tree_util.tree_leaves_with_path(cache)
+             if beam_invariant_cache(p)}
+  # cross K/V of all layers (one stacked leaf each), the encoder padding and the decode position.
+  assert skipped == {"['decoder']['layers']['cross_attention']['cross_key']",
+                     "['decoder']['layers']['cross_attention']['cross_value']",
+                     "['decoder']['encoder_segmentation']", "['decoder']['index']"}
+  assert all(leaf.shape[0] == inputs.shape[0] for leaf in jax.tree.leaves(cache))

@@ -16,7 +16,8 @@ def test_usage_lists_every_subcommand(capsys):
                                                        "--beam_size"]),
                                         ("params", ["--config", "--vocab_size", "json"]),
                                         ("plan", ["--config", "--topology", "--slices",
-                                                  "--remedies", "json"])])
+                                                  "--remedies", "json"]),
+                                        ("convert", ["--workdir", "--out", "--scan_layers"])])
 def test_subcommand_help_lists_its_flags(capsys, name, flags):
   assert cli.main(["tfm", name, "--helpfull"]) == 0
   out = capsys.readouterr().out

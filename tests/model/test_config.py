@@ -16,6 +16,8 @@ CASES = [
     (dict(positions="rope", d_k=7), "model.d_k"),
     (dict(attention_impl="xla", d_k=16, d_v=64), "model.attention_impl"),
     (dict(dtype="float8"), "model.dtype"),
+    (dict(scan_layers="yes"), "model.scan_layers"),
+    (dict(remat="selective"), "model.remat"),
 ]
 
 

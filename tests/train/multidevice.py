@@ -1,6 +1,6 @@
 """Runs the train step on 8 simulated CPU devices and on 1, and writes the comparison as JSON.
 
-    python -m tests.train.multidevice OUT.json [tiny|transformer]
+    python -m tests.train.multidevice OUT.json [tiny|transformer|transformer_scan]
 
 XLA_FLAGS must give 8 host devices before jax is imported, so this runs in its own process
 (tests/train/test_multidevice.py starts it); the other test files keep their single device.
@@ -44,6 +44,9 @@ WEIGHTS = {  # name -> path in params, per model
     "transformer": {"embedding": ("token_embedding", "embedding"),
                     "query": ("encoder", "layer_0", "self_attention", "query", "kernel"),
                     "wi": ("encoder", "layer_0", "ffn", "wi", "kernel")},
+    "transformer_scan": {"embedding": ("token_embedding", "embedding"),
+                         "query": ("encoder", "layers", "self_attention", "query", "kernel"),
+                         "wi": ("encoder", "layers", "ffn", "wi", "kernel")},
 }
 
 
@@ -51,9 +54,11 @@ def make_model(kind: str):
   if kind == "tiny":
     return TinySeq2Seq(tiny_config(dropout_rate=0.0))
   from tfm.model.transformer import Transformer  # noqa: PLC0415
+  layers = 2 if kind == "transformer_scan" else 1  # scanned: 2 layers stacked per stack
   return Transformer(ModelConfig(vocab_size=64, d_model=32, d_ff=64, num_heads=8, d_k=4, d_v=4,
-                                 num_encoder_layers=1, num_decoder_layers=1, dropout_rate=0.0,
-                                 max_length=32))
+                                 num_encoder_layers=layers, num_decoder_layers=layers,
+                                 dropout_rate=0.0, max_length=32,
+                                 scan_layers=kind == "transformer_scan"))
 
 
 def leaf(tree, path):
@@ -111,7 +116,8 @@ def decode_check(setup, reference, state) -> dict:
   inputs[5, 5] = 1
   key = jax.random.PRNGKey(0)
   single = jax.device_put(jax.device_get(state.params), reference.experiment.param_shardings)
-  out = {"wi_replicated": leaf(state.params, WEIGHTS["transformer"]["wi"]).sharding.is_fully_replicated}
+  kind = "transformer_scan" if setup.model.cfg.scan_layers else "transformer"
+  out = {"wi_replicated": leaf(state.params, WEIGHTS[kind]["wi"]).sharding.is_fully_replicated}
   for name, beam in (("beam", 4), ("greedy", 1)):
     tokens, scores = setup.experiment.translate_fn(beam_size=beam)(state.params, inputs, key)
     ref_tokens, ref_scores = reference.experiment.translate_fn(beam_size=beam)(single, inputs, key)
@@ -146,7 +152,7 @@ def main(out: str, kind: str):
     }
     if name == "fsdp":
       result["checkpoint"] = checkpoint_roundtrip(setup, state)
-    if kind == "transformer":
+    if kind != "tiny":
       result["decode"] = decode_check(setup, reference, state)
     results["meshes"][name] = result
   with open(out, "w") as f:

@@ -75,3 +75,20 @@ def test_transformer_on_8_devices(tmp_path):
   for name in ("beam", "greedy"):
     assert decode[name]["same_tokens"] and decode[name]["score_diff"] < 1e-4, decode
     assert decode[name]["output_tokens"] > 8, decode
+
+
+def test_scanned_transformer_on_8_devices(tmp_path):
+  """model.scan_layers (2 + 2 layers stacked) on the (2, 2, 2) mesh: each stacked weight is split
+  as its layer's weight is and replicated along the layers axis; training and decoding equal one
+  device's."""
+  result = run_script("transformer_scan", tmp_path)
+  check_matches_single_device(result, "mixed")
+  mixed = result["meshes"]["mixed"]
+  assert mixed["shapes"]["wi"] == [2, 32, 64]
+  assert mixed["shard_shapes"]["wi"] == [2, 16, 32]  # layers whole, d_model / fsdp, d_ff / tensor
+  assert mixed["shard_shapes"]["query"] == [2, 16, 4, 4]  # layers whole, d_model / fsdp, heads / tensor
+  assert mixed["adam_mu_shard_shape"] == [2, 16, 32]
+  decode = mixed["decode"]
+  for name in ("beam", "greedy"):
+    assert decode[name]["same_tokens"] and decode[name]["score_diff"] < 1e-4, decode
+    assert decode[name]["output_tokens"] > 8, decode

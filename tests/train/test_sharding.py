@@ -1,5 +1,6 @@
 """Mesh sizes, logical rules and the replicated fallback for dimensions a mesh axis does not divide."""
 
+import dataclasses
 import logging
 
 import flax.linen as nn
@@ -9,10 +10,12 @@ import pytest
 from jax.sharding import AbstractMesh, PartitionSpec as P
 
 from tfm.model.config import ModelConfig
+from tfm.model.transformer import Transformer
 from tfm.train.config import DEFAULT_RULES
 from tfm.train.mesh import create_mesh, mesh_shape
 from tfm.train.sharding import (batch_spec, check_batch_size, fit_spec, rules_for_model,
                                 state_shardings)
+from tfm.train.state import abstract_params
 from tests.train.helpers import mesh_cfg
 
 
@@ -71,3 +74,20 @@ def test_batch_split():
     check_batch_size(32, mesh, DEFAULT_RULES, microbatches=3)
   with pytest.raises(ValueError, match="data.tokens_per_batch"):
     check_batch_size(12, mesh, DEFAULT_RULES)
+
+
+def test_scanned_layers_are_unsharded_along_layers_and_sharded_as_before_otherwise():
+  """The `layers` rule maps to no mesh axis: each stacked parameter keeps its layer's sharding."""
+  assert dict(DEFAULT_RULES)["layers"] is None
+  cfg = ModelConfig(vocab_size=64, d_model=16, d_ff=32, num_heads=2, d_k=8, d_v=8,
+                    num_encoder_layers=2, num_decoder_layers=3)
+  mesh = create_mesh(mesh_cfg(-1), jax.devices())
+  specs = lambda c: jax.tree.map(lambda s: s.spec, abstract_params(Transformer(c), mesh, DEFAULT_RULES)[1])
+  unrolled, scanned = specs(cfg), specs(dataclasses.replace(cfg, scan_layers=True))
+  for stack in ("encoder", "decoder"):
+    want = jax.tree.map(lambda spec: P(None, *spec), unrolled[stack]["layer_0"],
+                        is_leaf=lambda x: isinstance(x, P))
+    assert scanned[stack]["layers"] == want
+    assert {k: v for k, v in scanned[stack].items() if k != "layers"} == \
+        {k: v for k, v in unrolled[stack].items() if not k.startswith("layer_")}
+  assert scanned["decoder"]["layers"]["ffn"]["wi"]["kernel"] == P(None, "fsdp", "tensor")

@@ -20,7 +20,7 @@ POSITIONS = ("sinusoidal", "learned", "rope", "alibi", "relative")
 FFNS = ("relu", "gelu", "swiglu")
 ATTENTION_IMPLS = ("auto", "einsum", "xla", "cudnn")
 DTYPES = ("float32", "bfloat16", "float16")
-REMAT = ("none", "full", "dots")
+REMAT = ("none", "full", "dots", "offload")  # policies: tfm/model/remat.py
 
 
 @dataclasses.dataclass(frozen=True)
@@ -56,7 +56,8 @@ class ModelConfig:
   ffn_dropout_rate: float = 0.0
   dtype: str = "float32"  # compute dtype; parameters are always float32
   attention_impl: str = "auto"
-  remat: str = "none"
+  remat: str = "none"  # per layer: none, full, dots or offload (tfm/model/remat.py)
+  scan_layers: bool = False  # one nn.scan over each stack, parameters stacked (tfm/model/layer_stack.py)
 
   def __post_init__(self):
     validate(self)
@@ -123,7 +124,7 @@ def validate(cfg: ModelConfig) -> None:
   for key in ("relative_buckets", "relative_max_distance"):
     if not sections.is_int(getattr(cfg, key)):
       _fail(key, "an integer", getattr(cfg, key))
-  for key in ("tie_embeddings", "use_bias"):
+  for key in ("tie_embeddings", "use_bias", "scan_layers"):
     if not isinstance(getattr(cfg, key), bool):
       _fail(key, "True or False", getattr(cfg, key))
   if cfg.relative_buckets < 2 or cfg.relative_max_distance < cfg.relative_buckets // 2:

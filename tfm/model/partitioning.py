@@ -11,6 +11,7 @@ Parameter axes:
   heads       query heads                     kv_heads   key/value heads (GQA / MQA)
   kv          per-head feature dim (d_k, d_v) mlp        d_ff
   position    learned position table rows     relpos     relative-position buckets
+  layers      the stacked layers of a scanned stack (model.scan_layers; tfm/model/layer_stack.py)
 Activation axes:
   act_batch, act_length, act_embed, act_heads, act_kv_heads, act_kv, act_mlp, act_vocab
 """
@@ -22,7 +23,8 @@ from typing import Callable, Sequence
 import flax.linen as nn
 import jax
 
-PARAM_AXES = ("vocab", "embed", "heads", "kv_heads", "kv", "mlp", "position", "relpos")
+LAYERS = "layers"
+PARAM_AXES = ("vocab", "embed", "heads", "kv_heads", "kv", "mlp", "position", "relpos", LAYERS)
 ACTIVATION_AXES = ("act_batch", "act_length", "act_embed", "act_heads", "act_kv_heads", "act_kv",
                    "act_mlp", "act_vocab")
 

@@ -2,28 +2,24 @@
 
 Position handling is chosen once per stack: sinusoidal and learned encodings are added to the scaled
 embeddings; alibi and relative biases are computed once per stack and added to every layer's
-self-attention logits; rope is applied inside self-attention.
+self-attention logits; rope is applied inside self-attention. The layers run as a loop or as one
+scan (model.scan_layers; tfm/model/layer_stack.py), each rematerialised by model.remat
+(tfm/model/remat.py).
 """
 
 from __future__ import annotations
 
 import flax.linen as nn
-import jax
 import jax.numpy as jnp
 
 from tfm.model import masks
 from tfm.model import partitioning as P
 from tfm.model.config import ModelConfig
 from tfm.model.embedding import Embed
+from tfm.model.layer_stack import CACHE_AXIS, SCANNED, apply_stack, unrolled_name
 from tfm.model.layers import DecoderLayer, EncoderLayer, norm
 from tfm.model.positions import LearnedPositions, RelativeBias, alibi_bias, sinusoids
-
-
-def _remat(layer_cls, cfg: ModelConfig, static_argnums):
-  if cfg.remat == "none":
-    return layer_cls
-  policy = None if cfg.remat == "full" else jax.checkpoint_policies.dots_with_no_batch_dims_saveable
-  return nn.remat(layer_cls, policy=policy, static_argnums=static_argnums)
+from tfm.model.remat import remat
 
 
 class _Inputs(nn.Module):
@@ -66,9 +62,10 @@ class Encoder(nn.Module):
     x, bias = _Inputs(cfg, self.embed, bidirectional=True, name="inputs")(tokens, positions, positions,
                                                                            train)
     mask = masks.segment_mask(segmentation, segmentation)
-    layer = _remat(EncoderLayer, cfg, static_argnums=(5,))
-    for i in range(cfg.num_encoder_layers):
-      x = layer(cfg, name=f"layer_{i}")(x, mask, bias, positions, train)
+    layer = remat(EncoderLayer, cfg.remat, static_argnums=(5,), scanned=cfg.scan_layers)
+    x = apply_stack(lambda name: layer(cfg, name=name),
+                    lambda lyr, y, *inputs: lyr(y, *inputs, train),
+                    cfg.num_encoder_layers, cfg.scan_layers, x, mask, bias, positions)
     if cfg.norm == "pre":
       x = norm(cfg, "final_norm")(x)
     return x
@@ -99,15 +96,17 @@ class Decoder(nn.Module):
       self.variable("cache", "index", jnp.zeros, (b,), jnp.int32)
       if cross:
         self.variable("cache", "encoder_segmentation", lambda: encoder_segmentation.astype(jnp.int32))
-      for i in range(cfg.num_decoder_layers):
-        DecoderLayer(cfg, cross, name=f"layer_{i}")(
-            jnp.zeros((b, max_len, cfg.d_model), cfg.compute_dtype), encoded, None, None, None, None,
-            mode=mode)
+      apply_stack(lambda name: DecoderLayer(cfg, cross, name=name),
+                  lambda lyr, y, enc: lyr(y, enc, None, None, None, None, mode=mode),
+                  cfg.num_decoder_layers, cfg.scan_layers,
+                  jnp.zeros((b, max_len, cfg.d_model), cfg.compute_dtype), encoded)
       return None
     if mode == "decode":
       index_var = self.variable("cache", "index")
       index = index_var.value
-      max_len = self.get_variable("cache", "layer_0")["self_attention"]["cached_key"].shape[1]
+      first = SCANNED if cfg.scan_layers else unrolled_name(0)
+      keys = self.get_variable("cache", first)["self_attention"]["cached_key"]
+      max_len = keys.shape[CACHE_AXIS + 1 if cfg.scan_layers else 1]  # [b, (N,) max_len, kvh, d_k]
       positions = index[:, None]
       k_positions = jnp.broadcast_to(jnp.arange(max_len, dtype=jnp.int32), (tokens.shape[0], max_len))
       self_mask = masks.decode_mask(index, max_len)
@@ -125,10 +124,14 @@ class Decoder(nn.Module):
 
     x, bias = _Inputs(cfg, self.embed, bidirectional=False, name="inputs")(tokens, positions, k_positions,
                                                                             train)
-    layer = _remat(DecoderLayer, cfg, static_argnums=(7, 8)) if mode == "full" else DecoderLayer
-    for i in range(cfg.num_decoder_layers):
-      x = layer(cfg, cross, name=f"layer_{i}")(x, encoded, self_mask, cross_mask, bias, positions, train,
-                                               mode, index)
+    layer = DecoderLayer
+    if mode == "full":
+      layer = remat(DecoderLayer, cfg.remat, static_argnums=(7, 8), scanned=cfg.scan_layers)
+    x = apply_stack(lambda name: layer(cfg, cross, name=name),
+                    lambda lyr, y, enc, smask, cmask, b, pos, idx: lyr(y, enc, smask, cmask, b, pos,
+                                                                       train, mode, idx),
+                    cfg.num_decoder_layers, cfg.scan_layers, x, encoded, self_mask, cross_mask, bias,
+                    positions, index)
     if cfg.norm == "pre":
       x = norm(cfg, "final_norm")(x)
     if mode == "decode":

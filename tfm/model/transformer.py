@@ -9,7 +9,8 @@ Decoding with a cache:
   _, vs = model.apply(v, encoded, inputs_segmentation, max_len, method=Transformer.init_cache,
                       mutable=["cache"])
   logits, vs = model.apply({**v, **vs}, token, method=Transformer.decode_step, mutable=["cache"])
-Every cache leaf has a leading batch dimension, so beam search can tile and reorder it.
+Every cache leaf has a leading batch dimension, so beam search can tile and reorder it (with
+model.scan_layers the per-layer leaves are [b, N, ...]: tfm/model/layer_stack.py).
 """
 
 from __future__ import annotations

@@ -131,9 +131,12 @@ class Checkpointer:
     self.manager = ocp.CheckpointManager(self.directory, options=options,
                                          item_names=(STATE, DATA, MANIFEST))
 
-  def save(self, step: int, state: Any, data_state: Any = None, force: bool = True) -> bool:
+  def save(self, step: int, state: Any, data_state: Any = None, force: bool = True,
+           data_payload: dict | None = None) -> bool:
     """Starts saving `state`, every host's JSON-serialisable `data_state` and their checksums as
-    checkpoint `step` (every host passes its own data state).
+    checkpoint `step` (every host passes its own data state). data_payload: instead of data_state,
+    the data item of another checkpoint as `read_data_state` returns it (every host's state, kept
+    as is: tfm convert).
 
     Returns whether a save was started: False if `step` is already saved (e.g. a final save right
     after a periodic one). The state may be passed to the next (donating) train step right away: the
@@ -141,8 +144,8 @@ class Checkpointer:
     """
     if int(step) in self.manager.all_steps():
       return False
-    payload = {"process_count": jax.process_count(),
-               "hosts": _gather_host_states(data_state or {})}
+    payload = data_payload if data_payload is not None else {
+        "process_count": jax.process_count(), "hosts": _gather_host_states(data_state or {})}
     manifest = {"arrays": checksums.array_checksums(state),
                 "data": checksums.json_checksum(payload)}
     args = ocp.args.Composite(**{STATE: ocp.args.StandardSave(state),
@@ -271,3 +274,18 @@ def restore_params(workdir: str | epath.Path, step: int, abstract_params: Any) -
       manifest = checkpointer.restore(path / MANIFEST)
     verify(manifest, restored["params"], prefix="params/")
   return restored["params"]
+
+
+def restore_state(workdir: str | epath.Path, step: int, abstract_state: Any) -> tuple[Any, dict]:
+  """(the TrainState, the data item) of checkpoint `step`: the state onto the shardings of
+  `abstract_state`, the data item as `read_data_state` gives it (every host's, whatever host count
+  wrote it), both verified against the checkpoint's checksums when it has them. Nothing is set
+  aside and no host's data state is picked: for copying a checkpoint (tfm convert)."""
+  path = checkpoint_dir(workdir) / str(step)
+  with ocp.Checkpointer(ocp.StandardCheckpointHandler()) as checkpointer:
+    state = checkpointer.restore(path / STATE, args=ocp.args.StandardRestore(abstract_state))
+  with ocp.Checkpointer(ocp.JsonCheckpointHandler()) as checkpointer:
+    payload = dict(checkpointer.restore(path / DATA) or {})
+    if (path / MANIFEST).exists():
+      verify(checkpointer.restore(path / MANIFEST), state, payload)
+  return state, payload if "hosts" in payload else {"process_count": 1, "hosts": [payload]}

@@ -38,6 +38,7 @@ DEFAULT_RULES = (
     ("mlp", "tensor"),
     ("position", None),
     ("relpos", None),
+    ("layers", None),  # a scanned stack's layers dimension: every device holds every layer's slice
 )
 
 

@@ -5,7 +5,8 @@ The chain, in order (each optional part is off in the paper's configs):
   2. scale_by_adam(b1, b2, eps)                    m_t / (sqrt(v_t) + eps), bias-corrected
   3. add_decayed_weights(train.weight_decay)       decoupled weight decay (Loshchilov & Hutter), on
                                                    parameters with 2+ dimensions only (weight matrices
-                                                   and embeddings, not biases or LayerNorm scales)
+                                                   and embeddings, not biases or LayerNorm scales; a
+                                                   scanned stack's layers dimension does not count)
   4. scale_by_learning_rate(schedule)              -lrate(step), step = update count + 1
 so an update is  -lrate * (adam_direction + weight_decay * param).
 """
@@ -15,12 +16,15 @@ from __future__ import annotations
 import jax
 import optax
 
+from tfm.model.scan_convert import stacked_dims
 from tfm.train.schedules import Schedule, make_schedule
 
 
 def decay_mask(params):
-  """True for parameters that weight decay applies to: those with at least 2 dimensions."""
-  return jax.tree_util.tree_map(lambda p: p.ndim >= 2, params)
+  """True for parameters that weight decay applies to: those with at least 2 dimensions of their
+  own (a scanned stack's leading layers dimension aside, so the mask does not depend on
+  model.scan_layers)."""
+  return jax.tree_util.tree_map_with_path(lambda path, p: p.ndim - stacked_dims(path) >= 2, params)
 
 
 def make_optimizer(train, d_model: int) -> tuple[optax.GradientTransformation, Schedule]:

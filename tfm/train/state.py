@@ -13,6 +13,7 @@ multi-axis kernels under a mesh).
 
 from __future__ import annotations
 
+import dataclasses
 from typing import Any
 
 import flax.linen as nn
@@ -23,6 +24,7 @@ from flax import struct
 from jax.sharding import Mesh
 
 from tfm.model.config import ModelConfig
+from tfm.model.scan_convert import stack_layers
 from tfm.train.sharding import Rules, state_shardings
 
 
@@ -55,11 +57,23 @@ def init_inputs(cfg: ModelConfig, rows: int = 1, length: int = 8) -> dict[str, j
 
 
 def _boxed_params(model: nn.Module, params_key, dropout_key, rows: int):
-  """Fresh parameters, still in their LogicallyPartitioned boxes."""
+  """Fresh parameters, still in their LogicallyPartitioned boxes.
+
+  A scanned model (model.scan_layers) starts from the unrolled model's parameters, stacked: the
+  initial parameters depend on the seed only, not on the layout, so both layouts train the same
+  curve. (The scanned model's own initial values are unused: jit drops their computation.)
+  """
   example = init_inputs(model.cfg, rows)
-  variables = model.init({"params": params_key, "dropout": dropout_key}, example["inputs"],
-                         example["targets"], train=False)
-  return variables["params"]
+  init = lambda m: m.init({"params": params_key, "dropout": dropout_key}, example["inputs"],
+                          example["targets"], train=False)["params"]
+  params = init(model)
+  if getattr(model.cfg, "scan_layers", False):
+    unrolled = stack_layers(nn.meta.unbox(init(model.clone(
+        cfg=dataclasses.replace(model.cfg, scan_layers=False)))))
+    params = jax.tree_util.tree_map(
+        lambda box, value: box.replace_boxed(value) if isinstance(box, nn.meta.AxisMetadata) else value,
+        params, unrolled, is_leaf=lambda x: isinstance(x, nn.meta.AxisMetadata))
+  return params
 
 
 def _boxed_state(model: nn.Module, tx: optax.GradientTransformation, seed: int, rows: int) -> TrainState:

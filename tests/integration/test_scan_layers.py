@@ -1,0 +1,77 @@
+"""model.scan_layers end to end on the fake corpus: the same loss curve as the unrolled model, and
+`tfm convert` turning a workdir into the other layout, which training then continues.
+
+Dropout is off here: the two layouts draw their dropout masks from different RNG streams (flax
+derives an unrolled layer's key from its name, a scanned layer's by splitting the stack's key), so
+with dropout the curves agree in distribution only. Everything else is the same computation.
+"""
+
+import json
+import os
+import re
+
+import jax
+import numpy as np
+
+from tests.integration.conftest import run_train
+from tfm import cli
+from tfm.config import build
+from tfm.experiment import Experiment
+from tfm.model.scan_convert import stack_layers
+from tfm.train import checkpoint as ckpt_lib
+
+DEPTH = ("model.num_encoder_layers=2", "model.num_decoder_layers=2", "model.dropout_rate=0.0")
+SCAN = "model.scan_layers=true"
+
+
+def _losses(log, split="train"):
+  """The losses the loop logs (4 decimals), by step."""
+  return {int(s): float(x) for s, x in re.findall(rf"\[{split}\] step (\d+) \| loss ([0-9.]+)", log)}
+
+
+def _files(root):
+  return sorted((os.path.relpath(os.path.join(d, f), root), os.path.getmtime(os.path.join(d, f)))
+                for d, _, names in os.walk(root) for f in names)
+
+
+def test_scanned_layers_train_the_same_loss_curve(experiment, tmp_path):
+  steps = ("train.steps=6", "train.log_every=2", "train.eval_every=6", "train.checkpoint_every=6")
+  _, unrolled = run_train(experiment(*DEPTH, *steps), tmp_path / "unrolled")
+  _, scanned = run_train(experiment(*DEPTH, *steps, SCAN), tmp_path / "scanned")
+  want, got = _losses(unrolled), _losses(scanned)
+  assert sorted(want) == [2, 4, 6] and want[6] < want[2] - 0.1, unrolled
+  assert sorted(got) == sorted(want)
+  np.testing.assert_allclose([got[s] for s in sorted(want)], [want[s] for s in sorted(want)],
+                             atol=2e-4)  # the 4th decimal may round the other way
+  np.testing.assert_allclose(_losses(scanned, "dev")[6], _losses(unrolled, "dev")[6], atol=2e-4)
+
+
+def test_convert_a_workdir_and_train_on(experiment, tmp_path, capsys):
+  a, b = str(tmp_path / "a"), str(tmp_path / "b")
+  run_train(experiment(*DEPTH, "train.steps=3"), a)
+  before = _files(a)
+  assert cli.main(["tfm", "convert", "--workdir", a, "--out", b, "--scan_layers", "true"]) == 0
+  assert "1 checkpoint(s) [3]" in capsys.readouterr().out
+  assert _files(a) == before  # the source is only read
+  config = build(json.load(open(os.path.join(b, "config.json"))))
+  assert config.model.scan_layers and ckpt_lib.available_steps(b) == [3]
+  source_config = build(json.load(open(os.path.join(a, "config.json"))))
+  assert config.replace(model=source_config.model) == source_config
+  # The parameters are A's, stacked, bit for bit.
+  got = ckpt_lib.restore_params(b, 3, Experiment(config).abstract_params)
+  want = stack_layers(ckpt_lib.restore_params(a, 3, Experiment(source_config).abstract_params))
+  assert jax.tree.structure(got) == jax.tree.structure(want)
+  assert all(np.array_equal(x, y) for x, y in zip(jax.tree.leaves(got), jax.tree.leaves(want)))
+
+  # Both continue to step 6 alike: B resumes with its Adam moments, data position and rng.
+  _, log_a = run_train(experiment(*DEPTH, "train.steps=6"), a)
+  _, log_b = run_train(experiment(*DEPTH, "train.steps=6", SCAN), b)
+  assert "resumed from step 3" in log_b
+  np.testing.assert_allclose(_losses(log_b)[6], _losses(log_a)[6], atol=2e-4)
+
+  # Converting to the layout it has, or into a workdir that is in use, is refused in one line.
+  assert cli.main(["tfm", "convert", "--workdir", b, "--out", str(tmp_path / "c"),
+                   "--scan_layers", "true"]) == 1
+  assert "already have model.scan_layers=True" in capsys.readouterr().err
+  assert cli.main(["tfm", "convert", "--workdir", b, "--out", a, "--scan_layers", "false"]) == 1
+  assert "--out" in capsys.readouterr().err and not os.path.exists(tmp_path / "c")

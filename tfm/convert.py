@@ -1,0 +1,76 @@
+"""A workdir in the other layer layout: tfm convert --workdir A --out B --scan_layers true|false.
+
+B gets A's config with model.scan_layers changed, every checkpoint of A with its TrainState converted
+(parameters and Adam's moments stacked or unstacked: tfm/model/scan_convert.py; step, rng and
+counters as they are), A's data-iterator states unchanged, and A's vocabulary when A holds it. So
+`tfm eval`, `tfm translate` and `tfm train` (resuming) work on B as on A, with the other layout.
+Logs, TensorBoard events and evaluation results stay in A. A is only read.
+
+Each checkpoint is restored onto this machine's mesh (verified against its checksums), converted
+by one jit whose outputs are laid out on B's shardings (no host gathers the state), and saved before
+the next is read, so the peak is about two train states.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import logging
+import os
+import shutil
+
+import jax
+from etils import epath
+
+from tfm.config import Config
+from tfm.data import tokenizer as tokenizer_lib
+from tfm.experiment import Experiment
+from tfm.model.scan_convert import convert_layers
+from tfm.train import checkpoint as ckpt_lib
+from tfm.train.workdir import Workdir
+
+log = logging.getLogger(__name__)
+
+
+def converted_config(config: Config, scan_layers: bool) -> Config:
+  """`config` with model.scan_layers = scan_layers (validated again)."""
+  return config.replace(model=dataclasses.replace(config.model, scan_layers=scan_layers))
+
+
+def convert_workdir(workdir: str, out: str, scan_layers: bool, config: Config) -> list[int]:
+  """Writes workdir's checkpoints into the new workdir `out` with model.scan_layers = scan_layers.
+
+  config: workdir's own (validated) config. Returns the converted steps. Raises ValueError if the
+  layout is already scan_layers, if workdir has no checkpoint, or if out exists and is not empty;
+  on any failure out is left as it was (a new directory is removed again).
+  """
+  if config.model.scan_layers == scan_layers:
+    raise ValueError(f"--workdir {workdir}: its checkpoints already have model.scan_layers="
+                     f"{scan_layers}; nothing to convert")
+  steps = ckpt_lib.available_steps(workdir)
+  if not steps:
+    raise ValueError(f"no checkpoint in {workdir}/checkpoints: nothing to convert")
+  if epath.Path(out).exists() and any(epath.Path(out).iterdir()):
+    raise ValueError(f"--out {out}: exists and is not empty; expected a new directory")
+  target = converted_config(config, scan_layers)
+  source, dest = Experiment(config), Experiment(target)
+  convert = jax.jit(lambda state: convert_layers(state, scan_layers),
+                    out_shardings=dest.state_shardings)
+  with Workdir(out) as w:
+    writer = ckpt_lib.Checkpointer(out, keep=len(steps), async_save=False)
+    for step in steps:
+      try:
+        state, payload = ckpt_lib.restore_state(workdir, step, source.abstract_state)
+      except Exception as e:  # noqa: BLE001 -- said in one line, naming the checkpoint
+        raise ValueError(f"--workdir {workdir}: checkpoint {step} cannot be read "
+                         f"({type(e).__name__}: {' '.join(str(e).split())})") from e
+      writer.save(step, convert(state), data_payload=payload)
+      writer.wait()
+      log.info("converted checkpoint %d", step)
+      del state
+    writer.close()
+    if config.data.vocab_dir is None:  # the vocabulary lives in the workdir: B needs its copy
+      name = tokenizer_lib.vocab_filename(config.data)
+      if os.path.exists(os.path.join(workdir, name)) and jax.process_index() == 0:
+        shutil.copy2(os.path.join(workdir, name), os.path.join(out, name))
+    w.commit(target.to_dict())
+  return steps
