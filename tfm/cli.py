@@ -67,7 +67,9 @@ def _pin_cpus() -> None:
     os.sched_setaffinity(0, {int(c) for c in cpus.split(",")})
 
 
-def main(argv=None) -> int:
+def main(argv=None, run: bool = True) -> int:
+  """Runs `tfm SUBCOMMAND ...`; returns the exit code. With run=False it stops once the flags are
+  parsed and the config is built and validated (the README test checks every command that way)."""
   argv = list(sys.argv if argv is None else argv)
   _pin_cpus()
   if len(argv) < 2 or argv[1] in ("-h", "--help", "help"):
@@ -109,6 +111,8 @@ def main(argv=None) -> int:
     return 2
   try:
     config = None if loaded is None else config_lib.build(loaded)
+    if not run:
+      return 0
     return (command.run(fv, config, args) if positional else command.run(fv, config)) or 0
   except UsageError as e:
     print(f"tfm {name}: {e}", file=sys.stderr)

@@ -140,6 +140,8 @@ CASES = {
                                            "apply with --sample only"),
     # sweep, params, the command itself
     "sweep_without_root": Case(["sweep", QS], 2, "--root is required"),
+    "sweep_remote_root": Case(["sweep", QS, "--root=gs://bucket/table3"], 2,
+                              "expected a local directory"),
     "sweep_zero_seeds": Case(["sweep", QS, "--root=WORK", "--seeds=0"], 2,
                              "flag --seeds=0: 0 is not a positive integer"),
     "sweep_malformed_grid": Case(["sweep", QS, "--root=WORK", "--grid=num_heads=1,2"], 2,

@@ -31,7 +31,9 @@ def test_eval_writes_bleu_perplexity_and_signature(trained, capsys):
   assert math.isclose(result["perplexity"], math.exp(result["nll"]), rel_tol=1e-5)
   assert result["sentences"] == 6 and result["decode_tokens_per_s"] > 0
   assert result["decode_compile_s"] > 0  # compiled before the timed decoding, reported apart
-  assert "perplexity" in capsys.readouterr().out
+  out = capsys.readouterr()
+  assert "perplexity" in out.out
+  assert "[eval] dev: decoding 6/6 sentences (100%)" in out.err  # progress, apart from the result
 
 
 def test_eval_uses_the_averaged_parameters(trained):

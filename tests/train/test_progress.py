@@ -4,6 +4,7 @@ import io
 
 import pytest
 
+from tfm.train import progress
 from tfm.train.progress import Progress, duration
 
 
@@ -57,3 +58,20 @@ def test_a_log_file_gets_the_lines_only():
   progress.write("[train] step 3/10 (30%) | loss 2.0\n")
   progress.close()
   assert out.getvalue() == "[train] step 3/10 (30%) | loss 2.0\n"
+
+
+def test_counter_prints_each_quarter_in_a_log_and_redraws_on_a_terminal():
+  log = io.StringIO()
+  counter = progress.Counter("[eval] dev: decoding", 8, "sentences", log, tty=False)
+  for done in range(1, 9):
+    counter(done)
+  lines = log.getvalue().splitlines()
+  assert [line.split(" | ")[0] for line in lines] == [
+      f"[eval] dev: decoding {n}/8 sentences ({100 * n // 8}%)" for n in (2, 4, 6, 8)]
+  assert lines[-1].endswith("ETA 0s")
+  term = io.StringIO()
+  counter = progress.Counter("[eval] dev: decoding", 3, "sentences", term, tty=True)
+  for done in range(1, 4):
+    counter(done)
+  assert term.getvalue().count("\r\x1b[K") == 3 and "3/3 sentences (100%)" in term.getvalue()
+  assert term.getvalue().endswith("\n") and term.getvalue().count("\n") == 1

@@ -6,6 +6,8 @@ tokenized BLEU, dev perplexity per target token (no smoothing) and decoding spee
 
 from __future__ import annotations
 
+import sys
+
 from absl import flags
 from etils import epath
 
@@ -30,6 +32,7 @@ def run(fv: flags.FlagValues, config):
   from tfm.eval.dev_loss import DevLoss
   from tfm.eval.restore import load_trained
   from tfm.train import checkpoint as ckpt_lib
+  from tfm.train.progress import Counter
 
   t = load_trained(fv.workdir, fv.average)
   announce_backend()
@@ -38,7 +41,9 @@ def run(fv: flags.FlagValues, config):
                    row_multiple=exp.batch_shards)(t.params)
   bleu = DevBleu(c.data, t.tokenizer, exp.translate_fn(eos_id=t.tokenizer.eos_id),
                  batch_size=exp.decode_rows(c.eval.batch_size), split=fv.split,
-                 limit=fv.limit or 0, compounds=c.eval.compounds)(t.params)
+                 limit=fv.limit or 0, compounds=c.eval.compounds)
+  progress = Counter(f"[eval] {fv.split}: decoding", len(bleu.pairs), "sentences", sys.stderr)
+  bleu = bleu(t.params, progress=progress if jax.process_index() == 0 else None)
   hosts = ckpt_lib.read_data_state(fv.workdir, t.steps[-1])["hosts"]  # every host's pipeline
   tokens = lambda key: sum(h.get("efficiency", {}).get(key, 0) for h in hosts) or None
   result = dict(split=fv.split, checkpoints=t.steps, averaged=len(t.steps), **bleu,

@@ -21,6 +21,7 @@ from absl import flags
 from ml_collections import config_flags
 
 from tfm import config as config_lib
+from tfm import storage
 from tfm.commands import UsageError
 from tfm.sweep import execute, report
 from tfm.sweep.runs import Run, expand, parse_grid
@@ -86,6 +87,10 @@ def _prepare_data(configs) -> None:
 def run(fv: flags.FlagValues, config: config_lib.Config | None):
   if not fv.root:
     raise UsageError("--root is required (one workdir per run and the results go there)")
+  if storage.is_remote(fv.root):
+    raise UsageError(f"--root {fv.root}: expected a local directory (the sweep runs its rows as "
+                     "local processes that log there); copy run directories from elsewhere into "
+                     "one local root and use --report to join them")
   root = os.path.abspath(fv.root)
   if fv.report:
     results = execute.collect(root)

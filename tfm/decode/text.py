@@ -23,14 +23,15 @@ def _padded_length(n: int, max_input_length: int) -> int:
 
 
 def translate_texts(translate: Callable, params, tokenizer, texts: Sequence[str], *,
-                    batch_size: int = 32, max_input_length: int = 256, seed: int = 0
-                    ) -> tuple[list[str], dict]:
+                    batch_size: int = 32, max_input_length: int = 256, seed: int = 0,
+                    progress: Callable[[int], None] | None = None) -> tuple[list[str], dict]:
   """Translates `texts` with translate(params, inputs, rng) (a `make_translate_fn` result, possibly
   run on a mesh); returns (translations, stats).
 
   Inputs longer than max_input_length are truncated as in training (EOS kept at the end).
   batch_size: rows of every batch (a multiple of the mesh's batch shards when the model is sharded).
   seed: the sampling key of batch i is fold_in(PRNGKey(seed), i) (ignored by beam search).
+  progress: called with the number of texts translated so far, after each batch.
   stats: output_tokens, seconds (decoding only), compile_seconds (one compile per padded input
   length, done ahead of the timed loop so tokens_per_s is a steady-state figure) and tokens_per_s.
   """
@@ -54,7 +55,7 @@ def translate_texts(translate: Callable, params, tokenizer, texts: Sequence[str]
   compile_seconds = time.perf_counter() - start
 
   outputs: list[str] = [""] * len(texts)
-  output_tokens, start = 0, time.perf_counter()
+  output_tokens, start, done = 0, time.perf_counter(), 0
   for index, (chunk, inputs) in enumerate(batches):
     rng = jax.random.fold_in(key, index)
     tokens, _ = jax.device_get(compiled[inputs.shape](params, inputs, rng))
@@ -62,6 +63,9 @@ def translate_texts(translate: Callable, params, tokenizer, texts: Sequence[str]
       ids = [int(t) for t in tokens[row] if t != 0]
       output_tokens += len(ids)
       outputs[i] = tokenizer.decode(ids)
+    done += len(chunk)
+    if progress is not None:
+      progress(done)
   seconds = time.perf_counter() - start
   return outputs, dict(output_tokens=output_tokens, seconds=seconds,
                        compile_seconds=compile_seconds,

@@ -25,12 +25,14 @@ class DevBleu:
     if limit:
       self.pairs = self.pairs[:limit]
 
-  def __call__(self, params) -> dict:
-    """{'bleu': sacreBLEU, 'tokenized_bleu': the paper's tokenized BLEU, 'sacrebleu_signature',
+  def __call__(self, params, progress=None) -> dict:
+    """progress: called with the sentences decoded so far (translate_texts).
+    {'bleu': sacreBLEU, 'tokenized_bleu': the paper's tokenized BLEU, 'sacrebleu_signature',
     'compounds' (the tokenized BLEU's hyphen splitting), 'sentences', 'decode_tokens_per_s'
     (compilation excluded), 'decode_compile_s'}."""
     hyps, stats = translate_texts(self.translate, params, self.tokenizer, [s for s, _ in self.pairs],
-                                  batch_size=self.batch_size, max_input_length=self.data.max_length)
+                                  batch_size=self.batch_size, max_input_length=self.data.max_length,
+                                  progress=progress)
     scores = score(hyps, [t for _, t in self.pairs], self.data.target_lang,
                    compounds=self.compounds)
     return dict(bleu=scores["sacrebleu"], tokenized_bleu=scores["tokenized_bleu"],

@@ -127,3 +127,33 @@ class Progress:
   def close(self) -> None:
     self._clear()
     self.stream.flush()
+
+
+class Counter:
+  """Progress of `total` items of work outside training (sentences decoded by `tfm eval`):
+  redrawn on a terminal; otherwise one line at each quarter, so a log shows it advance.
+
+    [eval] decoding 96/200 sentences (48%) | 31.2 sentences/s | ETA 3s
+  """
+
+  def __init__(self, label: str, total: int, unit: str, stream: TextIO, *, tty: bool | None = None):
+    self.label, self.total, self.unit, self.stream = label, total, unit, stream
+    self.tty = stream.isatty() if tty is None else tty
+    self._start = time.perf_counter()
+    self._quarter = 0
+
+  def line(self, done: int) -> str:
+    seconds = time.perf_counter() - self._start
+    rate = done / seconds if seconds > 0 else 0.0
+    eta = duration((self.total - done) / rate) if rate > 0 else "?"
+    return (f"{self.label} {done}/{self.total} {self.unit} ({100 * done // max(self.total, 1)}%) | "
+            f"{rate:.1f} {self.unit}/s | ETA {eta}")
+
+  def __call__(self, done: int) -> None:
+    """`done` items of `total` are finished."""
+    if self.tty:
+      self.stream.write("\r\x1b[K" + self.line(done) + ("\n" if done >= self.total else ""))
+    elif 4 * done // max(self.total, 1) > self._quarter or done >= self.total:
+      self._quarter = 4 * done // max(self.total, 1)
+      self.stream.write(self.line(done) + "\n")
+    self.stream.flush()
