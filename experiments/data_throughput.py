@@ -47,6 +47,8 @@ def parse_args():
   p.add_argument("--rebuild_cache", action="store_true",
                  help="delete this config's cache first, to time its build")
   p.add_argument("--workers", default="0", help="comma-separated data.num_workers values")
+  p.add_argument("--build_workers", type=int, default=None,
+                 help="data.num_workers building the cache (default: the largest of --workers)")
   p.add_argument("--num_batches", type=int, default=20, help="batches per timed window")
   p.add_argument("--repeats", type=int, default=5, help="timed windows per worker count")
   p.add_argument("--warmup", type=int, default=3, help="batches before timing")
@@ -69,8 +71,30 @@ def real_tokens(batch) -> int:
              for side in ("inputs", "targets"))
 
 
+def children_cpu_seconds() -> float:
+  """CPU seconds (user + system) used so far by this process's live descendants (Linux /proc)."""
+  ticks, total, pending = os.sysconf("SC_CLK_TCK"), 0.0, [os.getpid()]
+  while pending:
+    pid = pending.pop()
+    try:
+      for task in os.listdir(f"/proc/{pid}/task"):
+        with open(f"/proc/{pid}/task/{task}/children", encoding="ascii") as f:
+          for child in f.read().split():
+            pending.append(int(child))
+            with open(f"/proc/{child}/stat", encoding="ascii") as stat:
+              fields = stat.read().rsplit(")", 1)[1].split()
+            total += (int(fields[11]) + int(fields[12])) / ticks  # utime, stime
+    except (FileNotFoundError, ProcessLookupError):
+      continue
+  return total
+
+
 def time_pipeline(args, cfg, tok):
-  """Median / min / max real tokens/s over the timed windows, and the first batch's shapes."""
+  """Median / min / max real tokens/s over the timed windows, real tokens per CPU second of the
+  main process and of the worker processes (summed over the windows), the first batch's shapes.
+
+  On a shared machine wall-clock rates depend on the other jobs; CPU seconds per token do much
+  less, so they are what the projection to more cores uses."""
   from tfm import data  # pylint: disable=import-outside-toplevel
   it = data.train_iterator(cfg, tok)
   batches = it
@@ -83,8 +107,10 @@ def time_pipeline(args, cfg, tok):
   for _ in range(args.warmup):
     next(batches)
   rates, examples_rates, slots = [], [], 0
+  total_real, main_cpu, worker_cpu = 0, 0.0, 0.0
   for _ in range(args.repeats):
     real = examples = 0
+    cpu, children = time.process_time(), children_cpu_seconds()
     start = time.perf_counter()
     for _ in range(args.num_batches):
       batch = next(batches)
@@ -92,6 +118,9 @@ def time_pipeline(args, cfg, tok):
       examples += int(np.asarray(batch["inputs_segmentation"]).max(axis=1).sum())
       slots += 2 * np.asarray(batch["inputs_segmentation"]).size
     elapsed = time.perf_counter() - start
+    main_cpu += time.process_time() - cpu
+    worker_cpu += children_cpu_seconds() - children
+    total_real += real
     rates.append(real / elapsed)
     examples_rates.append(examples / elapsed)
   stats = it.stats()
@@ -100,6 +129,8 @@ def time_pipeline(args, cfg, tok):
   it.close()
   return {"median": statistics.median(rates), "min": min(rates), "max": max(rates),
           "examples": statistics.median(examples_rates), "first_s": first_s,
+          "per_main_cpu": total_real / main_cpu,
+          "per_worker_cpu": total_real / worker_cpu if worker_cpu else None,
           "shapes": {k: tuple(v.shape) for k, v in first.items()}, "stats": stats}
 
 
@@ -146,7 +177,8 @@ def main():
   if args.cache:
     from tfm.data import sources  # pylint: disable=import-outside-toplevel
     import shutil  # pylint: disable=import-outside-toplevel
-    build_cfg = make_config(args, max(worker_counts))
+    build_workers = max(worker_counts) if args.build_workers is None else args.build_workers
+    build_cfg = make_config(args, build_workers)
     directory = cache.cache_dir(build_cfg, tok, sources.open_split(build_cfg, "train"), 0, 1)
     if args.rebuild_cache and os.path.exists(directory):
       shutil.rmtree(directory)
@@ -164,12 +196,14 @@ def main():
         f"best of {args.repeats}): {main_alone:,.0f} real tokens/s")
   for workers in worker_counts:
     result = time_pipeline(args, make_config(args, workers), tok)
+    per_worker = (f"{result['per_worker_cpu']:,.0f}" if result["per_worker_cpu"] else "-")
     print(f"num_workers={workers}: {result['median']:,.0f} real tokens/s [{result['min']:,.0f}-"
-          f"{result['max']:,.0f}], {result['examples']:,.0f} examples/s, first batch after "
-          f"{result['first_s']:.1f}s, packing efficiency inputs "
-          f"{result['stats']['inputs_efficiency']:.3f} targets "
-          f"{result['stats']['targets_efficiency']:.3f}, shapes {result['shapes']['inputs']}",
+          f"{result['max']:,.0f}], {result['examples']:,.0f} examples/s; real tokens per CPU "
+          f"second: main process {result['per_main_cpu']:,.0f}, workers {per_worker}; first "
+          f"batch after {result['first_s']:.1f}s; packing efficiency "
+          f"{result['stats']['inputs_efficiency']:.3f} / {result['stats']['targets_efficiency']:.3f}",
           flush=True)
+  print(f"batch shapes {result['shapes']['inputs']} x {len(result['shapes'])} arrays")
 
 
 if __name__ == "__main__":
