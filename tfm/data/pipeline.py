@@ -9,16 +9,18 @@ batches it would have seen. Tokenization can move to worker processes (`mp_prefe
 data.num_workers) without changing that. tf.data would need its (large, opaque) iterator
 checkpoints and a TF runtime next to JAX. Batching (packing or buckets) runs in the main process
 on an ExampleCursor: grain's own packer costs ~170 us per example here (see packing.py), ours
-handles ~35k examples/s, so the producer (record reads + SentencePiece, ~0.4 ms per pair on one
-core) is what data.num_workers scales. Measured on the 2-core dev CPU (web-sparv, max_length
-128, 8192 tokens per batch, in-process): ~2,000-2,400 examples/s, 125-155k real tokens/s,
-packing efficiency 0.938 (experiments/data_throughput.py).
+handles ~35-70k examples/s, so the producer (record reads + SentencePiece, ~0.4 ms per pair on
+one core) is what data.num_workers scales and data.cache removes: with the token cache a chunk is
+a memory-mapped gather (~3M real tokens/s per core) and the main process's packer is the limit
+(experiments/data_throughput.py, experiments/results/pipeline/).
 
 Stages (per host):
-  TextPairSource (tfds.data_source) -> [process_index::process_count] -> shuffle(seed) -> repeat
-  -> chunks of CHUNK_SIZE pairs (batched record reads) -> map(EncodeChunk: utf-8 decode,
-  SentencePiece, data.overlong) -> to_iter_dataset (2 read-ahead threads)
-  -> [mp_prefetch(data.num_workers)]                               (all of the above: grain)
+  data.cache=False: TextPairSource (tfds.data_source) -> [process_index::process_count]
+    -> shuffle(seed) -> repeat -> chunks of CHUNK_SIZE pairs (batched record reads)
+    -> map(EncodeChunk: utf-8 decode, SentencePiece, data.overlong)
+  data.cache=True: chunk k -> ShuffledPositions (the same positions) -> TokenCache.chunk (gather)
+  -> ChunkStream (workers.py: grain read-ahead threads, or data.num_workers processes; state =
+     the next chunk's index, the same for any worker count)
   -> ExampleCursor (skips and counts bad data)
   -> packed: PackedBatcher(rows)  |  bucketed: BucketBatcher(boundaries)
 Each batch is a dict of int32 arrays [rows, length] with keys batching.BATCH_KEYS, where
