@@ -89,6 +89,8 @@ def test_wrong_language_names_key(cfg):
     ("overlong", "x", "data.overlong must be 'filter' or 'truncate', got 'x'"),
     ("max_length", 0, "data.max_length must be an integer >= 2"),
     ("num_workers", -1, "data.num_workers must be an integer >= 0"),
+    ("cache", "yes", "data.cache must be True or False, got 'yes'"),
+    ("cache_dir", "gs://bucket/cache", "data.cache_dir must be a local directory"),
     ("shuffle_seed", -1, "data.shuffle_seed must be an integer in [0, 2**32)"),
     ("eval_max_examples", 0, "data.eval_max_examples must be a positive integer or None"),
 ])

@@ -66,3 +66,14 @@ def test_other_wmt_sources_and_directions(mocked, tmp_path, dataset, langs):
   raw = tfds.data_source(dataset, split="validation")
   assert len(source) == NUM_EXAMPLES
   assert source[3] == (raw[3][langs[0]], raw[3][langs[1]])
+
+
+def test_wmt14_token_cache_gives_the_same_batches(mocked, tmp_path):
+  cfg = _cfg(tmp_path)
+  sources.prepare(cfg, create_data_dir=True)
+  tok = tokenizer.get_tokenizer(cfg, None)
+  want = list(pipeline.train_iterator(cfg, tok, num_epochs=2))
+  cached = cfg.replace(cache=True)  # cache_dir None: under data.data_dir
+  got = list(pipeline.train_iterator(cached, tok, num_epochs=2))
+  assert testlib.same_batches(got, want)
+  assert list((tmp_path / "tfds" / "tfm_cache").glob("*/host-0-of-1/meta.json"))

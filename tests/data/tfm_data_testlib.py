@@ -122,3 +122,9 @@ def segments(batch, side: str):
     for segment_id in np.unique(seg[row]):
       if segment_id:
         yield tuple(int(t) for t in tokens[row][seg[row] == segment_id])
+
+
+def same_batches(a, b) -> bool:
+  """True when two lists of batches have the same keys and exactly equal arrays."""
+  return len(a) == len(b) and all(
+      x.keys() == y.keys() and all(np.array_equal(x[k], y[k]) for k in x) for x, y in zip(a, b))

@@ -22,7 +22,23 @@ OVERLONG_POLICIES = ("filter", "truncate")
 
 @dataclasses.dataclass(frozen=True)
 class DataConfig:
-  """Where examples come from and how they are batched; defaults are the paper's en-de setting."""
+  """Where examples come from and how they are batched; defaults are the paper's en-de setting.
+
+  Reading the train split (tfm/data/pipeline.py):
+    cache: False reads records and runs SentencePiece on every epoch (fine for small corpora and
+      for eval). True tokenizes this host's share of the train split once into a token cache
+      (tfm/data/cache.py) and reads token ids from it, memory-mapped: the batches are identical,
+      and the main process no longer tokenizes. The first run builds it (with num_workers
+      processes); a cache is keyed by vocabulary, max_length, overlong, dataset and host count,
+      so changing any of them builds a new one and never reads a stale one.
+    cache_dir: where caches live; None = <data_dir or TFDS's default data dir>/tfm_cache. Local
+      only (memory-mapped).
+    num_workers: processes that produce chunks of encoded examples (tfm/data/workers.py): they
+      read records and tokenize (cache=False) or gather cached ids (cache=True); packing or
+      bucketing stays in the main process. 0 = grain read-ahead threads in the main process.
+      The batches, and the checkpointed data position, are the same for every value, so a
+      resumed run may change it.
+  """
 
   dataset: str = "wmt14_translate/de-en"  # TFDS name/config, see tfm.data.datasets.DATASETS
   source_lang: str = "en"
@@ -36,7 +52,9 @@ class DataConfig:
   packing: bool = True  # ours: packed rows; False: length-bucketed padded batches (the paper's way)
   overlong: str = "filter"  # 'filter' | 'truncate' examples longer than max_length
   shuffle_seed: int = 0
-  num_workers: int = 0  # grain worker processes for tokenization; 0 = in-process threads
+  num_workers: int = 0  # worker processes producing encoded chunks; 0 = in-process threads
+  cache: bool = False  # True: tokenize the train split once into a token cache, read ids back
+  cache_dir: str | None = None  # token caches; None = <data_dir or TFDS default>/tfm_cache
   eval_max_examples: int | None = None  # dev/test subset size; None = the whole split
 
   def __post_init__(self):
@@ -64,7 +82,7 @@ def validate_data_config(cfg: DataConfig) -> None:
   for key in ("dataset", "source_lang", "target_lang"):
     if not isinstance(getattr(cfg, key), str) or not getattr(cfg, key):
       _fail(key, "a non-empty string", getattr(cfg, key))
-  for key in ("data_dir", "manual_dir", "vocab_dir"):
+  for key in ("data_dir", "manual_dir", "vocab_dir", "cache_dir"):
     if getattr(cfg, key) is not None and not isinstance(getattr(cfg, key), str):
       _fail(key, "a path string or None", getattr(cfg, key))
   for key, low in (("vocab_size", 8), ("max_length", 2), ("tokens_per_batch", 1)):
@@ -74,14 +92,18 @@ def validate_data_config(cfg: DataConfig) -> None:
   if cfg.tokens_per_batch < cfg.max_length:
     _fail("tokens_per_batch", f"at least data.max_length={cfg.max_length} (one row per step)",
           cfg.tokens_per_batch)
-  if not isinstance(cfg.packing, bool):
-    _fail("packing", "True or False", cfg.packing)
+  for key in ("packing", "cache"):
+    if not isinstance(getattr(cfg, key), bool):
+      _fail(key, "True or False", getattr(cfg, key))
   if cfg.overlong not in OVERLONG_POLICIES:
     _fail("overlong", "'filter' or 'truncate'", cfg.overlong)
   if not sections.is_int(cfg.shuffle_seed) or not 0 <= cfg.shuffle_seed < 2**32:
     _fail("shuffle_seed", "an integer in [0, 2**32)", cfg.shuffle_seed)
   if not sections.is_int(cfg.num_workers) or cfg.num_workers < 0:
     _fail("num_workers", "an integer >= 0", cfg.num_workers)
+  if cfg.cache_dir is not None and "://" in cfg.cache_dir:
+    _fail("cache_dir", "a local directory (the token cache is memory-mapped) or None",
+          cfg.cache_dir)
   if cfg.eval_max_examples is not None and (not sections.is_int(cfg.eval_max_examples)
                                             or cfg.eval_max_examples < 1):
     _fail("eval_max_examples", "a positive integer or None", cfg.eval_max_examples)

@@ -9,16 +9,18 @@ batches it would have seen. Tokenization can move to worker processes (`mp_prefe
 data.num_workers) without changing that. tf.data would need its (large, opaque) iterator
 checkpoints and a TF runtime next to JAX. Batching (packing or buckets) runs in the main process
 on an ExampleCursor: grain's own packer costs ~170 us per example here (see packing.py), ours
-handles ~35k examples/s, so the producer (record reads + SentencePiece, ~0.4 ms per pair on one
-core) is what data.num_workers scales. Measured on the 2-core dev CPU (web-sparv, max_length
-128, 8192 tokens per batch, in-process): ~2,000-2,400 examples/s, 125-155k real tokens/s,
-packing efficiency 0.938 (experiments/data_throughput.py).
+handles ~35-70k examples/s, so the producer (record reads + SentencePiece, ~0.4 ms per pair on
+one core) is what data.num_workers scales and data.cache removes: with the token cache a chunk is
+a memory-mapped gather (~3M real tokens/s per core) and the main process's packer is the limit
+(experiments/data_throughput.py, experiments/results/pipeline/).
 
 Stages (per host):
-  TextPairSource (tfds.data_source) -> [process_index::process_count] -> shuffle(seed) -> repeat
-  -> chunks of CHUNK_SIZE pairs (batched record reads) -> map(EncodeChunk: utf-8 decode,
-  SentencePiece, data.overlong) -> to_iter_dataset (2 read-ahead threads)
-  -> [mp_prefetch(data.num_workers)]                               (all of the above: grain)
+  data.cache=False: TextPairSource (tfds.data_source) -> [process_index::process_count]
+    -> shuffle(seed) -> repeat -> chunks of CHUNK_SIZE pairs (batched record reads)
+    -> map(EncodeChunk: utf-8 decode, SentencePiece, data.overlong)
+  data.cache=True: chunk k -> ShuffledPositions (the same positions) -> TokenCache.chunk (gather)
+  -> ChunkStream (workers.py: grain read-ahead threads, or data.num_workers processes; state =
+     the next chunk's index, the same for any worker count)
   -> ExampleCursor (skips and counts bad data)
   -> packed: PackedBatcher(rows)  |  bucketed: BucketBatcher(boundaries)
 Each batch is a dict of int32 arrays [rows, length] with keys batching.BATCH_KEYS, where
@@ -30,17 +32,21 @@ global count rounded up to split over the hosts and the step (tfm/data/batching.
 from __future__ import annotations
 
 import math
+import sys
 from typing import Any
 
-from absl import flags
 import grain
+from grain.experimental import index_shuffle
+import numpy as np
 
 from tfm.data import batching
 from tfm.data import bucketing
+from tfm.data import cache
 from tfm.data import cursor
 from tfm.data import examples as examples_lib
 from tfm.data import packing
 from tfm.data import sources
+from tfm.data import workers
 from tfm.data.config import DataConfig
 
 CHUNK_SIZE = 128  # pairs read and tokenized together (one grain element)
@@ -87,9 +93,9 @@ class TrainIterator:
   stats() -> packing efficiency (real tokens / slots per side) and bad-data counters.
   """
 
-  def __init__(self, batcher, grain_iterator):
+  def __init__(self, batcher, stream):
     self._batcher = batcher
-    self._grain_iterator = grain_iterator
+    self._stream = stream
     self._efficiency = packing.Efficiency()
 
   def __iter__(self):
@@ -116,7 +122,54 @@ class TrainIterator:
 
   def close(self) -> None:
     """Stops grain's read-ahead threads / worker processes."""
-    self._grain_iterator.close()
+    self._stream.close()
+
+
+def train_chunks(cfg: DataConfig, tokenizer, *, process_index: int = 0, process_count: int = 1,
+                 num_epochs: int | None = None) -> grain.MapDataset:
+  """This host's shuffled train split as a MapDataset of encoded chunks (EncodeChunk layout) of
+  CHUNK_SIZE examples: chunk k is a pure function of (data.shuffle_seed, k).
+
+  data.cache=False reads and tokenizes the pairs; True gathers the same examples' ids from the
+  token cache (built on first use), so both give the same chunks: the cache holds the host's
+  examples in host order and grain's shuffle permutes positions [0, n) the same way for both.
+  """
+  if not cfg.cache:
+    pairs = _host_pairs(cfg, "train", process_index, process_count, shuffle=True,
+                        num_epochs=num_epochs)
+    return pairs.batch(CHUNK_SIZE, batch_fn=list).map(
+        examples_lib.EncodeChunk(tokenizer, cfg.max_length, cfg.overlong))
+  tokens = cache.open_cache(cfg, tokenizer, process_index, process_count)
+  positions = ShuffledPositions(len(tokens), cfg.shuffle_seed, CHUNK_SIZE, num_epochs)
+  return grain.MapDataset.range(positions.num_chunks).map(positions).map(tokens.chunk)
+
+
+class ShuffledPositions:
+  """grain map: chunk index k -> int64 [<= chunk_size] example positions in [0, n).
+
+  The same numbers as chunk k of `MapDataset.range(n).shuffle(seed).repeat(num_epochs)
+  .batch(chunk_size)` (so the cached pipeline reads the examples in the order the uncached one
+  does: grain's `index_shuffle` with seed + epoch, chunks running across epochs), computed
+  without grain's ~40 us of per-element dataset overhead, which alone would cap the cached
+  pipeline near 3,000 examples/s per core.
+  """
+
+  def __init__(self, n: int, seed: int, chunk_size: int, num_epochs: int | None):
+    if n < 1:
+      raise ValueError("the train split of this host is empty")
+    self.n, self.seed, self.chunk_size = n, seed, chunk_size
+    self.total = sys.maxsize if num_epochs is None else n * num_epochs  # as grain's repeat(None)
+    self.num_chunks = -(-self.total // chunk_size)
+
+  def __call__(self, k: int) -> np.ndarray:
+    start = int(k) * self.chunk_size
+    stop = min(self.total, start + self.chunk_size)
+    out = np.empty((max(0, stop - start),), np.int64)
+    for i, j in enumerate(range(start, stop)):
+      epoch, index = divmod(j, self.n)
+      out[i] = index_shuffle(index, max_index=self.n - 1, seed=(self.seed + epoch) % 2**32,
+                             rounds=4)
+    return out
 
 
 def train_iterator(cfg: DataConfig, tokenizer, *, process_index: int = 0, process_count: int = 1,
@@ -129,17 +182,10 @@ def train_iterator(cfg: DataConfig, tokenizer, *, process_index: int = 0, proces
   batch shards x microbatches; tfm/data/batching.py).
   """
   _check_host(process_index, process_count)
-  pairs = _host_pairs(cfg, "train", process_index, process_count, shuffle=True,
-                      num_epochs=num_epochs)
-  chunks = pairs.batch(CHUNK_SIZE, batch_fn=list).map(
-      examples_lib.EncodeChunk(tokenizer, cfg.max_length, cfg.overlong))
-  ds = chunks.to_iter_dataset(grain.ReadOptions(num_threads=2, prefetch_buffer_size=4))
-  if cfg.num_workers > 0:
-    if not flags.FLAGS.is_parsed():  # grain's worker processes read absl flags
-      flags.FLAGS.mark_as_parsed()
-    ds = ds.mp_prefetch(grain.MultiprocessingOptions(num_workers=cfg.num_workers))
-  grain_iterator = iter(ds)
-  example_cursor = cursor.ExampleCursor(grain_iterator)
+  stream = workers.ChunkStream(train_chunks(cfg, tokenizer, process_index=process_index,
+                                            process_count=process_count, num_epochs=num_epochs),
+                               cfg.num_workers)
+  example_cursor = cursor.ExampleCursor(stream)
   if cfg.packing:
     batcher = packing.PackedBatcher(
         example_cursor, batching.host_rows(cfg, process_count, row_multiple), cfg.max_length)
@@ -150,7 +196,7 @@ def train_iterator(cfg: DataConfig, tokenizer, *, process_index: int = 0, proces
         rows_for={b: batching.bucket_rows(cfg, b, process_count, row_multiple) for b in boundaries},
         window_tokens=_WINDOW_BATCHES * cfg.tokens_per_batch // process_count,
         seed=cfg.shuffle_seed)
-  return TrainIterator(batcher, grain_iterator)
+  return TrainIterator(batcher, stream)
 
 
 def eval_batches(cfg: DataConfig, tokenizer, split: str = "dev", *, process_index: int = 0,

@@ -39,6 +39,12 @@ class TextPairSource:
   def __len__(self) -> int:
     return len(self._data_source)
 
+  @property
+  def version(self) -> str:
+    """The TFDS version of the prepared split ('' where unknown, e.g. under mock_data)."""
+    info = getattr(self._data_source, "dataset_info", None)
+    return str(getattr(info, "version", "") or "")
+
   def __getitem__(self, index: int):
     example = self._data_source[int(index)]
     return example[self.source_key], example[self.target_key]

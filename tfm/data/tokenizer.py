@@ -14,6 +14,7 @@ sees a half-written model.
 
 from __future__ import annotations
 
+import hashlib
 import os
 import re
 import tempfile
@@ -58,6 +59,11 @@ class Tokenizer:
   @property
   def vocab_size(self) -> int:
     return self._sp.get_piece_size()
+
+  @property
+  def model_sha256(self) -> str:
+    """SHA-256 of the SentencePiece model's bytes (keys caches of token ids)."""
+    return hashlib.sha256(self._proto).hexdigest()
 
   def encode(self, text: str) -> list[int]:
     """Text -> piece ids followed by EOS (1)."""

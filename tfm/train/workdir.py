@@ -27,8 +27,10 @@ log = logging.getLogger(__name__)
 
 LOCK = ".lock"
 # Keys a resumed run may change; any other difference means another model or other data.
-RESUMABLE_PREFIXES = ("train.", "eval.", "mesh.", "data.num_workers", "data.eval_max_examples",
-                      "data.data_dir", "data.manual_dir", "data.vocab_dir", "rows", "row", "paper")
+# (data.cache / data.cache_dir / data.num_workers change how batches are made, not which.)
+RESUMABLE_PREFIXES = ("train.", "eval.", "mesh.", "data.num_workers", "data.cache",
+                      "data.eval_max_examples", "data.data_dir", "data.manual_dir",
+                      "data.vocab_dir", "rows", "row", "paper")
 
 
 def _flatten(config: dict) -> dict[str, Any]:
