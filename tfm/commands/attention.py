@@ -88,6 +88,6 @@ def run(fv: flags.FlagValues, config):
     title = f"{TITLES[kind]} (layer {layer + 1} of {count})"
     rows.append(figure.Row(title, result.weights[kind][layer][[h - 1 for h in heads]],
                            *result.labels(kind)))
-  title = f"{fv.text.strip()}  ->  {result.translation}"
+  title = f"{fv.text.strip()}  ->  {result.translation or '(an empty translation)'}"
   out = fv.out or epath.Path(fv.workdir) / "attention.png"
   print(f"written: {figure.write_png(rows, heads, title, out)}")
