@@ -28,6 +28,8 @@ COMMANDS = {
     "prepare-data": ("prepare_data", "build the dataset and vocabulary a config names", True),
     "sweep": ("sweep", "train and evaluate every row / grid point / seed; our table beside the "
               "paper's", False),
+    "attention": ("attention", "draw one sentence's attention weights, a panel per head, for a "
+                  "layer of the model in --workdir (the paper's figures 3-5)", False),
     "plot": ("plot", "training curves of one or more workdirs (loss, perplexity, BLEU, learning "
              "rate) as a PNG", False),
 }

@@ -11,6 +11,7 @@ Every command, benchmark and test helper assembles a run here and nowhere else:
   exp.init_state()                        # a fresh TrainState created in its shards
   exp.train_step, exp.eval_step           # jitted over the mesh (OnMesh), state donated
   exp.translate_fn(...)                   # beam search / greedy / sampling under the same mesh
+  exp.attention_weights_fn()              # the model's attention weights of a teacher-forced pass
   exp.batch_sharding, exp.batch_row_multiple, exp.abstract_batch(rows, length)
   exp.train_rows(hosts), exp.rows_note(hosts)  # the packed batch's rows, rounded up to split
 
@@ -34,6 +35,7 @@ import numpy as np
 from tfm.config import Config
 from tfm.data.batching import BATCH_KEYS, global_rows, rows_note
 from tfm.decode.translate import make_translate_fn
+from tfm.model.attention_weights import attention_weights
 from tfm.model.transformer import Transformer
 from tfm.train import compile_cache
 from tfm.train.mesh import create_mesh
@@ -172,3 +174,8 @@ class Experiment:
                            temperature=temperature, top_k=top_k, top_p=top_p)
     return OnMesh(fn, self.mesh, self.rules)
 
+  def attention_weights_fn(self) -> OnMesh:
+    """weights(params, inputs [b, s], targets [b, t]) on this mesh -> {kind: float32 [layers, b,
+    heads, q_length, kv_length]}: the model's own softmax probabilities of a teacher-forced forward
+    pass (tfm/model/attention_weights.py), kinds 'encoder', 'decoder' and 'cross'."""
+    return OnMesh(jax.jit(functools.partial(attention_weights, self.model)), self.mesh, self.rules)

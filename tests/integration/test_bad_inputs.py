@@ -50,6 +50,11 @@ def _copy_trained_with(change: Callable[[dict], None]):
   return setup
 
 
+def _copy_config_only(work: pathlib.Path):
+  work.mkdir(parents=True)
+  (work / "config.json").write_text((pathlib.Path(TRAINED_DIR[0]) / "config.json").read_text())
+
+
 QS = "--config=configs/quickstart.py"
 CASES = {
     # the config file and its keys
@@ -138,6 +143,23 @@ CASES = {
                                          2, "--top_p: expected a number in (0, 1], got 1.5"),
     "translate_top_k_without_sample": Case(["translate", "--workdir=TRAINED", "--top_k=5"], 2,
                                            "apply with --sample only"),
+    # attention
+    "attention_without_workdir": Case(["attention", "--text=light"], 2, "--workdir is required"),
+    "attention_empty_text": Case(["attention", "--workdir=TRAINED", "--text="], 2,
+                                 "--text: expected a sentence to translate, got an empty one"),
+    "attention_unknown_layer": Case(["attention", "--workdir=TRAINED", "--text=light", "--layer=2"],
+                                    2, "--layer 2: expected 1..1 (the model has 1 encoder and 1 "
+                                    "decoder layers)"),
+    "attention_layer_zero": Case(["attention", "--workdir=TRAINED", "--text=light", "--layer=0"], 2,
+                                 "--layer 0: expected 1..1"),
+    "attention_unknown_head": Case(["attention", "--workdir=TRAINED", "--text=light", "--heads=1,3"],
+                                   2, "--heads 1,3: expected distinct heads in 1..2"),
+    "attention_unknown_kind": Case(["attention", "--workdir=TRAINED", "--text=light",
+                                    "--kinds=encoder,self"], 2,
+                                   "--kinds: expected some of encoder, decoder, cross, got "
+                                   "'encoder,self'"),
+    "attention_without_checkpoints": Case(["attention", "--workdir=WORK", "--text=light"], 1,
+                                          "no checkpoint in", _copy_config_only),
     # sweep, params, the command itself
     "sweep_without_root": Case(["sweep", QS], 2, "--root is required"),
     "sweep_remote_root": Case(["sweep", QS, "--root=gs://bucket/table3"], 2,

@@ -17,7 +17,9 @@ def test_usage_lists_every_subcommand(capsys):
                                         ("params", ["--config", "--vocab_size", "json"]),
                                         ("plan", ["--config", "--topology", "--slices",
                                                   "--remedies", "json"]),
-                                        ("convert", ["--workdir", "--out", "--scan_layers"])])
+                                        ("convert", ["--workdir", "--out", "--scan_layers"]),
+                                        ("attention", ["--workdir", "--text", "--layer", "--heads",
+                                                       "--kinds", "--beam_size", "--out"])])
 def test_subcommand_help_lists_its_flags(capsys, name, flags):
   assert cli.main(["tfm", name, "--helpfull"]) == 0
   out = capsys.readouterr().out

@@ -35,7 +35,7 @@ class Tokenizer:
   """SentencePiece model with the project's id contract; picklable (for grain workers).
 
   encode(str) -> list[int] ending in EOS; decode(ids) -> str, stopping at the first EOS and
-  ignoring pads. `vocab_size` is the number of pieces actually in the model (the requested size
+  ignoring pads; pieces(ids) -> the pieces as strings (figure labels). `vocab_size` is the number of pieces actually in the model (the requested size
   is an upper bound for very small corpora).
   """
 
@@ -68,6 +68,10 @@ class Tokenizer:
   def encode(self, text: str) -> list[int]:
     """Text -> piece ids followed by EOS (1)."""
     return self._sp.encode(text) + [EOS_ID]
+
+  def pieces(self, ids) -> list[str]:
+    """Ids -> their SentencePiece pieces ('▁' marks a word start; pad '<pad>', EOS '</s>')."""
+    return [self._sp.id_to_piece(int(i)) for i in np.asarray(ids).reshape(-1).tolist()]
 
   def decode(self, ids) -> str:
     """Ids (list or 1-D array) -> text; stops at the first EOS, drops pads (0)."""

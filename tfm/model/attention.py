@@ -8,6 +8,14 @@ Queries have `num_heads` heads; keys and values have `kv_heads` heads (= num_hea
 Two interchangeable kernels compute the product: `einsum_attention`, the plain reference, and
 `jax.nn.dot_product_attention` (XLA, or cuDNN flash attention on GPUs). The einsum path is used
 when d_k != d_v or attention dropout is active, which the library kernel does not support.
+
+Attention weights: applied with mutable=["intermediates"], every Attention sub-layer sows its
+softmax probabilities (before attention dropout) as `intermediates/.../attention_weights`, a
+1-tuple holding float32 [batch, heads, q_length, kv_length]; the masked keys get weight 0. The
+fused kernels never expose the probabilities, so while weights are requested the einsum path runs
+whatever model.attention_impl says (the same function to float rounding). Without that collection
+mutable (training, eval, decoding) nothing is sown and the kernel choice is unchanged.
+tfm/model/attention_weights.py collects them per stack and layer.
 """
 
 from __future__ import annotations
@@ -20,12 +28,16 @@ from tfm.model import partitioning as P
 from tfm.model.positions import apply_rope
 
 
-def einsum_attention(q, k, v, mask=None, bias=None, dropout=None):
+WEIGHTS = "attention_weights"  # the name of the sown probabilities in the 'intermediates' collection
+
+
+def einsum_attention(q, k, v, mask=None, bias=None, dropout=None, return_weights=False):
   """Reference scaled dot-product attention.
 
   q [b, t, h, d_k], k [b, s, kvh, d_k], v [b, s, kvh, d_v]; mask bool broadcastable to [b, h, t, s];
   bias float broadcastable to [b, h, t, s]; dropout: optional callable applied to the weights.
-  Returns [b, t, h, d_v]. Softmax is taken in float32.
+  Returns [b, t, h, d_v]. Softmax is taken in float32. return_weights: also return the softmax
+  probabilities before dropout, float32 [b, h, t, s].
   """
   b, t, h, dk = q.shape
   kvh = k.shape[2]
@@ -36,11 +48,11 @@ def einsum_attention(q, k, v, mask=None, bias=None, dropout=None):
     logits = logits + bias.astype(jnp.float32)
   if mask is not None:
     logits = jnp.where(mask, logits, jnp.finfo(jnp.float32).min)
-  weights = jax.nn.softmax(logits, axis=-1)
-  if dropout is not None:
-    weights = dropout(weights)
+  probabilities = jax.nn.softmax(logits, axis=-1)
+  weights = probabilities if dropout is None else dropout(probabilities)
   weights = weights.astype(v.dtype).reshape(b, kvh, h // kvh, t, -1)
-  return jnp.einsum("bkgts,bskd->btkgd", weights, v).reshape(b, t, h, v.shape[-1])
+  y = jnp.einsum("bkgts,bskd->btkgd", weights, v).reshape(b, t, h, v.shape[-1])
+  return (y, probabilities) if return_weights else y
 
 
 def library_attention(q, k, v, mask=None, bias=None, implementation=None):
@@ -152,11 +164,14 @@ class Attention(nn.Module):
     k = P.constrain(k, P.BLKD)
     v = P.constrain(v, P.BLKD)
     kernel = choose_kernel(self.impl, self.d_k, self.d_v, self.dropout_rate, self.dtype, train)
-    if kernel == "einsum":
+    sow = self.is_mutable_collection("intermediates")  # weights requested: only einsum has them
+    if kernel == "einsum" or sow:
       drop = None
       if train and self.dropout_rate > 0:
         drop = lambda w: nn.Dropout(self.dropout_rate)(w, deterministic=False)
-      y = einsum_attention(q, k, v, mask, bias, drop)
+      y, weights = einsum_attention(q, k, v, mask, bias, drop, return_weights=True)
+      if sow:
+        self.sow("intermediates", WEIGHTS, weights)
     else:
       y = library_attention(q, k, v, mask, bias, implementation=kernel)
     return P.constrain(out(P.constrain(y, P.BLHD)), P.BLD)

@@ -44,7 +44,7 @@ def apply_stack(make: Callable[[str], nn.Module], call: Callable[..., Any], coun
       x = call(make(unrolled_name(i)), x, *inputs)
     return x
   body = lambda layer, carry, *xs: (call(layer, carry, *xs), None)
-  scanned = nn.scan(body, variable_axes={"params": 0, "cache": CACHE_AXIS},
+  scanned = nn.scan(body, variable_axes={"params": 0, "cache": CACHE_AXIS, "intermediates": 0},
                     split_rngs={"params": True, "dropout": True}, in_axes=(nn.broadcast,) * len(inputs),
                     length=count, metadata_params={nn.PARTITION_NAME: P.LAYERS})
   return scanned(make(SCANNED), x, *inputs)[0]
