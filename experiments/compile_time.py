@@ -27,6 +27,7 @@ FLAGS = flags.FLAGS
 flags.DEFINE_list("layers", ["2", "6", "12"], "layers per stack (encoder and decoder alike)")
 flags.DEFINE_integer("rows", 8, "batch rows")
 flags.DEFINE_integer("length", 32, "tokens per row on each side")
+flags.DEFINE_list("layouts", ["unrolled", "scanned"], "which layer layouts to time, in order")
 flags.DEFINE_integer("repeats", 1, "measurements per cell; the fastest is reported")
 
 
@@ -43,10 +44,11 @@ def compile_seconds(config: config_lib.Config, rows: int, length: int) -> tuple[
   return lowered_at - start, time.perf_counter() - lowered_at
 
 
-def table(config: config_lib.Config, depths: list[int], rows: int, length: int, repeats: int):
+def table(config: config_lib.Config, depths: list[int], rows: int, length: int, repeats: int,
+          layouts=("unrolled", "scanned")):
   """Rows of (layers, scan_layers, lower s, compile s, total s)."""
   out = []
-  for scan in (False, True):
+  for scan in (layout == "scanned" for layout in layouts):
     for n in depths:
       model = dataclasses.replace(config.model, num_encoder_layers=n, num_decoder_layers=n,
                                   scan_layers=scan)
@@ -67,8 +69,10 @@ def main(argv):
   depths = sorted(int(n) for n in FLAGS.layers)
   print(f"{jax.device_count()} x {jax.devices()[0].device_kind}, d_model {config.model.d_model}, "
         f"dtype {config.model.dtype}, remat {config.model.remat}, batch {FLAGS.rows} x {FLAGS.length}")
-  rows = table(config, depths, FLAGS.rows, FLAGS.length, FLAGS.repeats)
-  for scan in (False, True):
+  if not set(FLAGS.layouts) <= {"unrolled", "scanned"}:
+    raise app.UsageError(f"--layouts: expected unrolled and/or scanned, got {FLAGS.layouts}")
+  rows = table(config, depths, FLAGS.rows, FLAGS.length, FLAGS.repeats, FLAGS.layouts)
+  for scan in sorted({s for _, s, _, _, _ in rows}):
     total = {n: t for n, s, _, _, t in rows if s == scan}
     print(f"scan_layers={scan}: {depths[-1]} layers / {depths[0]} layers = "
           f"{total[depths[-1]] / total[depths[0]]:.2f}x")
