@@ -81,7 +81,7 @@ CASES = {
     "inf_label_smoothing": Case(["train", QS, "--config.train.label_smoothing=inf",
                                  "--workdir=WORK"], 1, "train.label_smoothing: expected a number"),
     "vocab_sizes_differ": Case(["train", QS, "--config.model.vocab_size=100", "--workdir=WORK"], 1,
-                               "data.vocab_size (4000) and model.vocab_size (100) must be equal"),
+                               "data.vocab_size (2000) and model.vocab_size (100) must be equal"),
     "unknown_dataset": Case(["train", QS, "--config.data.dataset=wmt99/xx", "--workdir=WORK"], 1,
                             "data.dataset='wmt99/xx' is not a known dataset"),
     "eval_batch_size_zero": Case(["train", QS, "--config.eval.batch_size=0", "--workdir=WORK"], 1,
