@@ -33,15 +33,32 @@ def _is_tfm(record: logging.LogRecord) -> bool:
   return record.name.split(".")[0] == "tfm"
 
 
+class _Console(logging.StreamHandler):
+  """A StreamHandler on whatever sys.stdout / sys.stderr is when a record is emitted, not when the
+  handler was made (a caller that swaps the streams, as pytest's capture does, is followed)."""
+
+  def __init__(self, name: str):
+    self._sys_name = name
+    super().__init__(getattr(sys, name))
+
+  @property
+  def stream(self):
+    return getattr(sys, self._sys_name)
+
+  @stream.setter
+  def stream(self, value):  # StreamHandler.__init__ / setStream: the stream is always sys's
+    del value
+
+
 def configure_console(info: bool = True) -> None:
   """Everyone's warnings and errors to stderr ('WARNING absl: ...') and, with `info`, tfm's INFO
   records to stdout ('tfm: ...', beside the training lines). Commands whose stdout is their
   result (translate, eval, params) pass info=False; other libraries' INFO records go only to the
   workdir's log file."""
-  info_handler = logging.StreamHandler(sys.stdout)
+  info_handler = _Console("stdout")
   info_handler.addFilter(lambda r: info and _is_tfm(r) and logging.INFO <= r.levelno < logging.WARNING)
   info_handler.setFormatter(logging.Formatter("tfm: %(message)s"))
-  problems = logging.StreamHandler(sys.stderr)
+  problems = _Console("stderr")
   problems.setLevel(logging.WARNING)
   problems.setFormatter(logging.Formatter("%(levelname)s %(name)s: %(message)s"))
   root = logging.getLogger()

@@ -26,7 +26,8 @@ SCAN = "model.scan_layers=true"
 
 def _losses(log, split="train"):
   """The losses the loop logs (4 decimals), by step."""
-  return {int(s): float(x) for s, x in re.findall(rf"\[{split}\] step (\d+) \| loss ([0-9.]+)", log)}
+  pattern = rf"\[{split}\] step (\d+)(?:/\d+ \(\d+%\))? \| loss ([0-9.]+)"  # train: 'step 2/6 (33%)'
+  return {int(s): float(x) for s, x in re.findall(pattern, log)}
 
 
 def _files(root):
