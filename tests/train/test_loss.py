@@ -81,3 +81,39 @@ def test_smoothed_loss_minimum_is_the_entropy_of_q():
   smoothed, _ = smoothed_cross_entropy(jnp.log(jnp.asarray(q, jnp.float32))[None, None],
                                        jnp.array([[2]]), eps)
   assert float(smoothed[0, 0]) == pytest.approx(-(q * np.log(q)).sum(), rel=1e-5)
+
+
+def numpy_softmax(logits):
+  return np.exp(numpy_log_softmax(logits))
+
+
+@pytest.mark.parametrize("eps", [0.0, 0.1])
+def test_gradients_match_numpy(example, eps):
+  """The hand-written backward pass: d(sum w H(q, p))/dl = w (p - q), d(sum w nll)/dl = w (p - onehot)."""
+  import jax
+  logits, targets = example
+  weights = target_weights(jnp.asarray(targets))
+  q = np.full(logits.shape, eps / (logits.shape[-1] - 1))
+  np.put_along_axis(q, targets[..., None], 1.0 - eps, axis=-1)
+  onehot = np.zeros(logits.shape)
+  np.put_along_axis(onehot, targets[..., None], 1.0, axis=-1)
+  w = np.asarray(weights)[..., None]
+  for key, target_dist, scale in (("loss", q, 1.0), ("nll", onehot, 1.0), ("both", None, None)):
+    def objective(x):
+      sums = loss_sums(x, jnp.asarray(targets), weights, eps)
+      return sums["loss"] + 2.0 * sums["nll"] if key == "both" else sums[key]
+    grad = jax.grad(objective)(jnp.asarray(logits, jnp.float32))
+    if key == "both":
+      expected = w * (numpy_softmax(logits) - q) + 2.0 * w * (numpy_softmax(logits) - onehot)
+    else:
+      expected = scale * w * (numpy_softmax(logits) - target_dist)
+    np.testing.assert_allclose(grad, expected, atol=2e-6)
+
+
+def test_accuracy_takes_the_first_maximum_on_ties():
+  """'correct' is argmax == target with argmax's tie rule (the lowest index of the maximum)."""
+  logits = np.array([[[1.0, 3.0, 3.0, 0.0], [2.0, 2.0, 2.0, 2.0], [0.0, 1.0, 5.0, 5.0]]])
+  targets = np.array([[2, 0, 2]])
+  sums = loss_sums(jnp.asarray(logits, jnp.float32), jnp.asarray(targets),
+                   jnp.ones(targets.shape), 0.1)
+  assert float(sums["correct"]) == (logits.argmax(-1) == targets).sum() == 2

@@ -169,3 +169,19 @@ def test_dropout_key_changes_per_step():
   later = jax.device_put(frozen.replace(step=np.int32(7)), drop.shardings)
   _, other = drop.step(later, on_device)
   assert float(other["loss"]) != float(first["loss"])  # another step, another dropout mask
+
+
+@pytest.mark.parametrize("bad", [None, np.inf, -np.inf, np.nan])
+def test_all_finite_matches_numpy(bad):
+  """all_finite (sums of x * 0) against np.isfinite, with values near float32's limits."""
+  from tfm.train.step import all_finite
+  big = np.array([3.4e38, -3.4e38, 1e-45, -0.0, 0.0], np.float32)
+  tree = {"a": big, "b": {"c": np.ones((3, 4), np.float32), "n": np.arange(3)},
+          "h": np.array([6e4, -1.0], np.float16)}
+  if bad is not None:
+    tree["b"]["c"][1, 2] = bad
+  expected = all(np.isfinite(x).all() for x in (tree["a"], tree["b"]["c"], tree["h"]))
+  assert bool(jax.jit(all_finite)(tree)) == expected
+  if bad is not None:
+    half = dict(tree, b={"c": np.ones((3, 4), np.float32)}, h=np.array([bad, 1.0], np.float16))
+    assert not bool(jax.jit(all_finite)(half))

@@ -19,6 +19,8 @@ one batch k times larger.
 
 from __future__ import annotations
 
+import functools
+
 import jax
 import jax.numpy as jnp
 
@@ -31,21 +33,80 @@ def target_weights(targets: jax.Array, segmentation: jax.Array | None = None) ->
   return real.astype(jnp.float32)
 
 
+def _vocab_statistics(logits: jax.Array, targets: jax.Array):
+  """One read of the logits: (max m, log-sum-exp, sum_v (l_v - m), l_y, the first argmax), each [b, t].
+
+  The first argmax is argmax's own tie rule (the lowest index of the maximum) computed as a plain
+  min over indices where l_v == m: a single-operand reduction, which XLA vectorises, where argmax's
+  (value, index) reduction is not (it cost more than the softmax on CPUs).
+  """
+  vocab = logits.shape[-1]
+  m = jnp.max(logits, axis=-1)
+  shifted = logits - m[..., None]
+  lse = m + jnp.log(jnp.sum(jnp.exp(shifted), axis=-1))
+  total_shifted = jnp.sum(shifted, axis=-1)
+  target_logit = jnp.take_along_axis(logits, targets[..., None], axis=-1)[..., 0]
+  index = jax.lax.broadcasted_iota(jnp.int32, logits.shape, logits.ndim - 1)
+  first_max = jnp.min(jnp.where(logits == m[..., None], index, vocab), axis=-1)
+  return m, lse, total_shifted, target_logit, first_max
+
+
+@functools.partial(jax.custom_vjp, nondiff_argnums=(2,))
+def _token_losses(logits, targets, label_smoothing):
+  return _token_losses_fwd(logits, targets, label_smoothing)[0]
+
+
+def _token_losses_fwd(logits, targets, label_smoothing):
+  vocab = logits.shape[-1]
+  m, lse, total_shifted, target_logit, first_max = _vocab_statistics(logits, targets)
+  nll = lse - target_logit
+  confidence, low = 1.0 - label_smoothing, label_smoothing / (vocab - 1)
+  # sum_v log p(v) = sum_v (l_v - m) - V (lse - m)
+  smoothed = (confidence - low) * nll - low * (total_shifted - vocab * (lse - m))
+  correct = (first_max == targets).astype(jnp.float32)
+  return (smoothed, nll, correct), (logits, targets, lse)
+
+
+def _token_losses_bwd(label_smoothing, residuals, cotangents):
+  """d/dl_v for cotangents (g_s, g_n) of (smoothed, nll), with p = softmax(l), y the target:
+  g_s ((1 - eps - low)(p_v - [v = y]) - low (1 - V p_v)) + g_n (p_v - [v = y]), one fused pass."""
+  logits, targets, lse = residuals
+  g_s, g_n, _ = cotangents
+  vocab = logits.shape[-1]
+  confidence, low = 1.0 - label_smoothing, label_smoothing / (vocab - 1)
+  on_p = g_s * (confidence - low + vocab * low) + g_n  # coefficient of p_v
+  on_target = g_s * (confidence - low) + g_n  # coefficient of [v = y]
+  p = jnp.exp(logits - lse[..., None])
+  index = jax.lax.broadcasted_iota(jnp.int32, logits.shape, logits.ndim - 1)
+  d = (p * on_p[..., None] - jnp.where(index == targets[..., None], on_target[..., None], 0.0)
+       - (g_s * low)[..., None])
+  return d.astype(logits.dtype), None
+
+
+_token_losses.defvjp(_token_losses_fwd, _token_losses_bwd)
+
+
+def token_losses(logits: jax.Array, targets: jax.Array, label_smoothing: float
+                 ) -> tuple[jax.Array, jax.Array, jax.Array]:
+  """Per-token (smoothed [b, t], nll [b, t], correct [b, t]) from logits [b, t, V], targets [b, t].
+
+  smoothed = H(q, p) with q as in the module docstring, nll = -log p(y) = lse - l_y, correct = 1.0
+  where argmax_v l_v == y. Computed from one pass of reductions over the vocabulary (log p is never
+  materialised: sum_v log p(v) = sum_v l_v - V lse), and differentiated by hand: the gradient
+  g_s dH/dl + g_n dnll/dl = p (g_s (1 - eps + (V - 1) low) + g_n) - [v = y] (g_s (1 - eps - low)
+  + g_n) - g_s low is one elementwise pass (no scatter of the target's gradient, no second softmax).
+  """
+  logits = logits.astype(jnp.float32)
+  return _token_losses(logits, targets.astype(jnp.int32), float(label_smoothing))
+
+
 def smoothed_cross_entropy(logits: jax.Array, targets: jax.Array, label_smoothing: float
                            ) -> tuple[jax.Array, jax.Array]:
   """Per-token losses. logits [b, t, V] (float32), targets [b, t] int.
 
   Returns (smoothed [b, t], nll [b, t]): H(q, p) with q as in the module docstring, and -log p(y).
   """
-  vocab = logits.shape[-1]
-  log_probs = jax.nn.log_softmax(logits.astype(jnp.float32), axis=-1)
-  nll = -jnp.take_along_axis(log_probs, targets[..., None], axis=-1)[..., 0]
-  if label_smoothing == 0.0:
-    return nll, nll
-  confidence = 1.0 - label_smoothing
-  low = label_smoothing / (vocab - 1)
-  # -sum_v q(v) log p(v) = -(confidence - low) log p(y) - low * sum_v log p(v)
-  smoothed = (confidence - low) * nll - low * jnp.sum(log_probs, axis=-1)
+  smoothed, nll, _ = token_losses(logits, targets, label_smoothing)
   return smoothed, nll
 
 
@@ -57,8 +118,7 @@ def loss_sums(logits: jax.Array, targets: jax.Array, weights: jax.Array, label_s
   'loss' is the label-smoothed cross-entropy, 'nll' the unsmoothed one, 'correct' counts tokens whose
   argmax prediction is the target.
   """
-  smoothed, nll = smoothed_cross_entropy(logits, targets, label_smoothing)
-  correct = (jnp.argmax(logits, axis=-1) == targets).astype(jnp.float32)
+  smoothed, nll, correct = token_losses(logits, targets, label_smoothing)
   return {
       "loss": jnp.sum(smoothed * weights),
       "nll": jnp.sum(nll * weights),
