@@ -94,3 +94,17 @@ def test_runs_and_grid():
     expand("c.py", [None], [], seeds=0)
   with pytest.raises(ValueError, match=r"run A1\+model.num_kv_heads=3-s0: config key model\.num_kv_heads"):
     expand("configs/table3.py", ["A1"], parse_grid(["model.num_kv_heads=3"]), 1)[0].load()
+
+
+def test_collect_orders_table_rows_as_the_paper_whichever_sweep_ran_them(tmp_path):
+  """Rows run by separate invocations (--rows=E,big after the rest) still come back base, A1..E,
+  big; seeds of a row stay together."""
+  import json  # pylint: disable=import-outside-toplevel
+  from tfm.sweep import execute  # pylint: disable=import-outside-toplevel
+  runs = [("E-s0", "E", 0), ("big-s0", "big", 1), ("base-s1", "base", 1), ("C10-s0", "C10", 0),
+          ("A1-s0", "A1", 2), ("C7-s0", "C7", 0), ("base-s0", "base", 0)]
+  for name, row, index in runs:
+    (tmp_path / name).mkdir()
+    (tmp_path / name / execute.RESULT).write_text(json.dumps(dict(name=name, row=row, index=index)))
+  assert [r["name"] for r in execute.collect(str(tmp_path))] == [
+      "base-s0", "base-s1", "A1-s0", "C7-s0", "C10-s0", "E-s0", "big-s0"]

@@ -220,7 +220,20 @@ def collect(root: str) -> list[dict]:
   for path in glob.glob(os.path.join(root, "*", RESULT)):
     with open(path, encoding="utf-8") as f:
       results.append(json.load(f))
-  return sorted(results, key=lambda r: (r.get("index", 0), r["name"]))
+  return sorted(results, key=lambda r: (_row_order(r.get("row")), r.get("index", 0), r["name"]))
+
+
+def _row_order(row: str | None) -> tuple:
+  """Table rows in the paper's order (base, A1..E9, then the rest, e.g. big) whichever invocations
+  of the sweep ran them; runs of a grid (no row) keep their sweep order."""
+  if row is None:
+    return (0,)
+  if row == "base":
+    return (1,)
+  letter, number = row[:1], row[1:]
+  if len(row) <= 3 and letter.isupper() and (number.isdigit() or not number):
+    return (2, letter, int(number or 0))
+  return (3, row)
 
 
 def changed_keys(config: config_lib.Config, reference: config_lib.Config,
