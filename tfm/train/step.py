@@ -59,10 +59,6 @@ def batch_loss_sums(model: nn.Module, params: Any, batch: Batch, label_smoothing
   return loss_sums(logits, batch["targets"], weights, label_smoothing)
 
 
-def _where_finite(finite, new, old):
-  return jax.tree_util.tree_map(lambda n, o: jnp.where(finite, n, o), new, old)
-
-
 def all_finite(tree) -> jax.Array:
   """True when every floating-point value of `tree` is finite (a bool scalar).
 
@@ -102,10 +98,13 @@ def train_step(state: TrainState, batch: Batch, *, model: nn.Module, tx: optax.G
   finite = (jnp.isfinite(sums["loss"]) & jnp.isfinite(grad_norm) & all_finite(params)
             & all_finite(opt_state))
   skipped = (~finite).astype(jnp.int32)
+  # A branch, not a select per element: the kept state is copied once, never read twice.
+  params, opt_state = jax.lax.cond(finite, lambda: (params, opt_state),
+                                   lambda: (state.params, state.opt_state))
   new_state = state.replace(
       step=state.step + 1,
-      params=_where_finite(finite, params, state.params),
-      opt_state=_where_finite(finite, opt_state, state.opt_state),
+      params=params,
+      opt_state=opt_state,
       nonfinite_count=state.nonfinite_count + skipped)
   metrics = dict(per_token(sums), grad_norm=grad_norm, update_norm=optax.tree.norm(updates),
                  learning_rate=schedule(state.applied_updates), nonfinite=skipped,
