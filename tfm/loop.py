@@ -83,8 +83,10 @@ def _window_summary(window: list[dict], seconds: float) -> dict[str, float]:
               nonfinite_count=int(window[-1]["nonfinite_count"]))
 
 
-def train(config: Config, workdir: str, stream=sys.stdout):
-  """Trains (or resumes) the experiment `config` in `workdir`; returns the final TrainState."""
+def train(config: Config, workdir: str, stream=None):
+  """Trains (or resumes) the experiment `config` in `workdir`; returns the final TrainState.
+  stream: where the progress lines go (default: sys.stdout as it is when called)."""
+  stream = stream or sys.stdout
   preemption = Preemption()  # from the start: a SIGTERM during set-up still ends with a checkpoint
   try:
     distributed.initialize_from_env()

@@ -163,8 +163,10 @@ def _duration(seconds: float) -> str:
 
 def run_all(runs: Sequence[Run], root: str, *, shares: Sequence[Share], vocab_dir: str | None,
             eval_limit: int, steps_of: Callable[[Run], int],
-            describe: Callable[[Run, str, float], dict], stream: TextIO = sys.stdout) -> list[dict]:
-  """Runs every unfinished run, len(shares) at a time; returns the results of this session."""
+            describe: Callable[[Run, str, float], dict], stream: TextIO | None = None) -> list[dict]:
+  """Runs every unfinished run, len(shares) at a time; returns the results of this session.
+  stream: where progress goes (default: sys.stdout as it is when called)."""
+  stream = stream or sys.stdout
   workdir = lambda run: os.path.join(root, run.name)
   pending = [r for r in runs if not is_finished(workdir(r), steps_of(r))]
   done_before = len(runs) - len(pending)

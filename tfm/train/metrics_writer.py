@@ -22,9 +22,9 @@ class MetricsWriter:
   Train lines read '[train] step 500/1500 (33%) | loss ...' when total_steps is given; strings (an
   ETA, a BLEU signature) go to the console only."""
 
-  def __init__(self, workdir: str, stream=sys.stdout, total_steps: int | None = None):
+  def __init__(self, workdir: str, stream=None, total_steps: int | None = None):
     self.lead = jax.process_index() == 0
-    self.stream = stream
+    self.stream = stream or sys.stdout  # looked up now, not when the module was imported
     self.total_steps = total_steps
     self.tensorboard = None
     if self.lead:
