@@ -87,8 +87,9 @@ CASES = {
     "eval_batch_size_zero": Case(["train", QS, "--config.eval.batch_size=0", "--workdir=WORK"], 1,
                                  "config key eval.batch_size: expected a positive integer, got 0"),
     "keep_fewer_than_averaged": Case(["train", QS, "--config.train.keep_checkpoints=2",
-                                      "--workdir=WORK"], 1, "train.keep_checkpoints: expected at "
-                                     "least train.average_checkpoints=5"),
+                                      "--config.train.average_checkpoints=3", "--workdir=WORK"], 1,
+                                     "train.keep_checkpoints: expected at least "
+                                     "train.average_checkpoints=3"),
     # the workdir
     "missing_workdir_flag": Case(["train", QS], 2, "--workdir is required"),
     "workdir_is_a_file": Case(["train", QS, "--workdir=WORK/file"], 1, "is a file; expected a "
