@@ -38,20 +38,16 @@ def is_remote(value: PathLike) -> bool:
 
 
 def write_atomically(target: PathLike, data: bytes | str) -> epath.Path:
-  """Writes `data` to `target` through a temporary file beside it; returns the target's epath."""
+  """Writes `data` (str: UTF-8) to `target` whole: an object store's upload in place, a local file
+  through a temporary file beside it, renamed over the target. Returns the target's epath."""
   target = epath.Path(target)
+  data = data.encode("utf-8") if isinstance(data, str) else data
   if is_remote(target):  # one upload, visible whole or not at all
-    if isinstance(data, str):
-      target.write_text(data, encoding="utf-8")
-    else:
-      target.write_bytes(data)
+    target.write_bytes(data)
     return target
   target.parent.mkdir(parents=True, exist_ok=True)
   tmp = target.parent / f".{target.name}.tmp-{os.getpid()}"
-  if isinstance(data, str):
-    tmp.write_text(data, encoding="utf-8")
-  else:
-    tmp.write_bytes(data)
+  tmp.write_bytes(data)
   tmp.replace(target)
   return target
 

@@ -29,6 +29,7 @@ from typing import Callable, Sequence, TextIO
 
 from tfm import config as config_lib
 from tfm.sweep.runs import Run
+from tfm.train.progress import duration
 
 RESULT = "sweep_result.json"
 LOG = "sweep.log"
@@ -155,12 +156,6 @@ class Job:
       self.proc.send_signal(signal.SIGTERM)
 
 
-def _duration(seconds: float) -> str:
-  seconds = int(seconds)
-  return f"{seconds // 3600}h{seconds % 3600 // 60:02d}m" if seconds >= 3600 else \
-      f"{seconds // 60}m{seconds % 60:02d}s"
-
-
 def run_all(runs: Sequence[Run], root: str, *, shares: Sequence[Share], vocab_dir: str | None,
             eval_limit: int, steps_of: Callable[[Run], int],
             describe: Callable[[Run, str, float], dict], stream: TextIO | None = None) -> list[dict]:
@@ -202,7 +197,7 @@ def run_all(runs: Sequence[Run], root: str, *, shares: Sequence[Share], vocab_di
         print(f"[sweep] {done}/{len(runs)} done ({failed} failed this session) | {job.run.name} "
               f"{result['status']}" + (f": {result['error']}" if result["error"] else
                                        f", dev PPL {result.get('dev_ppl', float('nan')):.2f}")
-              + f" | elapsed {_duration(elapsed)}, ETA {_duration(eta)}", file=stream, flush=True)
+              + f" | elapsed {duration(elapsed)}, ETA {duration(eta)}", file=stream, flush=True)
   finally:
     for job in active.values():
       job.terminate()
