@@ -12,9 +12,10 @@ dev verses, beam 4; 4 heads at d_model 128, 8 at 64):
   2000        2+2     128      1000   250     1.5        2.7
   2000        1+1     128      1200   250     1.5        8.0
   2000        1+1      64      1500   200     1.0       10.6  (8 heads of d_k 8)
-  2000        1+1      64      2000   200     1.0       11.5  (this config: 6.5 minutes)
+  2000        1+1      64      2000   200     1.0       11.5  (this config: 3.5 minutes)
 A one-layer stack at d_model 64 costs a fraction of a step of the others (the output layer over a
-2000-piece vocabulary included): ~0.18 s a step, 2000 steps in 6.5 minutes; a small vocabulary
+2000-piece vocabulary included): ~0.1 s a step, 2000 steps in 3.5 minutes
+on a quiet machine (more steps would fit 10 minutes: not measured yet); a small vocabulary
 sees each piece often enough to learn it from one book pair.
 """
 
