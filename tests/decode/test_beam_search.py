@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
@@ -208,3 +209,26 @@ def test_length_limit_helpers():
   assert common.infer_batch_size({"x": jnp.zeros((7, 2))}, None, None) == 7
   with pytest.raises(ValueError, match="batch size"):
     common.infer_batch_size({}, None, None)
+
+
+@pytest.mark.parametrize("n,k,chunk", [(1000, 8, 16), (1003, 8, 16), (32000, 8, 128), (300, 3, 7)])
+def test_top_k_chunked_is_lax_top_k_ties_and_infinities_included(n, k, chunk):
+  """Same values and indices as jax.lax.top_k: few distinct values (many ties across chunks),
+  rows of -inf, rows with fewer than k finite values, a length that is no multiple of the chunk."""
+  rng = np.random.RandomState(n)
+  x = rng.randint(0, 6, (6, n)).astype(np.float32)
+  x[1] = -np.inf
+  x[2] = -np.inf
+  x[2, [5, n - 1]] = 3.0
+  x[3, rng.rand(n) < 0.5] = -np.inf
+  x[4] = rng.randn(n)
+  x[5, -chunk:] = 9.0  # the best elements in the last, padded chunk
+  x[0] = -np.inf  # a tie at the k-th value between a chunk with a high maximum and an earlier one
+  x[0, 3 * chunk:3 * chunk + k] = 1.0
+  x[0, 3 * chunk] = 9.0
+  x[0, :k] = 1.0
+  x[0, 0] = 2.0
+  got = jax.jit(lambda a: beam.top_k_chunked(a, k, chunk))(x)
+  want = jax.lax.top_k(x, k)
+  np.testing.assert_array_equal(np.asarray(got[0]), np.asarray(want[0]))
+  np.testing.assert_array_equal(np.asarray(got[1]), np.asarray(want[1]))

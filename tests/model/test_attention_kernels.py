@@ -5,7 +5,8 @@ import pytest
 
 from tests.model.helpers import init, tiny
 from tfm.model import masks
-from tfm.model.attention import einsum_attention, library_attention
+from tfm.model.attention import (cached_attention, einsum_attention, key_layout, library_attention,
+                                 value_layout)
 from tfm.model.positions import alibi_bias
 
 
@@ -43,6 +44,26 @@ def test_library_kernel_equals_einsum_and_naive(kv_heads):
   c = np.asarray(library_attention(jnp.asarray(q), jnp.asarray(k), jnp.asarray(v), mask, bias))
   np.testing.assert_allclose(a[valid], ref[valid], atol=1e-5)
   np.testing.assert_allclose(c[valid], ref[valid], atol=1e-5)
+
+
+@pytest.mark.parametrize("kv_heads", [4, 2, 1])
+def test_cached_attention_equals_naive_on_the_decode_layout(kv_heads):
+  """One query over a cache stored as keys [b, kvh, d, s] and values [b, kvh, s, d]."""
+  rng = np.random.RandomState(1)
+  b, s, h, d = 3, 7, 4, 8
+  q = rng.randn(b, 1, h, d).astype(np.float32)
+  k = rng.randn(b, s, kv_heads, d).astype(np.float32)
+  v = rng.randn(b, s, kv_heads, d).astype(np.float32)
+  index = jnp.array([0, 3, 6])
+  mask = masks.decode_mask(index, s)  # [b, 1, 1, s]
+  bias = rng.randn(1, h, 1, s).astype(np.float32)
+  ref = _naive(q, k, v, np.asarray(mask), bias)
+  y, weights = cached_attention(jnp.asarray(q), key_layout(jnp.asarray(k)),
+                                value_layout(jnp.asarray(v)), mask, jnp.asarray(bias))
+  assert key_layout(k).shape == (b, kv_heads, d, s) and value_layout(v).shape == (b, kv_heads, s, d)
+  np.testing.assert_allclose(np.asarray(y), ref, atol=1e-5)
+  np.testing.assert_allclose(np.asarray(weights).sum(-1), 1.0, atol=1e-6)
+  assert np.all(np.asarray(weights)[~np.broadcast_to(np.asarray(mask), weights.shape)] == 0)
 
 
 @pytest.mark.parametrize("positions", ["sinusoidal", "alibi", "relative"])

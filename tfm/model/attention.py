@@ -107,8 +107,10 @@ class Attention(nn.Module):
 
   Modes (static): 'full' attends over kv; 'init_cache' creates the decode cache and returns zeros;
   'decode' takes one query token per row and reads/writes the cache.
-  Self-attention caches the keys and values of past tokens ([b, max_len, kvh, d]); cross-attention
-  caches the projected encoder output once, so a decode step never recomputes it.
+  Self-attention caches the keys and values of past tokens; cross-attention caches the projected
+  encoder output once, so a decode step never recomputes it. Cached keys are [b, kvh, d_k, length]
+  and values [b, kvh, length, d_v]: the operand layouts of the two products in `cached_attention`,
+  so a decode step multiplies the cache where it lies instead of copying it into that layout.
   Fields: num_heads query heads, num_kv_heads key/value heads, per-head widths d_k and d_v, the
   compute dtype, use_bias, impl (model.attention_impl), dropout_rate on the attention weights,
   rope_base (rotary positions on queries and keys when set; self-attention only), is_cross.
@@ -141,30 +143,43 @@ class Attention(nn.Module):
     out = proj((x.shape[-1],), 2, ("heads", "kv", "embed"), "out")
     use_rope = self.rope_base is not None and not self.is_cross
 
-    if mode == "init_cache" and not self.is_cross:
-      b, max_len = x.shape[:2]
-      self.variable("cache", "cached_key", jnp.zeros, (b, max_len, kvh, self.d_k), dtype)
-      self.variable("cache", "cached_value", jnp.zeros, (b, max_len, kvh, self.d_v), dtype)
+    if mode == "init_cache":
+      if self.is_cross:  # the encoder output's projections, once
+        self.variable("cache", "cross_key", lambda: key_layout(key(kv)))
+        self.variable("cache", "cross_value", lambda: value_layout(value(kv)))
+      else:
+        b, max_len = x.shape[:2]
+        self.variable("cache", "cached_key", jnp.zeros, (b, kvh, self.d_k, max_len), dtype)
+        self.variable("cache", "cached_value", jnp.zeros, (b, kvh, max_len, self.d_v), dtype)
       return jnp.zeros(x.shape, dtype)
-    if self.is_cross:
-      k, v = self._cross_kv(key, value, kv, mode)
-      if mode == "init_cache":
-        return jnp.zeros(x.shape, dtype)
-    else:
-      k, v = key(x), value(x)
-      if use_rope:
-        k = apply_rope(k, decode_index[:, None] if mode == "decode" else positions, self.rope_base)
-      if mode == "decode":
-        k, v = self._write_cache(k, v, decode_index)
 
     q = query(x)
     if use_rope:
       q = apply_rope(q, decode_index[:, None] if mode == "decode" else positions, self.rope_base)
+    sow = self.is_mutable_collection("intermediates")  # weights requested: only einsum has them
+    if mode == "decode":
+      if self.is_cross:
+        k, v = self.get_variable("cache", "cross_key"), self.get_variable("cache", "cross_value")
+      else:
+        k, v = key(x), value(x)
+        if use_rope:
+          k = apply_rope(k, decode_index[:, None], self.rope_base)
+        k, v = self._write_cache(k, v, decode_index)
+      y, weights = cached_attention(P.constrain(q, P.BLHD), k, v, mask, bias)
+      if sow:
+        self.sow("intermediates", WEIGHTS, weights)
+      return P.constrain(out(P.constrain(y, P.BLHD)), P.BLD)
+
+    if self.is_cross:
+      k, v = key(kv), value(kv)
+    else:
+      k, v = key(x), value(x)
+      if use_rope:
+        k = apply_rope(k, positions, self.rope_base)
     q = P.constrain(q, P.BLHD)
     k = P.constrain(k, P.BLKD)
     v = P.constrain(v, P.BLKD)
     kernel = choose_kernel(self.impl, self.d_k, self.d_v, self.dropout_rate, self.dtype, train)
-    sow = self.is_mutable_collection("intermediates")  # weights requested: only einsum has them
     if kernel == "einsum" or sow:
       drop = None
       if train and self.dropout_rate > 0:
@@ -176,19 +191,47 @@ class Attention(nn.Module):
       y = library_attention(q, k, v, mask, bias, implementation=kernel)
     return P.constrain(out(P.constrain(y, P.BLHD)), P.BLD)
 
-  def _cross_kv(self, key, value, kv, mode):
-    if mode == "full":
-      return key(kv), value(kv)
-    # 'init_cache' projects the encoder output once; 'decode' only reads the stored projection.
-    ck = self.variable("cache", "cross_key", lambda: key(kv))
-    cv = self.variable("cache", "cross_value", lambda: value(kv))
+  def _write_cache(self, k, v, decode_index):
+    """Writes one token's k, v ([b, 1, kvh, d]) at decode_index [b]; returns the whole caches, keys
+    [b, kvh, d_k, max_len] and values [b, kvh, max_len, d_v]. Positions after decode_index hold
+    zeros or stale values and are masked."""
+    ck, cv = self.variable("cache", "cached_key"), self.variable("cache", "cached_value")
+    write = lambda axis: jax.vmap(
+        lambda buf, new, i: jax.lax.dynamic_update_slice_in_dim(buf, new, i, axis=axis))
+    ck.value = write(2)(ck.value, key_layout(k).astype(ck.value.dtype), decode_index)
+    cv.value = write(1)(cv.value, value_layout(v).astype(cv.value.dtype), decode_index)
     return ck.value, cv.value
 
-  def _write_cache(self, k, v, decode_index):
-    """Writes one token's k, v ([b, 1, kvh, d]) at decode_index [b]; returns the whole cache
-    ([b, max_len, kvh, d]). Positions after decode_index hold zeros or stale values and are masked."""
-    ck, cv = self.variable("cache", "cached_key"), self.variable("cache", "cached_value")
-    write = jax.vmap(lambda buf, new, i: jax.lax.dynamic_update_slice_in_dim(buf, new, i, axis=0))
-    ck.value = write(ck.value, k.astype(ck.value.dtype), decode_index)
-    cv.value = write(cv.value, v.astype(cv.value.dtype), decode_index)
-    return ck.value, cv.value
+
+def key_layout(k):
+  """Keys [b, s, kvh, d_k] -> the decode cache's [b, kvh, d_k, s]."""
+  return jnp.transpose(k, (0, 2, 3, 1))
+
+
+def value_layout(v):
+  """Values [b, s, kvh, d_v] -> the decode cache's [b, kvh, s, d_v]."""
+  return jnp.transpose(v, (0, 2, 1, 3))
+
+
+def cached_attention(q, k, v, mask=None, bias=None):
+  """Attention of one query token over a decode cache, the products in the cache's own layout.
+
+  q [b, 1, h, d_k]; k [b, kvh, d_k, s] (`key_layout`); v [b, kvh, s, d_v] (`value_layout`); mask
+  bool and bias float broadcastable to [b, h, 1, s]. Returns (y [b, 1, h, d_v], float32 softmax
+  probabilities [b, h, 1, s]): the same function as `einsum_attention` on the untransposed cache.
+  With the batch and head axes leading and the contracted axis where a matrix product wants it,
+  XLA multiplies the cache in place (on CPU it otherwise copies the whole cache every step).
+  """
+  b, t, h, dk = q.shape
+  kvh, s = k.shape[1], k.shape[-1]
+  q = q.reshape(b, kvh, h // kvh, dk)  # t = 1
+  logits = jnp.einsum("bkgd,bkds->bkgs", q, k).astype(jnp.float32) * dk**-0.5
+  logits = logits.reshape(b, h, t, s)
+  if bias is not None:
+    logits = logits + bias.astype(jnp.float32)
+  if mask is not None:
+    logits = jnp.where(mask, logits, jnp.finfo(jnp.float32).min)
+  probabilities = jax.nn.softmax(logits, axis=-1)
+  w = probabilities.astype(v.dtype).reshape(b, kvh, h // kvh, s)
+  y = jnp.einsum("bkgs,bksd->bkgd", w, v).reshape(b, t, h, v.shape[-1])
+  return y, probabilities

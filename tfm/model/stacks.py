@@ -16,7 +16,7 @@ from tfm.model import masks
 from tfm.model import partitioning as P
 from tfm.model.config import ModelConfig
 from tfm.model.embedding import Embed
-from tfm.model.layer_stack import CACHE_AXIS, SCANNED, apply_stack, unrolled_name
+from tfm.model.layer_stack import SCANNED, apply_stack, unrolled_name
 from tfm.model.layers import DecoderLayer, EncoderLayer, norm
 from tfm.model.positions import LearnedPositions, RelativeBias, alibi_bias, sinusoids
 from tfm.model.remat import remat
@@ -106,7 +106,7 @@ class Decoder(nn.Module):
       index = index_var.value
       first = SCANNED if cfg.scan_layers else unrolled_name(0)
       keys = self.get_variable("cache", first)["self_attention"]["cached_key"]
-      max_len = keys.shape[CACHE_AXIS + 1 if cfg.scan_layers else 1]  # [b, (N,) max_len, kvh, d_k]
+      max_len = keys.shape[-1]  # [b, (N,) kvh, d_k, max_len]
       positions = index[:, None]
       k_positions = jnp.broadcast_to(jnp.arange(max_len, dtype=jnp.int32), (tokens.shape[0], max_len))
       self_mask = masks.decode_mask(index, max_len)
