@@ -42,5 +42,8 @@ def with_axes(init: Callable, names: Sequence[str | None]) -> Callable:
 
 
 def constrain(x: jax.Array, names: Sequence[str | None]) -> jax.Array:
-  """Sharding constraint by logical names; a no-op outside `nn.logical_axis_rules` + mesh."""
+  """Sharding constraint by logical names; a no-op outside `nn.logical_axis_rules` + mesh, and on a
+  mesh of one device (where it would only add an instruction per call for XLA to remove)."""
+  if jax.sharding.get_abstract_mesh().size == 1:
+    return x
   return nn.with_logical_constraint(x, tuple(names))
