@@ -177,7 +177,8 @@ def test_all_finite_matches_numpy(bad):
   from tfm.train.step import all_finite
   big = np.array([3.4e38, -3.4e38, 1e-45, -0.0, 0.0], np.float32)
   tree = {"a": big, "b": {"c": np.ones((3, 4), np.float32), "n": np.arange(3)},
-          "h": np.array([6e4, -1.0], np.float16)}
+          "h": np.array([6e4, -1.0], np.float16),
+          "same": [np.full((3, 4), 2.0, np.float32), np.zeros((3, 4), np.float32)]}  # c's shape
   if bad is not None:
     tree["b"]["c"][1, 2] = bad
   expected = all(np.isfinite(x).all() for x in (tree["a"], tree["b"]["c"], tree["h"]))
@@ -185,3 +186,22 @@ def test_all_finite_matches_numpy(bad):
   if bad is not None:
     half = dict(tree, b={"c": np.ones((3, 4), np.float32)}, h=np.array([bad, 1.0], np.float16))
     assert not bool(jax.jit(all_finite)(half))
+
+
+def test_global_norm_is_optax_tree_norm_with_leaves_sharing_shapes():
+  """global_norm adds same-shaped leaves before reducing: the value of optax.tree.norm (and of a
+  float64 numpy sum) to rounding; a square overflowing float32 gives inf as optax's does."""
+  import optax
+  from tfm.train.step import global_norm
+  rng = np.random.RandomState(0)
+  tree = {"k": [rng.randn(8, 16).astype(np.float32) for _ in range(3)],
+          "b": [rng.randn(16).astype(np.float32) for _ in range(2)],
+          "e": rng.randn(5, 8).astype(np.float32), "i": np.arange(4)}
+  want = np.sqrt(sum(np.sum(np.asarray(x, np.float64) ** 2) for x in jax.tree.leaves(tree)
+                     if x.dtype == np.float32))
+  got = float(jax.jit(global_norm)(tree))
+  assert got == pytest.approx(want, rel=1e-6)
+  assert got == pytest.approx(float(optax.tree.norm({k: v for k, v in tree.items() if k != "i"})),
+                              rel=1e-6)
+  tree["e"][0, 0] = 3e38
+  assert np.isinf(float(jax.jit(global_norm)(tree)))

@@ -20,6 +20,7 @@ spelling is accepted too). Pad id 0 is excluded from the loss.
 
 from __future__ import annotations
 
+import functools
 from typing import Any, Callable, Mapping
 
 import flax.linen as nn
@@ -59,16 +60,36 @@ def batch_loss_sums(model: nn.Module, params: Any, batch: Batch, label_smoothing
   return loss_sums(logits, batch["targets"], weights, label_smoothing)
 
 
+def sum_by_shape(tree, fn: Callable[[jax.Array], jax.Array]) -> jax.Array:
+  """sum(fn(x)) over every floating-point leaf x of `tree`, as float32 (a scalar).
+
+  Leaves of one shape and dtype (a stack's layers, a parameter and its two Adam moments) are added
+  elementwise first, so XLA runs one reduction per shape instead of one per leaf: the same bytes
+  read, a tenth of the kernels to compile and launch. Rounding differs from a per-leaf sum.
+  """
+  groups: dict[tuple, list[jax.Array]] = {}
+  for x in jax.tree_util.tree_leaves(tree):
+    if jnp.issubdtype(x.dtype, jnp.inexact):
+      groups.setdefault((x.shape, x.dtype), []).append(x)
+  sums = [jnp.sum(functools.reduce(jnp.add, [fn(x) for x in xs]), dtype=jnp.float32)
+          for xs in groups.values()]
+  return sum(sums) if sums else jnp.float32(0)
+
+
 def all_finite(tree) -> jax.Array:
   """True when every floating-point value of `tree` is finite (a bool scalar).
 
-  x * 0 is 0 for every finite x and NaN for an inf or a NaN, so sum(x * 0) over all the leaves is
-  finite exactly when every value is: one floating-point add-reduction per leaf, which XLA
-  vectorises (a reduction of isfinite's booleans it does not) and fuses with the multiply.
+  x * 0 is 0 for every finite x and NaN for an inf or a NaN, so the sum of x * 0 over all the leaves
+  is finite exactly when every value is: add-reductions (`sum_by_shape`), which XLA vectorises (a
+  reduction of isfinite's booleans it does not) and fuses with the multiplies.
   """
-  sums = [jnp.sum(x * jnp.zeros((), x.dtype), dtype=jnp.float32)
-          for x in jax.tree_util.tree_leaves(tree) if jnp.issubdtype(x.dtype, jnp.inexact)]
-  return jnp.isfinite(sum(sums)) if sums else jnp.bool_(True)
+  return jnp.isfinite(sum_by_shape(tree, lambda x: x * jnp.zeros((), x.dtype)))
+
+
+def global_norm(tree) -> jax.Array:
+  """sqrt of the sum of squares of every floating-point value of `tree` (float32), as
+  optax.tree.norm, with one reduction per leaf shape (`sum_by_shape`)."""
+  return jnp.sqrt(sum_by_shape(tree, lambda x: jnp.square(x.astype(jnp.float32))))
 
 
 class NonFiniteError(ValueError):
@@ -90,13 +111,13 @@ def train_step(state: TrainState, batch: Batch, *, model: nn.Module, tx: optax.G
 
   key = jax.random.fold_in(state.rng, state.step)
   grads, sums = accumulate_gradients(grad_fn, state.params, batch, microbatches, key, grad_shardings)
-  grad_norm = optax.tree.norm(grads)
+  grad_norm = global_norm(grads)
   updates, opt_state = tx.update(grads, state.opt_state, state.params)
   params = optax.apply_updates(state.params, updates)
   # One NaN/inf gradient makes the norm non-finite (so does a norm overflowing float32: skipped
   # too); the new state is checked itself, which covers every other cause.
-  finite = (jnp.isfinite(sums["loss"]) & jnp.isfinite(grad_norm) & all_finite(params)
-            & all_finite(opt_state))
+  finite = (jnp.isfinite(sums["loss"]) & jnp.isfinite(grad_norm)
+            & all_finite((params, opt_state)))
   skipped = (~finite).astype(jnp.int32)
   # A branch, not a select per element: the kept state is copied once, never read twice.
   params, opt_state = jax.lax.cond(finite, lambda: (params, opt_state),
@@ -106,7 +127,7 @@ def train_step(state: TrainState, batch: Batch, *, model: nn.Module, tx: optax.G
       params=params,
       opt_state=opt_state,
       nonfinite_count=state.nonfinite_count + skipped)
-  metrics = dict(per_token(sums), grad_norm=grad_norm, update_norm=optax.tree.norm(updates),
+  metrics = dict(per_token(sums), grad_norm=grad_norm, update_norm=global_norm(updates),
                  learning_rate=schedule(state.applied_updates), nonfinite=skipped,
                  nonfinite_count=new_state.nonfinite_count)
   return new_state, metrics
