@@ -30,3 +30,24 @@ def test_subcommand_help_lists_its_flags(capsys, name, flags):
 def test_unknown_flag_is_an_error(capsys):
   assert cli.main(["tfm", "translate", "--no_such_flag=1"]) == 2
   assert "no_such_flag" in capsys.readouterr().err
+
+
+def _platforms_after_cli_start(env):
+  import os
+  import subprocess
+  import sys
+  code = ("import os, jax; from tfm import cli; cli._cpu_only_without_accelerator(); "
+          "print(os.environ.get('JAX_PLATFORMS'), jax.config.jax_platforms)")
+  env = {k: v for k, v in os.environ.items() if k != "JAX_PLATFORMS"} | env
+  return subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True,
+                        check=True).stdout.split()
+
+
+def test_a_machine_without_accelerators_runs_jax_on_cpu_only():
+  """No GPU and no TPU here: commands keep JAX from starting libtpu (installed for `tfm plan`), whose
+  attempt printed its warnings into every command's console; the user's JAX_PLATFORMS wins."""
+  from tfm.train import backend
+  if backend.present_accelerator() is not None:
+    pytest.skip("this machine has an accelerator")
+  assert _platforms_after_cli_start({}) == ["cpu", "cpu"]
+  assert _platforms_after_cli_start({"JAX_PLATFORMS": "cpu,tpu"}) == ["cpu,tpu", "cpu,tpu"]
