@@ -31,6 +31,18 @@ from tfm.model.positions import apply_rope
 WEIGHTS = "attention_weights"  # the name of the sown probabilities in the 'intermediates' collection
 
 
+def masked_softmax(logits, mask=None, bias=None):
+  """softmax(logits + bias) over the keys, float32 [b, h, t, s]; masked keys (mask False) get 0.
+
+  logits float32 [b, h, t, s]; mask bool and bias float broadcastable to it.
+  """
+  if bias is not None:
+    logits = logits + bias.astype(jnp.float32)
+  if mask is not None:
+    logits = jnp.where(mask, logits, jnp.finfo(jnp.float32).min)
+  return jax.nn.softmax(logits, axis=-1)
+
+
 def einsum_attention(q, k, v, mask=None, bias=None, dropout=None, return_weights=False):
   """Reference scaled dot-product attention.
 
@@ -43,12 +55,7 @@ def einsum_attention(q, k, v, mask=None, bias=None, dropout=None, return_weights
   kvh = k.shape[2]
   q = q.reshape(b, t, kvh, h // kvh, dk)
   logits = jnp.einsum("btkgd,bskd->bkgts", q, k).astype(jnp.float32) * dk**-0.5
-  logits = logits.reshape(b, h, t, -1)
-  if bias is not None:
-    logits = logits + bias.astype(jnp.float32)
-  if mask is not None:
-    logits = jnp.where(mask, logits, jnp.finfo(jnp.float32).min)
-  probabilities = jax.nn.softmax(logits, axis=-1)
+  probabilities = masked_softmax(logits.reshape(b, h, t, -1), mask, bias)
   weights = probabilities if dropout is None else dropout(probabilities)
   weights = weights.astype(v.dtype).reshape(b, kvh, h // kvh, t, -1)
   y = jnp.einsum("bkgts,bskd->btkgd", weights, v).reshape(b, t, h, v.shape[-1])
@@ -226,12 +233,7 @@ def cached_attention(q, k, v, mask=None, bias=None):
   kvh, s = k.shape[1], k.shape[-1]
   q = q.reshape(b, kvh, h // kvh, dk)  # t = 1
   logits = jnp.einsum("bkgd,bkds->bkgs", q, k).astype(jnp.float32) * dk**-0.5
-  logits = logits.reshape(b, h, t, s)
-  if bias is not None:
-    logits = logits + bias.astype(jnp.float32)
-  if mask is not None:
-    logits = jnp.where(mask, logits, jnp.finfo(jnp.float32).min)
-  probabilities = jax.nn.softmax(logits, axis=-1)
+  probabilities = masked_softmax(logits.reshape(b, h, t, s), mask, bias)
   w = probabilities.astype(v.dtype).reshape(b, kvh, h // kvh, s)
   y = jnp.einsum("bkgs,bksd->bkgd", w, v).reshape(b, t, h, v.shape[-1])
   return y, probabilities
