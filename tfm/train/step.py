@@ -65,7 +65,8 @@ def sum_by_shape(tree, fn: Callable[[jax.Array], jax.Array]) -> jax.Array:
 
   Leaves of one shape and dtype (a stack's layers, a parameter and its two Adam moments) are added
   elementwise first, so XLA runs one reduction per shape instead of one per leaf: the same bytes
-  read, a tenth of the kernels to compile and launch. Rounding differs from a per-leaf sum.
+  read, fewer kernels to compile and launch (the small step's reductions: 596 -> 195). Rounding
+  differs from a per-leaf sum.
   """
   groups: dict[tuple, list[jax.Array]] = {}
   for x in jax.tree_util.tree_leaves(tree):
