@@ -15,9 +15,9 @@ training loop needs (tensorflow, clu, flax's checkpointing, its input pipeline a
 while train.py is imported, so neither TensorFlow nor clu has to be installed.
 
 Both sides get the same model: tfm's config (configs/quickstart.py at the shapes below, `SMALL`,
-for "small"; configs/base.py in float32 for "base") translated to the example's TransformerConfig (shared embeddings, logits
-through the embedding, the same widths, heads, layers and dropout; attention dropout as tfm's,
-0). The architectures still differ where the example differs from the paper (pre-LN, no attention
+for "small"; configs/base.py in float32 for "base") translated to the example's TransformerConfig
+(shared embeddings, logits through the embedding, the same widths, heads, layers and dropout;
+attention dropout as tfm's, 0). The architectures still differ where the example differs from the paper (pre-LN, no attention
 biases, dropout on the FFN's hidden layer, no cached encoder projections in decoding); that is
 what is compared.
 
