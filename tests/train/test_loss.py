@@ -117,3 +117,16 @@ def test_accuracy_takes_the_first_maximum_on_ties():
   sums = loss_sums(jnp.asarray(logits, jnp.float32), jnp.asarray(targets),
                    jnp.ones(targets.shape), 0.1)
   assert float(sums["correct"]) == (logits.argmax(-1) == targets).sum() == 2
+
+
+def test_accuracy_matches_numpy_argmax_with_many_ties():
+  """Rounded logits tie often (values in 0..3): 'correct' counts argmax == target exactly, targets
+  before, at and after the first maximum included."""
+  rng = np.random.default_rng(3)
+  logits = rng.integers(0, 4, (4, 50, 9)).astype(np.float32)
+  targets = rng.integers(0, 9, (4, 50))
+  targets[:, :9] = np.arange(9)  # every index is a target somewhere
+  sums = loss_sums(jnp.asarray(logits), jnp.asarray(targets), jnp.ones(targets.shape), 0.1)
+  expected = (logits.argmax(-1) == targets).sum()
+  assert 0 < expected < targets.size
+  assert float(sums["correct"]) == expected

@@ -34,21 +34,21 @@ def target_weights(targets: jax.Array, segmentation: jax.Array | None = None) ->
 
 
 def _vocab_statistics(logits: jax.Array, targets: jax.Array):
-  """One read of the logits: (max m, log-sum-exp, sum_v (l_v - m), l_y, the first argmax), each [b, t].
+  """Reductions over the vocabulary: (log-sum-exp, sum_v l_v, l_y, correct), each [b, t].
 
-  The first argmax is argmax's own tie rule (the lowest index of the maximum) computed as a plain
-  min over indices where l_v == m: a single-operand reduction, which XLA vectorises, where argmax's
-  (value, index) reduction is not (it cost more than the softmax on CPUs).
+  correct is 1.0 where argmax_v l_v == y with argmax's tie rule (the lowest index of the maximum):
+  l_y == m and every v < y has l_v < l_y, a max over the masked logits. argmax's (value, index)
+  reduction, or a min over the indices of the maximum, cost more on CPUs (an int32 [b, t, V]
+  materialised and reduced: 83 vs 68 ms for these statistics at the base step's [8, 64, 37000]).
   """
-  vocab = logits.shape[-1]
   m = jnp.max(logits, axis=-1)
-  shifted = logits - m[..., None]
-  lse = m + jnp.log(jnp.sum(jnp.exp(shifted), axis=-1))
-  total_shifted = jnp.sum(shifted, axis=-1)
+  lse = m + jnp.log(jnp.sum(jnp.exp(logits - m[..., None]), axis=-1))
+  total = jnp.sum(logits, axis=-1)
   target_logit = jnp.take_along_axis(logits, targets[..., None], axis=-1)[..., 0]
   index = jax.lax.broadcasted_iota(jnp.int32, logits.shape, logits.ndim - 1)
-  first_max = jnp.min(jnp.where(logits == m[..., None], index, vocab), axis=-1)
-  return m, lse, total_shifted, target_logit, first_max
+  earlier = jnp.max(jnp.where(index < targets[..., None], logits, -jnp.inf), axis=-1)
+  correct = ((target_logit == m) & (earlier < target_logit)).astype(jnp.float32)
+  return lse, total, target_logit, correct
 
 
 @functools.partial(jax.custom_vjp, nondiff_argnums=(2,))
@@ -58,12 +58,11 @@ def _token_losses(logits, targets, label_smoothing):
 
 def _token_losses_fwd(logits, targets, label_smoothing):
   vocab = logits.shape[-1]
-  m, lse, total_shifted, target_logit, first_max = _vocab_statistics(logits, targets)
+  lse, total, target_logit, correct = _vocab_statistics(logits, targets)
   nll = lse - target_logit
   confidence, low = 1.0 - label_smoothing, label_smoothing / (vocab - 1)
-  # sum_v log p(v) = sum_v (l_v - m) - V (lse - m)
-  smoothed = (confidence - low) * nll - low * (total_shifted - vocab * (lse - m))
-  correct = (first_max == targets).astype(jnp.float32)
+  # sum_v log p(v) = sum_v l_v - V lse
+  smoothed = (confidence - low) * nll - low * (total - vocab * lse)
   return (smoothed, nll, correct), (logits, targets, lse)
 
 
