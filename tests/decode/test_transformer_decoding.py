@@ -82,6 +82,29 @@ def test_scanned_model_decodes_like_the_unrolled_one(search):
   assert np.any(np.asarray(tokens) != 0)
 
 
+def test_scanned_cache_searches_like_the_unrolled_one():
+  """The scanned model's own decode path (cache stacked behind the batch), which make_translate_fn
+  does not take: beam search over it gives the unrolled model's hypotheses."""
+  model, params, inputs = _model()
+  scanned = Transformer(dataclasses.replace(model.cfg, scan_layers=True))
+  stacked = stack_layers(params)
+  run = lambda m, p: beam_search(cached_step(m, p), init_cache(m, p, inputs, 9), beam_size=3,
+                                 alpha=0.6, max_decode_len=9, beam_invariant=beam_invariant_cache)
+  (want_seqs, want_scores), (seqs, scores) = run(model, params), run(scanned, stacked)
+  np.testing.assert_array_equal(seqs, want_seqs)
+  np.testing.assert_allclose(scores, want_scores, rtol=1e-5, atol=1e-5)
+
+
+def test_translate_runs_a_scanned_model_unrolled():
+  """make_translate_fn decodes a scanned model without a scan over its layers."""
+  model, params, inputs = _model()
+  scanned = Transformer(dataclasses.replace(model.cfg, scan_layers=True))
+  primitives = lambda m, p: str(jax.make_jaxpr(make_translate_fn(m, beam_size=2, max_extra_length=2)
+                                               )(p, inputs))
+  assert " scan[" not in primitives(scanned, stack_layers(params))
+  assert " scan[" in str(jax.make_jaxpr(lambda p: init_cache(scanned, p, inputs, 5))(stack_layers(params)))
+
+
 def test_scanned_cache_has_the_same_beam_invariant_leaves():
   model, params, inputs = _model()
   scanned = Transformer(dataclasses.replace(model.cfg, scan_layers=True))
