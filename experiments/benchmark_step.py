@@ -25,6 +25,7 @@ from absl import app, flags
 from tfm import config as config_lib
 from tfm.data.batching import round_up_rows
 from tfm.experiment import Experiment
+from tfm.train import backend
 from tfm.train.flops import mfu, peak_flops, train_flops
 from tfm.train.sharding import shard_batch
 from tfm.train.state import parameter_count
@@ -99,6 +100,7 @@ def benchmark(config: config_lib.Config, rows: int | None, length: int | None, w
 
 def main(argv):
   del argv
+  backend.cpu_only_without_accelerator()
   if FLAGS.config is None:
     raise app.UsageError("--config=FILE[:ARG] is required")
   result = benchmark(config_lib.build(FLAGS.config), FLAGS.rows, FLAGS.length, FLAGS.warmup, FLAGS.steps, FLAGS.seed)

@@ -59,6 +59,7 @@ sys.path.insert(0, str(ROOT / "experiments"))
 from benchmark_step import synthetic_batch  # noqa: E402
 from tfm import config as config_lib  # noqa: E402
 from tfm.experiment import Experiment  # noqa: E402
+from tfm.train import backend  # noqa: E402
 from tfm.train.sharding import shard_batch  # noqa: E402
 
 FLAGS = flags.FLAGS
@@ -68,7 +69,7 @@ flags.DEFINE_list("only", ["train_small", "train_base", "beam", "compile", "memo
 flags.DEFINE_integer("rounds", 7, "interleaved timing rounds")
 flags.DEFINE_integer("calls", 3, "calls timed per round and side")
 flags.DEFINE_integer("compile_rounds", 3, "fresh compilations per side for compile times")
-flags.DEFINE_list("tfm_overrides", [], "extra tfm config overrides, e.g. train.dropout_rng=rbg")
+flags.DEFINE_list("tfm_overrides", [], "extra tfm config overrides, e.g. model.scan_layers=true")
 
 # Modules the example's train.py imports for its training loop only (data, BLEU, logging).
 _LOOP_ONLY = ("tensorflow", "clu", "clu.metric_writers", "clu.periodic_actions", "input_pipeline",
@@ -298,6 +299,7 @@ def main(argv):
   del argv
   if not FLAGS.flax_wmt_dir:
     raise app.UsageError("--flax_wmt_dir=/path/to/flax/examples/wmt is required (see the docstring)")
+  backend.cpu_only_without_accelerator()
   fx = load_flax_wmt(FLAGS.flax_wmt_dir)
   rows = []
   print(f"jax {jax.__version__} on {jax.devices()[0].device_kind}; rounds={FLAGS.rounds} "

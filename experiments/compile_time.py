@@ -22,6 +22,7 @@ from absl import app, flags
 
 from tfm import config as config_lib
 from tfm.experiment import Experiment
+from tfm.train import backend
 
 FLAGS = flags.FLAGS
 flags.DEFINE_list("layers", ["2", "6", "12"], "layers per stack (encoder and decoder alike)")
@@ -62,6 +63,7 @@ def table(config: config_lib.Config, depths: list[int], rows: int, length: int, 
 
 def main(argv):
   del argv
+  backend.cpu_only_without_accelerator()
   if FLAGS.config is None:
     raise app.UsageError("--config=FILE[:ARG] is required")
   jax.config.update("jax_enable_compilation_cache", False)

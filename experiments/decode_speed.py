@@ -20,6 +20,7 @@ from absl import app, flags
 
 from tfm import config as config_lib
 from tfm.experiment import Experiment
+from tfm.train import backend
 
 FLAGS = flags.FLAGS
 flags.DEFINE_string("workdir", None, "a trained workdir (else --config with random weights)")
@@ -52,6 +53,7 @@ def _trained_setup(workdir):
 
 def main(argv):
   del argv
+  backend.cpu_only_without_accelerator()
   if FLAGS.workdir:
     exp, params, tokens = _trained_setup(FLAGS.workdir)
   else:

@@ -69,23 +69,6 @@ def _pin_cpus() -> None:
     os.sched_setaffinity(0, {int(c) for c in cpus.split(",")})
 
 
-def _cpu_only_without_accelerator() -> None:
-  """On a machine with neither GPUs nor TPU chips, runs JAX on its CPU backend only.
-
-  libtpu is installed for `tfm plan` (which loads it itself), and JAX would otherwise try to start
-  a TPU backend in every command: on a machine without TPU chips that prints libtpu's warnings to
-  the console and, while another process holds libtpu's lockfile, fails after a wait. A
-  JAX_PLATFORMS set by the user wins; the variable is set for child processes too.
-  """
-  if os.environ.get("JAX_PLATFORMS"):
-    return
-  import jax  # pylint: disable=import-outside-toplevel
-  from tfm.train import backend  # pylint: disable=import-outside-toplevel
-  if backend.present_accelerator() is None:
-    os.environ["JAX_PLATFORMS"] = "cpu"
-    jax.config.update("jax_platforms", "cpu")
-
-
 def main(argv=None, run: bool = True) -> int:
   """Runs `tfm SUBCOMMAND ...`; returns the exit code. With run=False it stops once the flags are
   parsed and the config is built and validated (the README test checks every command that way)."""
@@ -100,7 +83,8 @@ def main(argv=None, run: bool = True) -> int:
           file=sys.stderr)
     return 2
   module_name, _, needs_config = COMMANDS[name]
-  _cpu_only_without_accelerator()
+  from tfm.train import backend  # pylint: disable=import-outside-toplevel (jax: not for --help)
+  backend.cpu_only_without_accelerator()
   logs.configure_console(info=name in PROGRESS_COMMANDS)
   command = importlib.import_module(f"tfm.commands.{module_name}")
   sub_argv = [f"tfm {name}"] + [_underscore_flag(a) for a in argv[2:]]

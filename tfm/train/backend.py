@@ -37,6 +37,22 @@ def present_accelerator() -> str | None:
   return None
 
 
+def cpu_only_without_accelerator() -> None:
+  """On a machine with neither GPUs nor TPU chips, runs JAX on its CPU backend only (call it before
+  JAX's first use: every tfm command and the experiments' scripts do).
+
+  libtpu is installed for `tfm plan` (which loads it itself), and JAX would otherwise try to start
+  a TPU backend in every command: on a machine without TPU chips that prints libtpu's warnings to
+  the console and, while another process holds libtpu's lockfile, fails after a wait. A
+  JAX_PLATFORMS set by the user wins; the variable is set for child processes too.
+  """
+  if os.environ.get("JAX_PLATFORMS"):
+    return
+  if present_accelerator() is None:
+    os.environ["JAX_PLATFORMS"] = "cpu"
+    jax.config.update("jax_platforms", "cpu")
+
+
 def _nvidia_smi_lists_gpus() -> bool:
   if not shutil.which("nvidia-smi"):
     return False
