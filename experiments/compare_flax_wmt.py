@@ -17,9 +17,9 @@ while train.py is imported, so neither TensorFlow nor clu has to be installed.
 Both sides get the same model: tfm's config (configs/quickstart.py at the shapes below, `SMALL`,
 for "small"; configs/base.py in float32 for "base") translated to the example's TransformerConfig
 (shared embeddings, logits through the embedding, the same widths, heads, layers and dropout;
-attention dropout as tfm's, 0). The architectures still differ where the example differs from the paper (pre-LN, no attention
-biases, dropout on the FFN's hidden layer, no cached encoder projections in decoding); that is
-what is compared.
+attention dropout as tfm's, 0). The architectures still differ where the example differs from the
+paper (pre-LN, no attention biases, dropout on the FFN's hidden layer, no cached encoder projections
+in decoding); that is what is compared.
 
 Work, printed as tfm / flax (throughput ratios: above 1 means tfm is faster):
   train_small  train step, 2+2 layers, d_model 128, 16 x 128 packed tokens a side
