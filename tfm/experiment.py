@@ -171,7 +171,8 @@ class Experiment:
     beam_size = e.beam_size if beam_size is None else beam_size
     fn = make_translate_fn(self.model, beam_size=beam_size, alpha=e.length_penalty,
                            max_extra_length=e.max_extra_length, eos_id=eos_id,
-                           temperature=temperature, top_k=top_k, top_p=top_p)
+                           temperature=temperature, top_k=top_k, top_p=top_p,
+                           cache_phases=e.cache_phases)
     return OnMesh(fn, self.mesh, self.rules)
 
   def attention_weights_fn(self) -> OnMesh:

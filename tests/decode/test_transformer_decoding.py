@@ -12,6 +12,7 @@ from tests.model.helpers import init, tiny
 from tfm.decode.beam import beam_search
 from tfm.decode.translate import (beam_invariant_cache, cached_step, init_cache, make_translate_fn,
                                   uncached_step)
+from tfm.model.attention import grow_cache
 from tfm.model.scan_convert import stack_layers
 from tfm.model.transformer import Transformer
 
@@ -116,3 +117,56 @@ def test_scanned_cache_has_the_same_beam_invariant_leaves():
                      "['decoder']['layers']['cross_attention']['cross_value']",
                      "['decoder']['encoder_segmentation']", "['decoder']['index']"}
   assert all(leaf.shape[0] == inputs.shape[0] for leaf in jax.tree.leaves(cache))
+
+
+@pytest.mark.parametrize("search", [dict(beam_size=3), dict(beam_size=1),
+                                    dict(temperature=0.9, top_k=6)], ids=["beam", "greedy", "sample"])
+def test_a_growing_cache_decodes_like_a_full_one(search):
+  """cache_phases=3: the self-attention caches hold 5, then 10, then 14 positions (max_extra_length 8
+  over 6 input positions); same tokens, scores equal to float rounding. Padding a cache anywhere
+  but after its written positions would change the attention and so the scores."""
+  model, params, inputs = _model()
+  rng = jax.random.PRNGKey(5)
+  run = lambda phases: make_translate_fn(model, max_extra_length=8, cache_phases=phases,
+                                         **search)(params, inputs, rng)
+  (want_tokens, want_scores), (tokens, scores) = run(1), run(3)
+  np.testing.assert_array_equal(tokens, want_tokens)
+  np.testing.assert_allclose(scores, want_scores, rtol=1e-5, atol=1e-5)
+  assert np.any((np.asarray(tokens) != 0).sum(-1) > 5)  # outputs run into the second phase
+
+
+def test_a_scanned_cache_grows_on_its_length_axes():
+  """grow_cache on the stacked cache ([b, layers, kvh, d_k, s] keys, [b, layers, kvh, s, d_v]
+  values): the scanned model's own search in two phases gives the unrolled model's hypotheses."""
+  model, params, inputs = _model()
+  scanned = Transformer(dataclasses.replace(model.cfg, scan_layers=True))
+  run = lambda m, p, lengths: beam_search(
+      cached_step(m, p), init_cache(m, p, inputs, lengths[0]), beam_size=3, alpha=0.6,
+      max_decode_len=9, beam_invariant=beam_invariant_cache, cache_lengths=lengths,
+      grow_cache=grow_cache)
+  want_seqs, want_scores = run(model, params, (9,))
+  seqs, scores = run(scanned, stack_layers(params), (4, 9))
+  np.testing.assert_array_equal(seqs, want_seqs)
+  np.testing.assert_allclose(scores, want_scores, rtol=1e-5, atol=1e-5)
+
+
+def test_grow_cache_pads_self_attention_caches_at_the_end():
+  model, params, inputs = _model()
+  cache = init_cache(model, params, inputs, 4)
+  cache = jax.tree_util.tree_map_with_path(  # distinct values where positions were written
+      lambda p, x: x + 1 if "cached_" in jax.tree_util.keystr(p) else x, cache)
+  grown = grow_cache(cache, 7)
+  for path, old in jax.tree_util.tree_leaves_with_path(cache):
+    new = grown
+    for key in path:
+      new = new[key.key]
+    name = path[-1].key
+    if name in ("cached_key", "cached_value"):
+      axis = old.ndim - 1 if name == "cached_key" else old.ndim - 2
+      assert new.shape[axis] == 7 and old.shape[axis] == 4
+      np.testing.assert_array_equal(jnp.take(new, jnp.arange(4), axis=axis), old)
+      np.testing.assert_array_equal(jnp.take(new, jnp.arange(4, 7), axis=axis), 0)
+    else:  # cross-attention's encoder projections, the position, the encoder padding
+      np.testing.assert_array_equal(new, old)
+  with pytest.raises(ValueError, match="cannot shrink a decode cache from 7 to 5 positions"):
+    grow_cache(grown, 5)

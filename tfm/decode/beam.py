@@ -4,7 +4,8 @@ The paper decodes with beam size 4, length penalty alpha = 0.6 and a maximum out
 input length + 50, "terminating early when possible". This module implements the search of the
 paper's code (tensor2tensor's beam_search.py) over the model-agnostic step function of
 `tfm.decode.common` (ids [batch*beam, 1], cache -> logits [batch*beam, vocab], cache), as one
-`jax.lax.while_loop`, so the whole search jit-compiles.
+`jax.lax.while_loop` (one per cache length when the cache grows with the output, see
+`cache_lengths`), so the whole search jit-compiles.
 
 Scoring (Wu et al. 2016, GNMT, eq. 14, without the coverage term):
   lp(Y) = ((5 + |Y|) / 6) ** alpha,      score(Y) = log P(Y | X) / lp(Y).
@@ -37,12 +38,13 @@ allows it.
 
 from __future__ import annotations
 
-from typing import Callable, NamedTuple
+from typing import Callable, NamedTuple, Sequence
 
 import jax
 import jax.numpy as jnp
 
-from tfm.decode.common import PyTree, TokensToLogits, infer_batch_size, resolve_max_lengths
+from tfm.decode.common import (PyTree, TokensToLogits, check_cache_lengths, infer_batch_size,
+                               resolve_max_lengths, while_phases)
 
 NEG_INF = float("-inf")
 
@@ -145,8 +147,11 @@ def beam_search_result(tokens_to_logits: TokensToLogits, cache: PyTree, *, beam_
                        max_lengths: jax.Array | None = None, eos_id: int = 1, start_id: int = 0,
                        batch_size: int | None = None, early_stopping: bool = True,
                        pad_id: int | None = 0,
-                       beam_invariant: Callable | None = None) -> BeamSearchResult:
+                       beam_invariant: Callable | None = None,
+                       cache_lengths: Sequence[int] = (),
+                       grow_cache: Callable[[PyTree, int], PyTree] | None = None) -> BeamSearchResult:
   """Runs the search described in the module docstring; see `beam_search` for the arguments."""
+  phases = check_cache_lengths(cache_lengths, grow_cache, max_decode_len)
   batch = infer_batch_size(cache, max_lengths, batch_size)
   limits = resolve_max_lengths(max_lengths, batch, max_decode_len)  # [batch]
   k = beam_size
@@ -165,8 +170,8 @@ def beam_search_result(tokens_to_logits: TokensToLogits, cache: PyTree, *, beam_
   )
   lp_limit = length_penalty(limits, alpha)  # [batch]
 
-  def cond(s: _State):
-    return (s.step < max_decode_len) & ~jnp.all(s.done)
+  def cond(s: _State, end: int):
+    return (s.step < end) & ~jnp.all(s.done)
 
   def body(s: _State) -> _State:
     t = s.step
@@ -215,7 +220,8 @@ def beam_search_result(tokens_to_logits: TokensToLogits, cache: PyTree, *, beam_
                   cache=_gather_flat(new_cache, parents, beam_invariant), fin_seqs=fin_seqs,
                   fin_scores=fin_scores, fin_lens=fin_lens, done=done)
 
-  s = jax.lax.while_loop(cond, body, state)
+  s = while_phases(cond, body, state, phases,
+                   lambda s, length: s._replace(cache=grow_cache(s.cache, length)))
   empty = s.fin_scores == NEG_INF
   return BeamSearchResult(
       sequences=jnp.where(empty[:, :, None], 0, s.fin_seqs),
@@ -229,7 +235,9 @@ def beam_search(tokens_to_logits: TokensToLogits, cache: PyTree, *, beam_size: i
                 alpha: float | jax.Array = 0.6, max_decode_len: int,
                 max_lengths: jax.Array | None = None, eos_id: int = 1, start_id: int = 0,
                 batch_size: int | None = None, early_stopping: bool = True, pad_id: int | None = 0,
-                beam_invariant: Callable | None = None) -> tuple[jax.Array, jax.Array]:
+                beam_invariant: Callable | None = None, cache_lengths: Sequence[int] = (),
+                grow_cache: Callable[[PyTree, int], PyTree] | None = None
+                ) -> tuple[jax.Array, jax.Array]:
   """Beam search (section 6.1 / GNMT scoring); returns (sequences, scores), best beam first.
 
   Args:
@@ -248,6 +256,10 @@ def beam_search(tokens_to_logits: TokensToLogits, cache: PyTree, *, beam_size: i
     pad_id: a token never generated (the padding id, 0); None lets the model emit it.
     beam_invariant: optional predicate on a cache leaf's key path (as `jax.tree_util` gives it),
       true for leaves equal across the beams of an example; they are not reordered each step.
+    cache_lengths: increasing cache lengths ending at max_decode_len; the cache passed holds the
+      first, and grow_cache(cache, length) pads it to the next after step length - 1 (see
+      `tfm.decode.common`). () = one loop over the cache as given.
+    grow_cache: needed with several cache_lengths.
 
   Returns:
     sequences int32[batch, beam, max_decode_len] (tokens, EOS, then 0) and scores
@@ -257,5 +269,6 @@ def beam_search(tokens_to_logits: TokensToLogits, cache: PyTree, *, beam_size: i
   r = beam_search_result(tokens_to_logits, cache, beam_size=beam_size, alpha=alpha,
                          max_decode_len=max_decode_len, max_lengths=max_lengths, eos_id=eos_id,
                          start_id=start_id, batch_size=batch_size, early_stopping=early_stopping,
-                         pad_id=pad_id, beam_invariant=beam_invariant)
+                         pad_id=pad_id, beam_invariant=beam_invariant, cache_lengths=cache_lengths,
+                         grow_cache=grow_cache)
   return r.sequences, r.scores

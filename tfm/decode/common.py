@@ -9,11 +9,17 @@ cache leaf has a leading `rows` dimension (batch, or batch * beam inside beam se
 carries whatever the model needs to continue a prefix (keys/values of past tokens, the projected
 encoder output, the position); decoders only thread it through, tile it and reorder its rows.
 Nothing here leaves the device, so all decoders run under `jax.jit` with sharded caches.
+
+A cache may also grow as the output does: a decoder given cache_lengths (L_1 < ... < L_n =
+max_decode_len) starts from a cache of L_1 positions, runs steps 0 .. L_1 - 1 in one while-loop,
+calls grow_cache(cache, L_2), runs steps L_1 .. L_2 - 1 in the next, and so on. A step then reads
+a cache about as long as the prefix instead of the longest output.
 """
 
 from __future__ import annotations
 
-from typing import Any, Callable
+import functools
+from typing import Any, Callable, Sequence
 
 import jax
 import jax.numpy as jnp
@@ -57,3 +63,37 @@ def input_length_limits(inputs: jax.Array, extra: int = 50, pad_id: int = 0) -> 
   decoders clip it to their static max_decode_len.
   """
   return jnp.sum(inputs != pad_id, axis=-1).astype(jnp.int32) + extra
+
+
+def cache_lengths(max_decode_len: int, phases: int) -> tuple[int, ...]:
+  """The cache lengths of a decoder run in `phases` while-loops: max_decode_len cut into equal parts,
+  L_i = ceil(i * max_decode_len / phases) (e.g. 82, 3 -> (28, 55, 82)); fewer when it is short."""
+  if phases < 1:
+    raise ValueError(f"phases must be >= 1, got {phases}")
+  return tuple(sorted({-(-i * max_decode_len // phases) for i in range(1, phases + 1)}))
+
+
+def check_cache_lengths(lengths: Sequence[int], grow_cache: Callable | None,
+                        max_decode_len: int) -> tuple[int, ...]:
+  """The loop ends of a decoder: `lengths` checked (increasing, the last max_decode_len, grow_cache
+  given when there are several), or (max_decode_len,) when it is empty."""
+  lengths = tuple(int(n) for n in lengths) or (max_decode_len,)
+  if lengths[-1] != max_decode_len or any(a >= b for a, b in zip(lengths, lengths[1:])) \
+      or lengths[0] < 1:
+    raise ValueError(f"cache_lengths must increase from >= 1 to max_decode_len={max_decode_len}, "
+                     f"got {lengths}")
+  if len(lengths) > 1 and grow_cache is None:
+    raise ValueError("cache_lengths with several lengths needs grow_cache")
+  return lengths
+
+
+def while_phases(cond: Callable[[Any, int], jax.Array], body: Callable[[Any], Any], state: Any,
+                 ends: Sequence[int], grow: Callable[[Any, int], Any]) -> Any:
+  """`jax.lax.while_loop(lambda s: cond(s, end), body, state)` for each end in turn, with
+  state = grow(state, end) before every loop but the first: a decoder's steps in phases whose
+  cache holds `end` positions (one compiled loop body per phase)."""
+  for i, end in enumerate(ends):
+    if i:
+      state = grow(state, end)
+    state = jax.lax.while_loop(functools.partial(cond, end=end), body, state)
+  return state

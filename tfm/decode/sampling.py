@@ -5,7 +5,8 @@ Same interface as `tfm.decode.beam`: tokens_to_logits(ids int32[batch, 1], cache
 until it emits EOS or reaches its limit max_lengths[row] (tokens counted with the EOS); after that
 it emits 0. The padding token (`pad_id`, 0) is never generated, so 0 only means padding (None
 allows it). The loop is a `jax.lax.while_loop` that stops when every row is finished, so the
-decoders jit-compile. For several samples per example, tile the cache with `tile_beams` first.
+decoders jit-compile (one loop per cache length with `cache_lengths` / `grow_cache`, see
+`tfm.decode.common`). For several samples per example, tile the cache with `tile_beams` first.
 
 Sampling draws step t's token with the key `jax.random.fold_in(rng, t)`: the same key gives the
 same output. The logits are processed in this order: drop pad_id, divide by the temperature,
@@ -15,12 +16,13 @@ that of the *model* (the unprocessed log-softmax), summed over the generated tok
 
 from __future__ import annotations
 
-from typing import Callable, NamedTuple
+from typing import Callable, NamedTuple, Sequence
 
 import jax
 import jax.numpy as jnp
 
-from tfm.decode.common import PyTree, TokensToLogits, infer_batch_size, resolve_max_lengths
+from tfm.decode.common import (PyTree, TokensToLogits, check_cache_lengths, infer_batch_size,
+                               resolve_max_lengths, while_phases)
 
 NEG_INF = float("-inf")
 
@@ -74,14 +76,16 @@ class DecodeResult(NamedTuple):
 
 def _decode(tokens_to_logits: TokensToLogits, cache: PyTree,
             choose: Callable[[jax.Array, jax.Array], jax.Array], *, max_decode_len: int,
-            max_lengths, eos_id: int, start_id: int, batch_size, pad_id) -> DecodeResult:
+            max_lengths, eos_id: int, start_id: int, batch_size, pad_id,
+            cache_lengths: Sequence[int], grow_cache: Callable | None) -> DecodeResult:
   """The loop shared by greedy and sampling; choose(logits f32[batch, vocab], step) -> [batch]."""
+  ends = check_cache_lengths(cache_lengths, grow_cache, max_decode_len)
   batch = infer_batch_size(cache, max_lengths, batch_size)
   limits = resolve_max_lengths(max_lengths, batch, max_decode_len)
 
-  def cond(s):
+  def cond(s, end):
     step, _, _, _, _, done, _ = s
-    return (step < max_decode_len) & ~jnp.all(done)
+    return (step < end) & ~jnp.all(done)
 
   def body(s):
     step, last, seqs, logp, lengths, done, c = s
@@ -99,28 +103,34 @@ def _decode(tokens_to_logits: TokensToLogits, cache: PyTree,
   init = (jnp.array(0, jnp.int32), jnp.full((batch,), start_id, jnp.int32),
           jnp.zeros((batch, max_decode_len), jnp.int32), jnp.zeros((batch,), jnp.float32),
           jnp.zeros((batch,), jnp.int32), jnp.zeros((batch,), bool), cache)
-  step, _, seqs, logp, lengths, _, _ = jax.lax.while_loop(cond, body, init)
+  step, _, seqs, logp, lengths, _, _ = while_phases(
+      cond, body, init, ends, lambda s, length: s[:-1] + (grow_cache(s[-1], length),))
   return DecodeResult(sequences=seqs, log_probs=logp, lengths=lengths, num_steps=step)
 
 
 def greedy(tokens_to_logits: TokensToLogits, cache: PyTree, *, max_decode_len: int,
            max_lengths: jax.Array | None = None, eos_id: int = 1, start_id: int = 0,
-           batch_size: int | None = None, pad_id: int | None = 0) -> DecodeResult:
+           batch_size: int | None = None, pad_id: int | None = 0, cache_lengths: Sequence[int] = (),
+           grow_cache: Callable[[PyTree, int], PyTree] | None = None) -> DecodeResult:
   """Greedy decoding: the argmax token (other than pad_id) at every step, lowest id on ties.
 
   cache leaves [batch, ...]; max_lengths int32[batch] limits |Y| (EOS included), None =
-  max_decode_len (static). Returns a `DecodeResult` with sequences int32[batch, max_decode_len].
+  max_decode_len (static). cache_lengths / grow_cache: a cache that grows with the output (see
+  `tfm.decode.common`); () = one loop over the cache as given. Returns a `DecodeResult` with
+  sequences int32[batch, max_decode_len].
   """
   return _decode(tokens_to_logits, cache, lambda logits, step: jnp.argmax(logits, axis=-1),
                  max_decode_len=max_decode_len, max_lengths=max_lengths, eos_id=eos_id,
-                 start_id=start_id, batch_size=batch_size, pad_id=pad_id)
+                 start_id=start_id, batch_size=batch_size, pad_id=pad_id,
+                 cache_lengths=cache_lengths, grow_cache=grow_cache)
 
 
 def sample(tokens_to_logits: TokensToLogits, cache: PyTree, rng: jax.Array, *,
            max_decode_len: int, max_lengths: jax.Array | None = None,
            temperature: float | jax.Array = 1.0, top_k: int = 0, top_p: float | jax.Array = 1.0,
            eos_id: int = 1, start_id: int = 0, batch_size: int | None = None,
-           pad_id: int | None = 0) -> DecodeResult:
+           pad_id: int | None = 0, cache_lengths: Sequence[int] = (),
+           grow_cache: Callable[[PyTree, int], PyTree] | None = None) -> DecodeResult:
   """Ancestral sampling from the processed distribution (see `process_logits`).
 
   temperature: > 0, or the Python number 0 for greedy decoding (argmax; the top-k / top-p filters
@@ -142,4 +152,5 @@ def sample(tokens_to_logits: TokensToLogits, cache: PyTree, rng: jax.Array, *,
 
   return _decode(tokens_to_logits, cache, choose, max_decode_len=max_decode_len,
                  max_lengths=max_lengths, eos_id=eos_id, start_id=start_id,
-                 batch_size=batch_size, pad_id=pad_id)
+                 batch_size=batch_size, pad_id=pad_id, cache_lengths=cache_lengths,
+                 grow_cache=grow_cache)

@@ -16,8 +16,9 @@ import jax
 import jax.numpy as jnp
 
 from tfm.decode.beam import beam_search
-from tfm.decode.common import input_length_limits
+from tfm.decode.common import cache_lengths, input_length_limits
 from tfm.decode.sampling import greedy, sample
+from tfm.model.attention import grow_cache
 from tfm.model.scan_convert import unstack_layers
 from tfm.model.transformer import Transformer
 
@@ -81,14 +82,19 @@ def beam_invariant_cache(path) -> bool:
 
 def make_translate_fn(model: Transformer, *, beam_size: int = 4, alpha: float = 0.6,
                       max_extra_length: int = 50, eos_id: int = 1, temperature: float | None = None,
-                      top_k: int = 0, top_p: float = 1.0) -> Callable:
+                      top_k: int = 0, top_p: float = 1.0, cache_phases: int = 1) -> Callable:
   """Returns jitted translate(params, inputs [b, s], rng=None) -> (tokens [b, s + extra], scores [b]).
 
   The best hypothesis per example (beam search; beam_size 1 is greedy), or with `temperature` set
   one sample per example from the processed distribution (top_k, top_p; see tfm.decode.sampling),
   drawn with `rng`. Tokens end at EOS and are padded with 0; scores are the search's scores (log P
   over the length penalty) or the model's log P of the greedy / sampled output.
+  cache_phases: the decoder runs in this many loops, its self-attention caches growing from about
+  1/cache_phases of the longest output to all of it (`cache_lengths`), so a step reads a cache
+  about as long as its prefix; the same outputs, one compiled loop body per phase (eval.cache_phases).
   """
+  if not (isinstance(cache_phases, int) and cache_phases >= 1):
+    raise ValueError(f"cache_phases: expected a positive integer, got {cache_phases!r}")
   if temperature is None and not (isinstance(beam_size, int) and beam_size >= 1):
     raise ValueError(f"beam_size: expected a positive integer, got {beam_size!r}")
   # A scanned model (model.scan_layers) decodes as its unrolled twin, its parameters unstacked once
@@ -106,18 +112,21 @@ def make_translate_fn(model: Transformer, *, beam_size: int = 4, alpha: float = 
     # The paper's limit (input length + 50); 1 for all-padding rows that fill up a last batch, so
     # they finish at the first step instead of keeping the search running.
     limits = jnp.where(inputs[:, 0] == 0, 1, input_length_limits(inputs, extra=max_extra_length))
-    cache = init_cache(model, params, inputs, max_decode_len)
+    lengths = cache_lengths(max_decode_len, cache_phases)
+    cache = init_cache(model, params, inputs, lengths[0])
     step = cached_step(model, params)
+    growth = dict(cache_lengths=lengths, grow_cache=grow_cache)
     if temperature is not None:
       result = sample(step, cache, rng, max_decode_len=max_decode_len, max_lengths=limits,
-                      temperature=temperature, top_k=top_k, top_p=top_p, eos_id=eos_id)
+                      temperature=temperature, top_k=top_k, top_p=top_p, eos_id=eos_id, **growth)
       return result.sequences, result.log_probs
     if beam_size == 1:
-      result = greedy(step, cache, max_decode_len=max_decode_len, max_lengths=limits, eos_id=eos_id)
+      result = greedy(step, cache, max_decode_len=max_decode_len, max_lengths=limits, eos_id=eos_id,
+                      **growth)
       return result.sequences, result.log_probs
     sequences, scores = beam_search(step, cache, beam_size=beam_size, alpha=alpha,
                                     max_decode_len=max_decode_len, max_lengths=limits, eos_id=eos_id,
-                                    beam_invariant=beam_invariant_cache)
+                                    beam_invariant=beam_invariant_cache, **growth)
     return sequences[:, 0], scores[:, 0]
 
   return translate

@@ -23,11 +23,13 @@ class EvalConfig:
   bleu_every: int = 0  # dev BLEU during training every this many steps; 0 = only `tfm eval`
   bleu_examples: int = 500  # dev pairs scored during training (the first ones); 0 = all
   batch_size: int = 32  # sentences decoded together
+  cache_phases: int = 3  # decode loops, the self-attention caches growing from about a third of the
+  # longest output to all of it: a step reads a cache about as long as its prefix (tfm/decode/common.py)
   compounds: str = "t2t"  # tokenized BLEU's hyphen splitting: tensor2tensor's ('t2t', the
   # paper's), 'aggressive' (Moses -a, more splitting than the paper) or 'none'
 
   def __post_init__(self):
-    for key in ("beam_size", "batch_size"):
+    for key in ("beam_size", "batch_size", "cache_phases"):
       if not is_int(getattr(self, key)) or getattr(self, key) < 1:
         fail(f"eval.{key}", "a positive integer", getattr(self, key))
     for key in ("max_extra_length", "bleu_every", "bleu_examples"):

@@ -220,6 +220,25 @@ def value_layout(v):
   return jnp.transpose(v, (0, 2, 1, 3))
 
 
+def grow_cache(cache, length: int):
+  """Pads every self-attention cache in a decode-cache tree to `length` positions (zeros at the end;
+  they are masked until written). Keys [..., kvh, d_k, s] grow on their last axis, values
+  [..., kvh, s, d_v] on their second to last, whatever leads (rows, a scanned stack's layers)."""
+
+  def grow(path, x):
+    name = getattr(path[-1], "key", None)
+    axis = {"cached_key": x.ndim - 1, "cached_value": x.ndim - 2}.get(name)
+    if axis is None:
+      return x
+    if x.shape[axis] > length:
+      raise ValueError(f"cannot shrink a decode cache from {x.shape[axis]} to {length} positions")
+    pad = [(0, 0)] * x.ndim
+    pad[axis] = (0, length - x.shape[axis])
+    return jnp.pad(x, pad)
+
+  return jax.tree_util.tree_map_with_path(grow, cache)
+
+
 def cached_attention(q, k, v, mask=None, bias=None):
   """Attention of one query token over a decode cache, the products in the cache's own layout.
 
