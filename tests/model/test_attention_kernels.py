@@ -66,6 +66,29 @@ def test_cached_attention_equals_naive_on_the_decode_layout(kv_heads):
   assert np.all(np.asarray(weights)[~np.broadcast_to(np.asarray(mask), weights.shape)] == 0)
 
 
+@pytest.mark.parametrize("kv_heads", [4, 2, 1])
+def test_cached_attention_reads_one_cache_row_for_several_query_rows(kv_heads):
+  """Beam search's per-example cross-attention cache: query rows 3*i .. 3*i + 2 (the beams of
+  example i) attend over cache row i, masked by example i's padding."""
+  rng = np.random.RandomState(2)
+  b, n, s, h, d = 2, 3, 6, 4, 8
+  q = rng.randn(b * n, 1, h, d).astype(np.float32)
+  k = rng.randn(b, s, kv_heads, d).astype(np.float32)
+  v = rng.randn(b, s, kv_heads, d).astype(np.float32)
+  pad = jnp.array([[1, 1, 1, 1, 0, 0], [1, 1, 1, 1, 1, 1]])
+  mask = (pad != 0)[:, None, None, :]  # [b, 1, 1, s], as the decoder builds it
+  tiled = lambda x: np.repeat(np.asarray(x), n, axis=0)
+  ref = _naive(q, tiled(k), tiled(v), tiled(mask), None)
+  y, weights = cached_attention(jnp.asarray(q), key_layout(jnp.asarray(k)),
+                                value_layout(jnp.asarray(v)), mask)
+  assert y.shape == (b * n, 1, h, d) and weights.shape == (b * n, h, 1, s)
+  np.testing.assert_allclose(np.asarray(y), ref, atol=1e-5)
+  np.testing.assert_array_equal(np.asarray(weights)[:n, :, :, 4:], 0)
+  np.testing.assert_allclose(np.asarray(weights).sum(-1), 1.0, atol=1e-6)
+  with pytest.raises(ValueError, match=r"query rows \(5\) must be a multiple of the cache's rows \(2\)"):
+    cached_attention(jnp.asarray(q[:5]), key_layout(jnp.asarray(k)), value_layout(jnp.asarray(v)))
+
+
 @pytest.mark.parametrize("positions", ["sinusoidal", "alibi", "relative"])
 def test_whole_model_same_logits_with_either_kernel(positions):
   inputs = jnp.array([[5, 6, 7, 1, 0], [8, 1, 0, 0, 0]])

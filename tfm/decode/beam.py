@@ -97,16 +97,25 @@ def gather_beams(tree: PyTree, parents: jax.Array) -> PyTree:
   return jax.tree.map(lambda x: jax.vmap(lambda row, idx: row[idx])(x, parents), tree)
 
 
-def _gather_flat(tree: PyTree, parents: jax.Array, beam_invariant: Callable | None = None) -> PyTree:
-  """`gather_beams` for leaves laid out [batch*beam, ...] (the cache).
+def _per_example(beam_invariant: Callable | None, path) -> bool:
+  return beam_invariant is not None and bool(beam_invariant(path))
 
-  Leaves for which beam_invariant(path) is true hold the same value in every beam of an example
-  (the projected encoder output, say); reordering them would change nothing, so they are skipped.
-  """
+
+def _tile_flat(tree: PyTree, beam_size: int, beam_invariant: Callable | None = None) -> PyTree:
+  """`tile_beams` for the cache, except the leaves beam_invariant(path) picks: they stay
+  [batch, ...], one row per example, whatever the number of beams."""
+  return jax.tree_util.tree_map_with_path(
+      lambda path, x: x if _per_example(beam_invariant, path) else jnp.repeat(x, beam_size, axis=0),
+      tree)
+
+
+def _gather_flat(tree: PyTree, parents: jax.Array, beam_invariant: Callable | None = None) -> PyTree:
+  """`gather_beams` for leaves laid out [batch*beam, ...] (the cache); the per-example leaves
+  beam_invariant(path) picks ([batch, ...], see `_tile_flat`) have nothing to reorder."""
   batch, beam = parents.shape
 
   def one(path, x):
-    if beam_invariant is not None and beam_invariant(path):
+    if _per_example(beam_invariant, path):
       return x
     x = x.reshape((batch, beam) + x.shape[1:])
     return gather_beams(x, parents).reshape((batch * beam,) + x.shape[2:])
@@ -135,7 +144,7 @@ class _State(NamedTuple):
   live_last: jax.Array  # int32[batch, beam], the last token of each live beam
   live_seqs: jax.Array  # int32[batch, beam, max_decode_len]
   live_logp: jax.Array  # float32[batch, beam], -inf for empty beams
-  cache: PyTree  # leaves [batch*beam, ...]
+  cache: PyTree  # leaves [batch*beam, ...]; those beam_invariant picks [batch, ...]
   fin_seqs: jax.Array  # int32[batch, beam, max_decode_len]
   fin_scores: jax.Array  # float32[batch, beam], sorted descending, -inf for empty slots
   fin_lens: jax.Array  # int32[batch, beam]
@@ -162,7 +171,7 @@ def beam_search_result(tokens_to_logits: TokensToLogits, cache: PyTree, *, beam_
       live_seqs=zeros_seq,
       # Only beam 0 is live at first, so the first step does not pick the same extension k times.
       live_logp=jnp.tile(jnp.array([0.0] + [NEG_INF] * (k - 1), jnp.float32), (batch, 1)),
-      cache=tile_beams(cache, k),
+      cache=_tile_flat(cache, k, beam_invariant),
       fin_seqs=zeros_seq,
       fin_scores=jnp.full((batch, k), NEG_INF, jnp.float32),
       fin_lens=jnp.zeros((batch, k), jnp.int32),
@@ -243,7 +252,8 @@ def beam_search(tokens_to_logits: TokensToLogits, cache: PyTree, *, beam_size: i
   Args:
     tokens_to_logits: ids int32[batch*beam, 1], cache -> (logits [batch*beam, vocab], cache).
     cache: the model's decode cache for the batch, every leaf [batch, ...]; tiled to
-      [batch*beam, ...] here (row b*beam + k is beam k of example b) and reordered each step.
+      [batch*beam, ...] here (row b*beam + k is beam k of example b) and reordered each step,
+      except the leaves beam_invariant picks.
       Arrays a `tokens_to_logits` closure holds per example must be tiled with `tile_beams`.
     beam_size: beams (and finished hypotheses) kept per example; static.
     alpha: length-penalty exponent (0 = raw log-probabilities).
@@ -255,7 +265,10 @@ def beam_search(tokens_to_logits: TokensToLogits, cache: PyTree, *, beam_size: i
     early_stopping: stop a row once no live beam can beat its worst finished hypothesis.
     pad_id: a token never generated (the padding id, 0); None lets the model emit it.
     beam_invariant: optional predicate on a cache leaf's key path (as `jax.tree_util` gives it),
-      true for leaves equal across the beams of an example; they are not reordered each step.
+      true for leaves that are the same in every beam of an example and that tokens_to_logits reads
+      once per example: they stay [batch, ...] (neither tiled nor reordered) while the ids and the
+      other leaves have batch*beam rows (the projected encoder output: read once per example, not
+      once per beam).
     cache_lengths: increasing cache lengths ending at max_decode_len; the cache passed holds the
       first, and grow_cache(cache, length) pads it to the next after step length - 1 (see
       `tfm.decode.common`). () = one loop over the cache as given.

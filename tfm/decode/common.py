@@ -5,7 +5,8 @@ Every decoder in this package drives a model through one function,
   tokens_to_logits(ids: int32[rows, 1], cache: PyTree) -> (logits: float[rows, vocab], new_cache)
 
 where `ids` holds the previous token of each row (the start token, 0, at the first step) and every
-cache leaf has a leading `rows` dimension (batch, or batch * beam inside beam search). The cache
+cache leaf has a leading `rows` dimension (batch, or batch * beam inside beam search; beam search
+keeps the leaves its `beam_invariant` predicate picks at batch rows, read once per example). The cache
 carries whatever the model needs to continue a prefix (keys/values of past tokens, the projected
 encoder output, the position); decoders only thread it through, tile it and reorder its rows.
 Nothing here leaves the device, so all decoders run under `jax.jit` with sharded caches.

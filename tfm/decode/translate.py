@@ -69,13 +69,16 @@ def uncached_step(model: Transformer, params) -> tuple[Callable, Callable]:
   return make_state, step
 
 
-# Decoder cache entries that are the same in every beam of an example: the projected encoder output,
-# the encoder's padding and the decode position (all beams advance together).
-_BEAM_INVARIANT = frozenset({"cross_key", "cross_value", "encoder_segmentation", "index"})
+# Decoder cache entries that are the same in every beam of an example and that the decoder reads once
+# per example (cross-attention multiplies an example's beams with them in one product): the
+# projected encoder output and the encoder's padding. (The decode position is the same in every
+# beam too, but it is read per row.)
+_BEAM_INVARIANT = frozenset({"cross_key", "cross_value", "encoder_segmentation"})
 
 
 def beam_invariant_cache(path) -> bool:
-  """True for the Transformer decode-cache leaves that beam search need not reorder."""
+  """True for the Transformer decode-cache leaves beam search keeps once per example (not tiled
+  over the beams, never reordered)."""
   last = path[-1]
   return getattr(last, "key", None) in _BEAM_INVARIANT
 

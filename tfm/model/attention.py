@@ -242,17 +242,26 @@ def grow_cache(cache, length: int):
 def cached_attention(q, k, v, mask=None, bias=None):
   """Attention of one query token over a decode cache, the products in the cache's own layout.
 
-  q [b, 1, h, d_k]; k [b, kvh, d_k, s] (`key_layout`); v [b, kvh, s, d_v] (`value_layout`); mask
-  bool and bias float broadcastable to [b, h, 1, s]. Returns (y [b, 1, h, d_v], float32 softmax
-  probabilities [b, h, 1, s]): the same function as `einsum_attention` on the untransposed cache.
-  With the batch and head axes leading and the contracted axis where a matrix product wants it,
-  XLA multiplies the cache in place (on CPU it otherwise copies the whole cache every step).
+  q [r, 1, h, d_k]; k [b, kvh, d_k, s] (`key_layout`); v [b, kvh, s, d_v] (`value_layout`), with
+  r = n * b: query rows b*n .. b*n + n - 1 read cache row b (n = 1 but for beam search's
+  per-example cross-attention cache, n = beams). mask bool and bias float broadcastable to
+  [b, h, n, s] (a query row's head h at [row // n, h, row % n]; with n = 1 that is [b, h, 1, s]).
+  Returns (y [r, 1, h, d_v], float32 softmax probabilities [r, h, 1, s]): the same function as
+  `einsum_attention` on the untransposed cache, each query row against its cache row. With the
+  batch and head axes leading and the contracted axis where a matrix product wants it, XLA
+  multiplies the cache in place (on CPU it otherwise copies the whole cache every step), and the
+  n queries sharing a cache row are one product: the cache is read once for all of them.
   """
-  b, t, h, dk = q.shape
-  kvh, s = k.shape[1], k.shape[-1]
-  q = q.reshape(b, kvh, h // kvh, dk)  # t = 1
-  logits = jnp.einsum("bkgd,bkds->bkgs", q, k).astype(jnp.float32) * dk**-0.5
-  probabilities = masked_softmax(logits.reshape(b, h, t, s), mask, bias)
-  w = probabilities.astype(v.dtype).reshape(b, kvh, h // kvh, s)
-  y = jnp.einsum("bkgs,bksd->bkgd", w, v).reshape(b, t, h, v.shape[-1])
-  return y, probabilities
+  r, t, h, dk = q.shape
+  b, kvh, s = k.shape[0], k.shape[1], k.shape[-1]
+  n, g = r // b, h // kvh
+  if n * b != r:
+    raise ValueError(f"query rows ({r}) must be a multiple of the cache's rows ({b})")
+  q = jnp.swapaxes(q.reshape(b, n, kvh, g, dk), 1, 2).reshape(b, kvh, n * g, dk)  # t = 1
+  logits = jnp.einsum("bkmd,bkds->bkms", q, k).astype(jnp.float32) * dk**-0.5
+  probabilities = masked_softmax(logits.reshape(b, kvh, n, g, s).transpose(0, 2, 1, 3, 4)
+                                 .reshape(b, n, h, s).transpose(0, 2, 1, 3), mask, bias)
+  w = probabilities.transpose(0, 2, 1, 3).reshape(b, n, kvh, g, s).transpose(0, 2, 1, 3, 4)
+  y = jnp.einsum("bkms,bksd->bkmd", w.astype(v.dtype).reshape(b, kvh, n * g, s), v)
+  y = jnp.swapaxes(y.reshape(b, kvh, n, g, -1), 1, 2).reshape(r, t, h, v.shape[-1])
+  return y, probabilities.transpose(0, 2, 1, 3).reshape(r, h, t, s)
