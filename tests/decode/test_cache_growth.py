@@ -5,7 +5,7 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from tfm.decode.beam import beam_search
+from tfm.decode.beam import beam_search, beam_search_result
 from tfm.decode.common import cache_lengths, check_cache_lengths
 from tfm.decode.sampling import greedy, sample
 from tfm.eval.config import EvalConfig
@@ -40,6 +40,26 @@ def test_each_step_runs_in_the_phase_whose_cache_holds_it(decoder):
   else:
     tokens = beam_search(length_echo, cache, beam_size=2, **growth)[0][:, 0]
   np.testing.assert_array_equal(tokens, [WANT, WANT])
+
+
+def eos_at_once(ids, cache):
+  """A toy step that can only end the output (EOS = 1)."""
+  return jnp.where(jnp.arange(VOCAB) == 1, 0.0, -jnp.inf)[None].repeat(ids.shape[0], 0), cache
+
+
+@pytest.mark.parametrize("decoder", ["greedy", "beam"])
+def test_rows_done_in_the_first_phase_run_no_later_step(decoder):
+  cache = {"buf": jnp.zeros((2, 3))}
+  growth = dict(max_decode_len=8, cache_lengths=(3, 6, 8), grow_cache=grow)
+  if decoder == "greedy":
+    r = greedy(eos_at_once, cache, **growth)
+    tokens, lengths = r.sequences, r.lengths
+  else:
+    r = beam_search_result(eos_at_once, cache, beam_size=2, **growth)
+    tokens, lengths = r.sequences[:, 0], r.lengths[:, 0]
+  assert int(r.num_steps) == 1
+  np.testing.assert_array_equal(tokens, [[1] + [0] * 7] * 2)
+  np.testing.assert_array_equal(lengths, [1, 1])
 
 
 def test_one_phase_is_the_cache_as_given():

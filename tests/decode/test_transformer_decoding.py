@@ -144,7 +144,7 @@ def test_a_growing_cache_decodes_like_a_full_one(search):
   (want_tokens, want_scores), (tokens, scores) = run(1), run(3)
   np.testing.assert_array_equal(tokens, want_tokens)
   np.testing.assert_allclose(scores, want_scores, rtol=1e-5, atol=1e-5)
-  assert np.any((np.asarray(tokens) != 0).sum(-1) > 5)  # outputs run into the second phase
+  assert np.any((np.asarray(tokens) != 0).sum(-1) > 10)  # outputs run into the third phase
 
 
 def test_a_scanned_cache_grows_on_its_length_axes():

@@ -69,22 +69,35 @@ def test_cached_attention_equals_naive_on_the_decode_layout(kv_heads):
 @pytest.mark.parametrize("kv_heads", [4, 2, 1])
 def test_cached_attention_reads_one_cache_row_for_several_query_rows(kv_heads):
   """Beam search's per-example cross-attention cache: query rows 3*i .. 3*i + 2 (the beams of
-  example i) attend over cache row i, masked by example i's padding."""
+  example i) attend over cache row i. Mask and bias [b, h, n, s] differ per example, head and beam,
+  so any mix-up of heads and beams changes the result."""
   rng = np.random.RandomState(2)
   b, n, s, h, d = 2, 3, 6, 4, 8
+  g = h // kv_heads
   q = rng.randn(b * n, 1, h, d).astype(np.float32)
   k = rng.randn(b, s, kv_heads, d).astype(np.float32)
   v = rng.randn(b, s, kv_heads, d).astype(np.float32)
-  pad = jnp.array([[1, 1, 1, 1, 0, 0], [1, 1, 1, 1, 1, 1]])
-  mask = (pad != 0)[:, None, None, :]  # [b, 1, 1, s], as the decoder builds it
-  tiled = lambda x: np.repeat(np.asarray(x), n, axis=0)
-  ref = _naive(q, tiled(k), tiled(v), tiled(mask), None)
+  mask = rng.rand(b, h, n, s) < 0.7
+  mask[..., 0] = True
+  bias = rng.randn(b, h, n, s).astype(np.float32)
+  ref = np.zeros((b * n, 1, h, d))
+  for row in range(b * n):  # numpy, one query row and head at a time
+    i, j = divmod(row, n)
+    for head in range(h):
+      logits = k[i, :, head // g] @ q[row, 0, head] / np.sqrt(d) + bias[i, head, j]
+      w = np.exp(np.where(mask[i, head, j], logits, -np.inf) - logits[mask[i, head, j]].max())
+      ref[row, 0, head] = (w / w.sum()) @ v[i, :, head // g]
   y, weights = cached_attention(jnp.asarray(q), key_layout(jnp.asarray(k)),
-                                value_layout(jnp.asarray(v)), mask)
+                                value_layout(jnp.asarray(v)), jnp.asarray(mask), jnp.asarray(bias))
   assert y.shape == (b * n, 1, h, d) and weights.shape == (b * n, h, 1, s)
   np.testing.assert_allclose(np.asarray(y), ref, atol=1e-5)
-  np.testing.assert_array_equal(np.asarray(weights)[:n, :, :, 4:], 0)
+  np.testing.assert_array_equal(np.asarray(weights)[:, :, 0] == 0,
+                                ~mask.transpose(0, 2, 1, 3).reshape(b * n, h, s))
   np.testing.assert_allclose(np.asarray(weights).sum(-1), 1.0, atol=1e-6)
+  pad = (jnp.array([[1, 1, 1, 1, 0, 0], [1, 1, 1, 1, 1, 1]]) != 0)[:, None, None, :]  # [b, 1, 1, s]
+  _, weights = cached_attention(jnp.asarray(q), key_layout(jnp.asarray(k)),
+                                value_layout(jnp.asarray(v)), pad)
+  np.testing.assert_array_equal(np.asarray(weights)[:n, :, :, 4:], 0)
   with pytest.raises(ValueError, match=r"query rows \(5\) must be a multiple of the cache's rows \(2\)"):
     cached_attention(jnp.asarray(q[:5]), key_layout(jnp.asarray(k)), value_layout(jnp.asarray(v)))
 

@@ -269,9 +269,9 @@ def beam_search(tokens_to_logits: TokensToLogits, cache: PyTree, *, beam_size: i
       once per example: they stay [batch, ...] (neither tiled nor reordered) while the ids and the
       other leaves have batch*beam rows (the projected encoder output: read once per example, not
       once per beam).
-    cache_lengths: increasing cache lengths ending at max_decode_len; the cache passed holds the
-      first, and grow_cache(cache, length) pads it to the next after step length - 1 (see
-      `tfm.decode.common`). () = one loop over the cache as given.
+    cache_lengths: increasing cache lengths L_1 < ... < L_n = max_decode_len; the cache passed
+      must hold L_1 positions, and after step L_i - 1 the search calls grow_cache(cache, L_{i+1})
+      (see `tfm.decode.common`). () = one loop over the cache as given.
     grow_cache: needed with several cache_lengths.
 
   Returns:

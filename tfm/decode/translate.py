@@ -94,9 +94,12 @@ def make_translate_fn(model: Transformer, *, beam_size: int = 4, alpha: float = 
   over the length penalty) or the model's log P of the greedy / sampled output.
   cache_phases: the decoder runs in this many loops, its self-attention caches growing from about
   1/cache_phases of the longest output to all of it (`cache_lengths`), so a step reads a cache
-  about as long as its prefix; the same outputs, one compiled loop body per phase (eval.cache_phases).
+  about as long as its prefix: the same outputs up to float rounding, one compiled loop body per
+  phase, and at the last growth the old and the new caches briefly both in memory. 1 here (one
+  loop, as a plain library call); `Experiment.translate_fn` and the commands pass
+  eval.cache_phases (3).
   """
-  if not (isinstance(cache_phases, int) and cache_phases >= 1):
+  if isinstance(cache_phases, bool) or not (isinstance(cache_phases, int) and cache_phases >= 1):
     raise ValueError(f"cache_phases: expected a positive integer, got {cache_phases!r}")
   if temperature is None and not (isinstance(beam_size, int) and beam_size >= 1):
     raise ValueError(f"beam_size: expected a positive integer, got {beam_size!r}")
