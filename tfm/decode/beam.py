@@ -79,13 +79,19 @@ def top_k_chunked(x: jax.Array, k: int, chunk: int = 128) -> tuple[jax.Array, ja
   return values, index
 
 
-def tile_beams(tree: PyTree, beam_size: int) -> PyTree:
+def _per_example(beam_invariant: Callable | None, path) -> bool:
+  return beam_invariant is not None and bool(beam_invariant(path))
+
+
+def tile_beams(tree: PyTree, beam_size: int, keep: Callable | None = None) -> PyTree:
   """Repeats every batch-leading leaf beam_size times: [batch, ...] -> [batch*beam, ...].
 
   Row b*beam_size + k holds copy k of example b (the layout `beam_search` uses for the cache).
   Use it for anything a `tokens_to_logits` closure holds per example (e.g. an encoder output).
+  keep: optional predicate on a leaf's key path; the leaves it picks stay [batch, ...].
   """
-  return jax.tree.map(lambda x: jnp.repeat(x, beam_size, axis=0), tree)
+  return jax.tree_util.tree_map_with_path(
+      lambda path, x: x if _per_example(keep, path) else jnp.repeat(x, beam_size, axis=0), tree)
 
 
 def gather_beams(tree: PyTree, parents: jax.Array) -> PyTree:
@@ -97,21 +103,9 @@ def gather_beams(tree: PyTree, parents: jax.Array) -> PyTree:
   return jax.tree.map(lambda x: jax.vmap(lambda row, idx: row[idx])(x, parents), tree)
 
 
-def _per_example(beam_invariant: Callable | None, path) -> bool:
-  return beam_invariant is not None and bool(beam_invariant(path))
-
-
-def _tile_flat(tree: PyTree, beam_size: int, beam_invariant: Callable | None = None) -> PyTree:
-  """`tile_beams` for the cache, except the leaves beam_invariant(path) picks: they stay
-  [batch, ...], one row per example, whatever the number of beams."""
-  return jax.tree_util.tree_map_with_path(
-      lambda path, x: x if _per_example(beam_invariant, path) else jnp.repeat(x, beam_size, axis=0),
-      tree)
-
-
 def _gather_flat(tree: PyTree, parents: jax.Array, beam_invariant: Callable | None = None) -> PyTree:
   """`gather_beams` for leaves laid out [batch*beam, ...] (the cache); the per-example leaves
-  beam_invariant(path) picks ([batch, ...], see `_tile_flat`) have nothing to reorder."""
+  beam_invariant(path) picks (left [batch, ...] by `tile_beams`) have nothing to reorder."""
   batch, beam = parents.shape
 
   def one(path, x):
@@ -171,7 +165,7 @@ def beam_search_result(tokens_to_logits: TokensToLogits, cache: PyTree, *, beam_
       live_seqs=zeros_seq,
       # Only beam 0 is live at first, so the first step does not pick the same extension k times.
       live_logp=jnp.tile(jnp.array([0.0] + [NEG_INF] * (k - 1), jnp.float32), (batch, 1)),
-      cache=_tile_flat(cache, k, beam_invariant),
+      cache=tile_beams(cache, k, keep=beam_invariant),
       fin_seqs=zeros_seq,
       fin_scores=jnp.full((batch, k), NEG_INF, jnp.float32),
       fin_lens=jnp.zeros((batch, k), jnp.int32),
