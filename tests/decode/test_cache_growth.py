@@ -1,4 +1,4 @@
-"""Decoders over a cache that grows with the output (cache_lengths / grow_cache, tfm.decode.common)."""
+"""Decoders over a cache that grows with the output (see tfm.decode.common)."""
 
 import jax
 import jax.numpy as jnp

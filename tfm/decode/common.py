@@ -6,10 +6,10 @@ Every decoder in this package drives a model through one function,
 
 where `ids` holds the previous token of each row (the start token, 0, at the first step) and every
 cache leaf has a leading `rows` dimension (batch, or batch * beam inside beam search; beam search
-keeps the leaves its `beam_invariant` predicate picks at batch rows, read once per example). The cache
-carries whatever the model needs to continue a prefix (keys/values of past tokens, the projected
-encoder output, the position); decoders only thread it through, tile it and reorder its rows.
-Nothing here leaves the device, so all decoders run under `jax.jit` with sharded caches.
+keeps the leaves its `beam_invariant` predicate picks at batch rows, read once per example). The
+cache carries whatever the model needs to continue a prefix (keys/values of past tokens, the
+projected encoder output, the position); decoders only thread it through, tile it and reorder its
+rows. Nothing here leaves the device, so all decoders run under `jax.jit` with sharded caches.
 
 A cache may also grow as the output does: a decoder given cache_lengths (L_1 < ... < L_n =
 max_decode_len) starts from a cache of L_1 positions, runs steps 0 .. L_1 - 1 in one while-loop,
@@ -67,8 +67,8 @@ def input_length_limits(inputs: jax.Array, extra: int = 50, pad_id: int = 0) -> 
 
 
 def cache_lengths(max_decode_len: int, phases: int) -> tuple[int, ...]:
-  """The cache lengths of a decoder run in `phases` while-loops: max_decode_len cut into equal parts,
-  L_i = ceil(i * max_decode_len / phases) (e.g. 82, 3 -> (28, 55, 82)); fewer when it is short."""
+  """The cache lengths of a decoder run in `phases` while-loops: max_decode_len cut into equal
+  parts, L_i = ceil(i * max_decode_len / phases) (e.g. 82, 3 -> (28, 55, 82)); fewer when short."""
   if phases < 1:
     raise ValueError(f"phases must be >= 1, got {phases}")
   return tuple(sorted({-(-i * max_decode_len // phases) for i in range(1, phases + 1)}))

@@ -69,8 +69,8 @@ def uncached_step(model: Transformer, params) -> tuple[Callable, Callable]:
   return make_state, step
 
 
-# Decoder cache entries that are the same in every beam of an example and that the decoder reads once
-# per example (cross-attention multiplies an example's beams with them in one product): the
+# Decoder cache entries that are the same in every beam of an example and that the decoder reads
+# once per example (cross-attention multiplies an example's beams with them in one product): the
 # projected encoder output and the encoder's padding. (The decode position is the same in every
 # beam too, but it is read per row.)
 _BEAM_INVARIANT = frozenset({"cross_key", "cross_value", "encoder_segmentation"})

@@ -23,8 +23,9 @@ class EvalConfig:
   bleu_every: int = 0  # dev BLEU during training every this many steps; 0 = only `tfm eval`
   bleu_examples: int = 500  # dev pairs scored during training (the first ones); 0 = all
   batch_size: int = 32  # sentences decoded together
-  cache_phases: int = 3  # decode loops, the self-attention caches growing from about a third of the
-  # longest output to all of it: a step reads a cache about as long as its prefix (tfm/decode/common.py)
+  cache_phases: int = 3  # decode loops, the self-attention caches growing from about a third of
+  # the longest output to all of it: a step reads a cache about as long as its prefix
+  # (tfm/decode/common.py)
   compounds: str = "t2t"  # tokenized BLEU's hyphen splitting: tensor2tensor's ('t2t', the
   # paper's), 'aggressive' (Moses -a, more splitting than the paper) or 'none'
 
