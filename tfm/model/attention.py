@@ -259,9 +259,10 @@ def cached_attention(q, k, v, mask=None, bias=None):
     raise ValueError(f"query rows ({r}) must be a multiple of the cache's rows ({b})")
   q = jnp.swapaxes(q.reshape(b, n, kvh, g, dk), 1, 2).reshape(b, kvh, n * g, dk)  # t = 1
   logits = jnp.einsum("bkmd,bkds->bkms", q, k).astype(jnp.float32) * dk**-0.5
-  probabilities = masked_softmax(logits.reshape(b, kvh, n, g, s).transpose(0, 2, 1, 3, 4)
-                                 .reshape(b, n, h, s).transpose(0, 2, 1, 3), mask, bias)
-  w = probabilities.transpose(0, 2, 1, 3).reshape(b, n, kvh, g, s).transpose(0, 2, 1, 3, 4)
-  y = jnp.einsum("bkms,bksd->bkmd", w.astype(v.dtype).reshape(b, kvh, n * g, s), v)
+  # Softmax (mask, bias) per [b, h, n, s]; the products per [b, kvh, n * g, s].
+  probabilities = masked_softmax(
+      jnp.swapaxes(logits.reshape(b, kvh, n, g, s), 2, 3).reshape(b, h, n, s), mask, bias)
+  w = jnp.swapaxes(probabilities.reshape(b, kvh, g, n, s), 2, 3).reshape(b, kvh, n * g, s)
+  y = jnp.einsum("bkms,bksd->bkmd", w.astype(v.dtype), v)
   y = jnp.swapaxes(y.reshape(b, kvh, n, g, -1), 1, 2).reshape(r, t, h, v.shape[-1])
   return y, probabilities.transpose(0, 2, 1, 3).reshape(r, h, t, s)
