@@ -59,7 +59,7 @@ class TrainConfig:
   label_smoothing: float = 0.1  # section 5.4
   microbatches: int = 1  # gradient accumulation: the batch is split in this many slices
   seed: int = 0  # parameter init and dropout
-  nonfinite: str = "skip"  # non-finite loss/gradients/update: 'skip' the update, or 'stop' training
+  nonfinite: str = "skip"  # non-finite loss/gradients/rate: 'skip' the update, or 'stop' training
   log_every: int = 100
   eval_every: int = 5000
   checkpoint_every: int = 1500  # the paper wrote a checkpoint every 10 minutes at 0.4 s/step

@@ -35,7 +35,7 @@ class TrainState(struct.PyTreeNode):
   params           the model's parameters, float32, unboxed
   opt_state        the optax state (Adam moments mirror params; counts are applied updates)
   rng              uint32 [2]: base key; the dropout key of step s is fold_in(rng, s)
-  nonfinite_count  int32 []: updates skipped because the loss or the gradients were not finite
+  nonfinite_count  int32 []: updates skipped: the loss, the gradients or the rate were not finite
   """
 
   step: jax.Array
