@@ -11,7 +11,7 @@ gradient), without checking the new state itself: for the chain make_optimizer b
 Adam, decoupled weight decay, the rate), a finite ||g|| means every g_i^2 is finite, so Adam's
 moments stay finite (m_t, v_t are convex combinations of past g and g^2), so does its direction
 m_t / (sqrt(v_t) + eps), and a finite rate gives a finite update; the new parameters could only
-overflow at float32's limit (3.4e38). The test is three scalars known before the update, so the
+overflow at float32's limit (3.4e38). The check is three scalars known before the update, so the
 update runs inside the branch that applies it: one pass over parameters and moments.
 Metrics stay on device (no host sync): loss (label-smoothed CE per token, the objective), nll (per
 token, unsmoothed), perplexity = exp(nll), accuracy, tokens, grad_norm (global, before clipping),
