@@ -25,6 +25,7 @@ import jax
 import jax.numpy as jnp
 
 from tfm.model import partitioning as P
+from tfm.model.dense import Dense
 from tfm.model.positions import apply_rope
 
 
@@ -80,35 +81,6 @@ def choose_kernel(impl: str, d_k: int, d_v: int, dropout_rate: float, dtype: str
   return "xla"
 
 
-class Projection(nn.Module):
-  """A multi-axis linear map: x [..., *in] -> [..., *features], kernel [*in, *features] + bias.
-
-  The kernel keeps its true rank (so its logical axis names always apply) and gets Glorot-uniform
-  init over fan_in = prod(in), fan_out = prod(features).
-  """
-
-  features: tuple[int, ...]
-  in_dims: int
-  names: tuple[str, ...]
-  bias_names: tuple[str, ...]
-  dtype: str = "float32"
-  use_bias: bool = True
-
-  @nn.compact
-  def __call__(self, x):
-    n_in, shape = self.in_dims, x.shape[-self.in_dims:] + tuple(self.features)
-    init = nn.initializers.variance_scaling(1.0, "fan_avg", "uniform", in_axis=tuple(range(n_in)),
-                                            out_axis=tuple(range(n_in, len(shape))))
-    kernel = self.param("kernel", P.with_axes(init, self.names), shape, jnp.float32)
-    dtype = jnp.dtype(self.dtype)
-    y = jnp.tensordot(x.astype(dtype), kernel.astype(dtype), axes=n_in)
-    if self.use_bias:
-      bias = self.param("bias", P.with_axes(nn.initializers.zeros, self.bias_names),
-                        tuple(self.features), jnp.float32)
-      y = y + bias.astype(dtype)
-    return y
-
-
 class Attention(nn.Module):
   """One attention sub-layer: projections, kernel, output projection.
 
@@ -142,7 +114,7 @@ class Attention(nn.Module):
     decode_index [b]: position of the current token in 'decode' mode. Returns [b, t, d_model].
     """
     h, kvh, dtype = self.num_heads, self.num_kv_heads, jnp.dtype(self.dtype)
-    proj = lambda features, in_dims, names, name: Projection(
+    proj = lambda features, in_dims, names, name: Dense(
         features, in_dims, names, names[in_dims:], self.dtype, self.use_bias, name=name)
     query = proj((h, self.d_k), 1, ("embed", "heads", "kv"), "query")
     key = proj((kvh, self.d_k), 1, ("embed", "kv_heads", "kv"), "key")

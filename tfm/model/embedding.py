@@ -19,6 +19,7 @@ import flax.linen as nn
 import jax
 import jax.numpy as jnp
 
+from tfm.model.dense import token_matmul
 from tfm.model.partitioning import BLD, constrain, with_axes
 
 
@@ -41,4 +42,4 @@ class Embed(nn.Module):
 
   def attend(self, x: jax.Array) -> jax.Array:
     """Pre-softmax projection with the same matrix: x [b, l, d_model] -> logits [b, l, vocab]."""
-    return jnp.einsum("bld,vd->blv", x, self.embedding.astype(self.dtype))
+    return token_matmul(x, self.embedding.astype(self.dtype).T, 1)  # see tfm/model/dense.py

@@ -8,15 +8,13 @@ from __future__ import annotations
 
 import flax.linen as nn
 import jax
-import jax.numpy as jnp
 
 from tfm.model import partitioning as P
+from tfm.model.dense import Dense
 
 
 def _dense(features, names, dtype, use_bias, name):
-  return nn.Dense(features, use_bias=use_bias, dtype=jnp.dtype(dtype), param_dtype=jnp.float32,
-                  kernel_init=P.with_axes(nn.initializers.xavier_uniform(), names),
-                  bias_init=P.with_axes(nn.initializers.zeros, names[1:]), name=name)
+  return Dense((features,), 1, names, names[1:], dtype, use_bias, name=name)
 
 
 class FeedForward(nn.Module):

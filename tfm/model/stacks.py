@@ -15,6 +15,7 @@ import jax.numpy as jnp
 from tfm.model import masks
 from tfm.model import partitioning as P
 from tfm.model.config import ModelConfig
+from tfm.model.dense import Dense
 from tfm.model.embedding import Embed
 from tfm.model.layer_stack import SCANNED, apply_stack, unrolled_name
 from tfm.model.layers import DecoderLayer, EncoderLayer, norm
@@ -139,8 +140,6 @@ class Decoder(nn.Module):
     if self.output_embed is not None:
       logits = self.output_embed.attend(x)
     else:
-      logits = nn.DenseGeneral(cfg.vocab_size, use_bias=False, dtype=cfg.compute_dtype,
-                               param_dtype=jnp.float32, name="logits",
-                               kernel_init=P.with_axes(nn.initializers.xavier_uniform(),
-                                                       ("embed", "vocab")))(x)
+      logits = Dense((cfg.vocab_size,), 1, ("embed", "vocab"), (), cfg.compute_dtype,
+                     use_bias=False, name="logits")(x)
     return P.constrain(logits.astype(jnp.float32), P.BLV)

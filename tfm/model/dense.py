@@ -1,0 +1,62 @@
+"""Linear maps over tokens: every projection of the model is one [tokens, in] x [in, out] product.
+
+`token_matmul` flattens the leading (batch, length) axes of x and the kernel's input and output axes
+before multiplying. The product and its value are the same; what changes is the gradient: the
+kernel's gradient x^T dy then contracts one tokens axis instead of two (batch and length), and
+XLA:CPU, given two, copied an operand into a transposed layout first; in the tied output projection
+that copy was a second pass over the [tokens, vocab] loss gradient, its exp recomputed. Flattened, a
+train step ran 1.15x as fast at the base model's shape and 1.31x at the small one
+(experiments/SPEED.md, sixth pass). Reshapes of row-major arrays move no data, and rows split over
+the mesh along batch stay split along the flattened tokens axis.
+"""
+
+from __future__ import annotations
+
+import math
+
+import flax.linen as nn
+import jax
+import jax.numpy as jnp
+
+from tfm.model import partitioning as P
+
+
+def token_matmul(x: jax.Array, kernel: jax.Array, in_dims: int) -> jax.Array:
+  """x [*lead, *in] times kernel [*in, *out] (the last `in_dims` axes of x contract with the first
+  `in_dims` of kernel) -> [*lead, *out], as one [prod(lead), prod(in)] x [prod(in), prod(out)]
+  product."""
+  lead, ins, outs = x.shape[:x.ndim - in_dims], kernel.shape[:in_dims], kernel.shape[in_dims:]
+  fan_in = math.prod(ins)
+  y = jnp.dot(x.reshape(math.prod(lead), fan_in), kernel.reshape(fan_in, math.prod(outs)))
+  return y.reshape(*lead, *outs)
+
+
+class Dense(nn.Module):
+  """A multi-axis linear map: x [..., *in] -> [..., *features], kernel [*in, *features] + bias.
+
+  The kernel keeps its true rank (so its logical axis `names` always apply; bias_names label the
+  bias, the features' names) and gets Glorot-uniform init over fan_in = prod(in),
+  fan_out = prod(features) (flax's xavier_uniform for a 2-D kernel). Computed in `dtype`, parameters
+  stored in float32.
+  """
+
+  features: tuple[int, ...]
+  in_dims: int
+  names: tuple[str, ...]
+  bias_names: tuple[str, ...]
+  dtype: str = "float32"
+  use_bias: bool = True
+
+  @nn.compact
+  def __call__(self, x):
+    n_in, shape = self.in_dims, x.shape[-self.in_dims:] + tuple(self.features)
+    init = nn.initializers.variance_scaling(1.0, "fan_avg", "uniform", in_axis=tuple(range(n_in)),
+                                            out_axis=tuple(range(n_in, len(shape))))
+    kernel = self.param("kernel", P.with_axes(init, self.names), shape, jnp.float32)
+    dtype = jnp.dtype(self.dtype)
+    y = token_matmul(x.astype(dtype), kernel.astype(dtype), n_in)
+    if self.use_bias:
+      bias = self.param("bias", P.with_axes(nn.initializers.zeros, self.bias_names),
+                        tuple(self.features), jnp.float32)
+      y = y + bias.astype(dtype)
+    return y
