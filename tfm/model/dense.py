@@ -1,13 +1,15 @@
 """Linear maps over tokens: every projection of the model is one [tokens, in] x [in, out] product.
 
-`token_matmul` flattens the leading (batch, length) axes of x and the kernel's input and output axes
-before multiplying. The product and its value are the same; what changes is the gradient: the
-kernel's gradient x^T dy then contracts one tokens axis instead of two (batch and length), and
-XLA:CPU, given two, copied an operand into a transposed layout first; in the tied output projection
-that copy was a second pass over the [tokens, vocab] loss gradient, its exp recomputed. Flattened, a
-train step ran 1.15x as fast at the base model's shape and 1.31x at the small one
-(experiments/SPEED.md, sixth pass). Reshapes of row-major arrays move no data, and rows split over
-the mesh along batch stay split along the flattened tokens axis.
+`token_matmul` flattens the leading (batch, length) axes of x into one tokens axis before
+multiplying. The product and its value are the same; what changes is the gradient: the kernel's
+gradient x^T dy then contracts one tokens axis instead of two, and XLA:CPU, given two, copied an
+operand into a transposed layout first; in the tied output projection that copy was a second pass
+over the [tokens, vocab] loss gradient, its exp recomputed. Flattened, a train step ran 1.12x as
+fast at the base model's shape (experiments/SPEED.md, sixth pass). The kernel's own axes stay as
+they are: merging (heads, d_k) as well was as fast on CPU but not free in a TPU's tiled layouts
+(`tfm plan` v5e:4x4 base: 15.04 -> 15.93 GB of HBM traffic a step; with tokens alone, unchanged).
+Merging leading axes of row-major arrays moves no data, and rows split over the mesh along batch
+stay split along the tokens axis.
 """
 
 from __future__ import annotations
@@ -23,11 +25,9 @@ from tfm.model import partitioning as P
 
 def token_matmul(x: jax.Array, kernel: jax.Array, in_dims: int) -> jax.Array:
   """x [*lead, *in] times kernel [*in, *out] (the last `in_dims` axes of x contract with the first
-  `in_dims` of kernel) -> [*lead, *out], as one [prod(lead), prod(in)] x [prod(in), prod(out)]
-  product."""
+  `in_dims` of kernel) -> [*lead, *out], computed on x reshaped to [prod(lead), *in]."""
   lead, ins, outs = x.shape[:x.ndim - in_dims], kernel.shape[:in_dims], kernel.shape[in_dims:]
-  fan_in = math.prod(ins)
-  y = jnp.dot(x.reshape(math.prod(lead), fan_in), kernel.reshape(fan_in, math.prod(outs)))
+  y = jnp.tensordot(x.reshape(math.prod(lead), *ins), kernel, axes=in_dims)
   return y.reshape(*lead, *outs)
 
 
