@@ -1,4 +1,4 @@
-"""Linear maps over tokens: every projection of the model is one [tokens, in] x [in, out] product.
+"""Linear maps over tokens: each projection flattens x's (batch, length) into one tokens axis.
 
 `token_matmul` flattens the leading (batch, length) axes of x into one tokens axis before
 multiplying. The product and its value are the same; what changes is the gradient: the kernel's
