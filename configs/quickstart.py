@@ -18,7 +18,7 @@ run; the rows with "*" ran two at a time beside other jobs, so only their BLEU c
   2000   1+1      64      2048         2000   200     1.0       11.5  (the previous quickstart, 3.5 min)
   2000   1+1      64      2048         3000   200     1.0       12.3  *
   2000   2+2     128      4096         1000   400     1.0       17.3  * (step 1000 of bible_hour)
-  2000   2+2     128      4096         1500   400     1.0       22.1  (this config; 22.2 from be1a417, 21.4 from 0d969c0)
+  2000   2+2     128      4096         1500   400     1.0       22.1  (this config; 22.2 from be1a417, 22.1 at 1a4bbd2)
 The earlier 2+2 candidates lost to the one-layer model at 2048 tokens a step with a peak learning
 rate of 8-18e-3; at twice the batch and the paper's schedule scale (lr scale 1, 4.4e-3) the wider
 model passes it within 1000 steps. configs/bible_hour.py trains this model for 10,000 steps.
