@@ -16,7 +16,7 @@ def tiny(**changes) -> ModelConfig:
 
 def init(cfg: ModelConfig, inputs, targets, seed=0):
   model = Transformer(cfg)
-  return model, model.init(jax.random.PRNGKey(seed), inputs, targets)
+  return model, jax.jit(model.init)(jax.random.PRNGKey(seed), inputs, targets)
 
 
 def random_tokens(key, shape, vocab, min_id=3):

@@ -30,7 +30,7 @@ def _eqns(jaxpr, in_scan=False):
 
 @functools.lru_cache(maxsize=None)
 def _unrolled_params():
-  return nn.meta.unbox(Transformer(tiny(**BASE)).init(jax.random.PRNGKey(0), TOKENS, TOKENS))["params"]
+  return nn.meta.unbox(jax.jit(Transformer(tiny(**BASE)).init)(jax.random.PRNGKey(0), TOKENS, TOKENS))["params"]
 
 
 def _params(scan: bool):

@@ -36,7 +36,7 @@ def _pair(change):
   cfg = tiny(**change)
   unrolled, scanned = Transformer(cfg), Transformer(tiny(**change, scan_layers=True))
   inputs, targets = _batch(cfg)
-  params = nn.meta.unbox(unrolled.init(jax.random.PRNGKey(0), inputs, targets))["params"]
+  params = nn.meta.unbox(jax.jit(unrolled.init)(jax.random.PRNGKey(0), inputs, targets))["params"]
   return unrolled, scanned, params, stack_layers(params)
 
 
