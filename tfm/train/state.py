@@ -7,8 +7,7 @@ rules turn names into NamedShardings, and `jax.jit(init, out_shardings=...)` the
 directly in its shards: no device ever holds the full parameters unless the rules say so.
 
 Initialisation is traced without a current mesh: the out_shardings alone decide where the parameters
-live (and flax's DenseGeneral, which reshapes a boxed kernel after unboxing it, cannot initialise
-multi-axis kernels under a mesh).
+live.
 """
 
 from __future__ import annotations
