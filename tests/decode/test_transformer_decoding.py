@@ -41,7 +41,7 @@ def test_translate_scores_are_the_models_log_probability():
   model, params, inputs = _model()
   tokens, scores = make_translate_fn(model, beam_size=1, max_extra_length=3)(params, inputs)
   # Teacher-force the returned output and sum its log-probabilities independently.
-  logits = model.apply({"params": params}, inputs, tokens)
+  logits = jax.jit(model.apply)({"params": params}, inputs, tokens)
   logp = jax.nn.log_softmax(logits)
   picked = jnp.take_along_axis(logp, tokens[..., None], -1)[..., 0]
   expected = jnp.sum(jnp.where(tokens != 0, picked, 0.0), axis=-1)

@@ -49,5 +49,5 @@ def test_packed_segments_do_not_see_each_other(positions):
   np.testing.assert_allclose(other[0, 2:6], base[0, 2:6], atol=1e-5)
   assert np.abs(other[0, 1] - base[0, 1]).max() > 1e-4
   # Packed example 2 equals the same example run alone, unpacked.
-  alone = np.asarray(model.apply(v, jnp.array([[7, 8, 9, 1]]), jnp.array([[11, 12, 13, 1]])))
+  alone = np.asarray(apply(v, jnp.array([[7, 8, 9, 1]]), jnp.array([[11, 12, 13, 1]])))
   np.testing.assert_allclose(base[0, 2:6], alone[0], atol=1e-4)

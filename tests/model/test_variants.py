@@ -52,8 +52,9 @@ def _forward_backward(cfg, batch=2, length=6, numpy_init=False):
   expected_len = length
   assert logits.shape == (batch, expected_len, cfg.vocab_size) and logits.dtype == jnp.float32
   assert np.isfinite(float(value))
-  assert all(bool(jnp.all(jnp.isfinite(g))) for g in jax.tree.leaves(grads))
-  assert sum(float(jnp.abs(g).sum()) for g in jax.tree.leaves(grads)) > 0
+  grads = [np.asarray(g) for g in jax.tree.leaves(grads)]  # checked in numpy: no compile per leaf shape
+  assert all(np.all(np.isfinite(g)) for g in grads)
+  assert sum(float(np.abs(g).sum()) for g in grads) > 0
   # Parameters are float32 whatever the compute dtype.
   assert all(p.dtype == jnp.float32 for p in jax.tree.leaves(params))
 
