@@ -60,3 +60,8 @@ class Dense(nn.Module):
                         tuple(self.features), jnp.float32)
       y = y + bias.astype(dtype)
     return y
+
+
+def vocab_projection(vocab_size: int, dtype, name: str = "logits") -> Dense:
+  """The untied output projection x [b, l, d_model] -> logits [b, l, vocab]: no bias."""
+  return Dense((vocab_size,), 1, ("embed", "vocab"), (), dtype, use_bias=False, name=name)

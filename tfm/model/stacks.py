@@ -15,7 +15,7 @@ import jax.numpy as jnp
 from tfm.model import masks
 from tfm.model import partitioning as P
 from tfm.model.config import ModelConfig
-from tfm.model.dense import Dense
+from tfm.model.dense import vocab_projection
 from tfm.model.embedding import Embed
 from tfm.model.layer_stack import SCANNED, apply_stack, unrolled_name
 from tfm.model.layers import DecoderLayer, EncoderLayer, norm
@@ -140,6 +140,5 @@ class Decoder(nn.Module):
     if self.output_embed is not None:
       logits = self.output_embed.attend(x)
     else:
-      logits = Dense((cfg.vocab_size,), 1, ("embed", "vocab"), (), cfg.compute_dtype,
-                     use_bias=False, name="logits")(x)
+      logits = vocab_projection(cfg.vocab_size, cfg.compute_dtype)(x)
     return P.constrain(logits.astype(jnp.float32), P.BLV)

@@ -22,7 +22,7 @@ import jax.numpy as jnp
 from tfm.model import masks
 from tfm.model import partitioning as P
 from tfm.model.config import ModelConfig
-from tfm.model.dense import Dense
+from tfm.model.dense import vocab_projection
 from tfm.model.embedding import Embed
 from tfm.model.stacks import Decoder, Encoder
 
@@ -66,9 +66,8 @@ class Transformer(nn.Module):
     if cfg.has_decoder:
       self.decoder = Decoder(cfg, target, output, name="decoder")
     if cfg.architecture == "encoder_only":
-      self.output = output if output is not None else Dense(
-          (cfg.vocab_size,), 1, ("embed", "vocab"), (), cfg.compute_dtype, use_bias=False,
-          name="logits")
+      self.output = output if output is not None else vocab_projection(cfg.vocab_size,
+                                                                       cfg.compute_dtype)
 
   def encode(self, inputs, inputs_segmentation=None, inputs_positions=None, train: bool = False):
     """inputs [b, s] -> encoded [b, s, d_model]."""
