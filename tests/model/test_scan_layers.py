@@ -7,7 +7,7 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from tests.model.helpers import random_tokens, tiny
+from tests.model.helpers import init, random_tokens, tiny
 from tests.model.test_decode_cache import cached_logits
 from tfm.model.params import count_params
 from tfm.model.scan_convert import stack_layers, stacked_dims, unstack_layers
@@ -34,9 +34,10 @@ def _batch(cfg):
 def _pair(change):
   """(unrolled model, scanned model, unrolled params, the same params stacked)."""
   cfg = tiny(**change)
-  unrolled, scanned = Transformer(cfg), Transformer(tiny(**change, scan_layers=True))
   inputs, targets = _batch(cfg)
-  params = nn.meta.unbox(jax.jit(unrolled.init)(jax.random.PRNGKey(0), inputs, targets))["params"]
+  unrolled, variables = init(cfg, inputs, targets)
+  scanned = Transformer(tiny(**change, scan_layers=True))
+  params = nn.meta.unbox(variables)["params"]
   return unrolled, scanned, params, stack_layers(params)
 
 

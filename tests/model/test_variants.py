@@ -6,7 +6,7 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from tests.model.helpers import tiny
+from tests.model.helpers import init, tiny
 from tfm.config import load_config
 from tfm.model.transformer import Transformer
 from configs.table3 import ROWS
@@ -38,7 +38,7 @@ def _forward_backward(cfg, batch=2, length=6, numpy_init=False):
   if numpy_init:
     params = _numpy_params(model, inputs, targets)
   else:
-    params = nn.meta.unbox(jax.jit(model.init)(jax.random.PRNGKey(0), inputs, targets))["params"]
+    params = nn.meta.unbox(init(cfg, inputs, targets)[1])["params"]
 
   @jax.jit
   def loss_and_grad(p):
