@@ -21,12 +21,20 @@ built on first use and kept (the optimizer only when training asks for it), so
 eval and translate pay only for the parameters. `model` replaces the Transformer with another module
 of the same call contract (the train tests' tiny model); `devices` replaces jax.devices() (a TPU
 topology's devices for ahead-of-time compilation).
+
+Within one process, Experiments whose model, train and mesh sections, devices and compiler options
+are equal share those pieces (the last SHARED_KEEP such sets are kept): a second run, a resume, an
+evaluation after training or the next run of a sweep calls the jitted steps the first one traced
+and compiled, instead of tracing them again and loading them from the persistent cache. Nothing
+else feeds a step (data and eval settings reach it as arguments), so equal sections give the same
+computation. Code that replaces a builder at run time (a test's monkeypatch) calls forget_shared().
 """
 
 from __future__ import annotations
 
+import collections
 import functools
-from typing import Sequence
+from typing import Any, Sequence
 
 import flax.linen as nn
 import jax
@@ -42,8 +50,99 @@ from tfm.train.mesh import create_mesh
 from tfm.train.optimizer import make_optimizer
 from tfm.train.sharding import (OnMesh, axes_size, batch_row_multiple, batch_sharding, batch_spec,
                                 rules_for_model)
-from tfm.train.state import abstract_params, abstract_train_state, init_train_state
+from tfm.train.state import abstract_params, abstract_train_state, make_init
 from tfm.train.step import make_eval_step, make_train_step
+
+
+SHARED_KEEP = 8
+
+
+class _Built:
+  """The pieces that depend only on the model, train and mesh sections, the devices and the compiler
+  options; each built on first use."""
+
+  def __init__(self, config: Config, model: nn.Module | None, devices: Sequence | None,
+               compiler_options: dict | None):
+    self.config, self._model, self.devices = config, model, devices
+    self.compiler_options = compiler_options
+    self._translate_fns: dict[tuple, OnMesh] = {}
+
+  @functools.cached_property
+  def mesh(self) -> jax.sharding.Mesh:
+    return create_mesh(self.config.mesh, self.devices)
+
+  @functools.cached_property
+  def rules(self):
+    return rules_for_model(self.config.mesh.rules, self.mesh, self.config.model)
+
+  @functools.cached_property
+  def model(self) -> nn.Module:
+    return self._model if self._model is not None else Transformer(self.config.model)
+
+  @functools.cached_property
+  def optimizer(self):
+    return make_optimizer(self.config.train, self.config.model.d_model)
+
+  @functools.cached_property
+  def abstract_state(self):
+    return abstract_train_state(self.model, self.optimizer[0], self.mesh, self.rules,
+                                self.config.train.seed)
+
+  @functools.cached_property
+  def abstract_params(self):
+    return abstract_params(self.model, self.mesh, self.rules)
+
+  @functools.cached_property
+  def init(self):
+    return make_init(self.model, self.optimizer[0], self.mesh, self.config.train.seed,
+                     self.abstract_state[1], self.compiler_options)
+
+  @functools.cached_property
+  def train_step(self) -> OnMesh:
+    t = self.config.train
+    tx, schedule = self.optimizer
+    return make_train_step(self.model, tx, schedule, label_smoothing=t.label_smoothing,
+                           microbatches=t.microbatches, mesh=self.mesh, rules=self.rules,
+                           state_shardings=self.abstract_state[1],
+                           compiler_options=self.compiler_options)
+
+  @functools.cached_property
+  def eval_step(self) -> OnMesh:
+    return make_eval_step(self.model, self.config.train.label_smoothing, self.mesh, self.rules,
+                          self.abstract_params[1], self.compiler_options)
+
+  def translate_fn(self, **settings: Any) -> OnMesh:
+    key = tuple(sorted(settings.items()))
+    if key not in self._translate_fns:
+      self._translate_fns[key] = OnMesh(make_translate_fn(self.model, **settings), self.mesh,
+                                        self.rules)
+    return self._translate_fns[key]
+
+  @functools.cached_property
+  def attention_weights_fn(self) -> OnMesh:
+    return OnMesh(jax.jit(functools.partial(attention_weights, self.model)), self.mesh, self.rules)
+
+
+_shared: collections.OrderedDict[tuple, _Built] = collections.OrderedDict()
+
+
+def forget_shared() -> None:
+  """Drops the pieces kept for later Experiments (after replacing a function they are built from)."""
+  _shared.clear()
+
+
+def _shared_built(config: Config, devices: Sequence | None, compiler_options: dict | None) -> _Built:
+  """The _Built of these sections, devices and options, shared (the SHARED_KEEP last used kept)."""
+  devices = tuple(jax.devices() if devices is None else devices)
+  key = (config.model, config.train, config.mesh, devices,
+         tuple(sorted((compiler_options or {}).items())))
+  if key in _shared:
+    _shared.move_to_end(key)
+  else:
+    _shared[key] = _Built(config, None, devices, compiler_options)
+    while len(_shared) > SHARED_KEEP:
+      _shared.popitem(last=False)
+  return _shared[key]
 
 
 class Experiment:
@@ -58,74 +157,61 @@ class Experiment:
     self.compilation_cache_dir = compile_cache.enable(config.train.compilation_cache_dir)
 
   @functools.cached_property
-  def mesh(self) -> jax.sharding.Mesh:
-    return create_mesh(self.config.mesh, self._devices)
+  def _built(self) -> _Built:
+    if self._model is not None:  # another module: its config does not say what it computes
+      return _Built(self.config, self._model, self._devices, self.compiler_options)
+    return _shared_built(self.config, self._devices, self.compiler_options)
 
-  @functools.cached_property
+  @property
+  def mesh(self) -> jax.sharding.Mesh:
+    return self._built.mesh
+
+  @property
   def rules(self):
     """mesh.rules with every rule whose model dimension its mesh axes do not divide replicated."""
-    return rules_for_model(self.config.mesh.rules, self.mesh, self.config.model)
+    return self._built.rules
 
-  @functools.cached_property
+  @property
   def model(self) -> nn.Module:
-    return self._model if self._model is not None else Transformer(self.config.model)
-
-  @functools.cached_property
-  def _optimizer(self):
-    return make_optimizer(self.config.train, self.config.model.d_model)
+    return self._built.model
 
   @property
   def tx(self):
-    return self._optimizer[0]
+    return self._built.optimizer[0]
 
   @property
   def schedule(self):
-    return self._optimizer[1]
-
-  @functools.cached_property
-  def _abstract_state(self):
-    return abstract_train_state(self.model, self.tx, self.mesh, self.rules, self.config.train.seed)
+    return self._built.optimizer[1]
 
   @property
   def abstract_state(self):
     """The TrainState as jax.ShapeDtypeStructs carrying their shardings (a restore target)."""
-    return self._abstract_state[0]
+    return self._built.abstract_state[0]
 
   @property
   def state_shardings(self):
-    return self._abstract_state[1]
-
-  @functools.cached_property
-  def _abstract_params(self):
-    return abstract_params(self.model, self.mesh, self.rules)
+    return self._built.abstract_state[1]
 
   @property
   def abstract_params(self):
     """The parameters as ShapeDtypeStructs with shardings, without building an optimizer."""
-    return self._abstract_params[0]
+    return self._built.abstract_params[0]
 
   @property
   def param_shardings(self):
-    return self._abstract_params[1]
+    return self._built.abstract_params[1]
 
   def init_state(self):
     """A fresh TrainState (seed train.seed), every array created directly in its shards."""
-    state, _ = init_train_state(self.model, self.tx, self.mesh, self.rules, self.config.train.seed,
-                                self.compiler_options)
-    return state
+    return self._built.init()
 
-  @functools.cached_property
+  @property
   def train_step(self) -> OnMesh:
-    t = self.config.train
-    return make_train_step(self.model, self.tx, self.schedule, label_smoothing=t.label_smoothing,
-                           microbatches=t.microbatches, mesh=self.mesh, rules=self.rules,
-                           state_shardings=self.state_shardings,
-                           compiler_options=self.compiler_options)
+    return self._built.train_step
 
-  @functools.cached_property
+  @property
   def eval_step(self) -> OnMesh:
-    return make_eval_step(self.model, self.config.train.label_smoothing, self.mesh, self.rules,
-                          self.param_shardings, self.compiler_options)
+    return self._built.eval_step
 
   @property
   def batch_sharding(self) -> jax.sharding.NamedSharding:
@@ -168,15 +254,13 @@ class Experiment:
     """translate(params, inputs, rng) on this mesh: beam search with the eval section's settings
     (beam_size overrides eval.beam_size; 1 = greedy), or sampling when `temperature` is set."""
     e = self.config.eval
-    beam_size = e.beam_size if beam_size is None else beam_size
-    fn = make_translate_fn(self.model, beam_size=beam_size, alpha=e.length_penalty,
-                           max_extra_length=e.max_extra_length, eos_id=eos_id,
-                           temperature=temperature, top_k=top_k, top_p=top_p,
-                           cache_phases=e.cache_phases)
-    return OnMesh(fn, self.mesh, self.rules)
+    return self._built.translate_fn(
+        beam_size=e.beam_size if beam_size is None else beam_size, alpha=e.length_penalty,
+        max_extra_length=e.max_extra_length, eos_id=eos_id, temperature=temperature, top_k=top_k,
+        top_p=top_p, cache_phases=e.cache_phases)
 
   def attention_weights_fn(self) -> OnMesh:
     """weights(params, inputs [b, s], targets [b, t]) on this mesh -> {kind: float32 [layers, b,
     heads, q_length, kv_length]}: the model's own softmax probabilities of a teacher-forced forward
     pass (tfm/model/attention_weights.py), kinds 'encoder', 'decoder' and 'cross'."""
-    return OnMesh(jax.jit(functools.partial(attention_weights, self.model)), self.mesh, self.rules)
+    return self._built.attention_weights_fn

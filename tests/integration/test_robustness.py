@@ -15,6 +15,7 @@ import pytest
 
 from tests.integration.conftest import run_train, tiny_flags
 from tfm import cli
+from tfm import experiment as experiment_lib
 from tfm.train import checkpoint as ckpt_lib
 from tfm.train import checksums
 from tfm.train import optimizer as optimizer_lib
@@ -48,8 +49,10 @@ def nan_after_two_updates(monkeypatch):
       return lambda count: jax.numpy.where(count >= 2, value, schedule(count))
 
     monkeypatch.setattr(optimizer_lib, "make_schedule", poisoned)
+    experiment_lib.forget_shared()  # steps built before would keep the real schedule
 
-  return install
+  yield install
+  experiment_lib.forget_shared()  # and the poisoned ones must not outlive this test
 
 
 @pytest.mark.parametrize("value", [float("nan"), float("inf")])

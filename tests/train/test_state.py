@@ -5,6 +5,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from tests.train.helpers import experiment_config, mesh_cfg, train_cfg
+from tfm import experiment as experiment_lib
 from tfm.experiment import Experiment
 from tfm.model.config import ModelConfig
 from tfm.train.state import parameter_count
@@ -29,9 +30,10 @@ def test_inference_parameters_need_no_optimizer():
   """Experiment.abstract_params: the train state's parameters, shapes and shardings, without Adam."""
   cfg = ModelConfig(vocab_size=64, d_model=32, d_ff=64, num_heads=4, d_k=8, d_v=8,
                     num_encoder_layers=1, num_decoder_layers=1)
+  experiment_lib.forget_shared()
   exp = Experiment(experiment_config(cfg, train_cfg(), mesh_cfg()), devices=jax.devices()[:1])
   params = exp.abstract_params
-  assert "_optimizer" not in exp.__dict__  # nothing built the optimizer
+  assert "optimizer" not in exp._built.__dict__  # pylint: disable=protected-access  (nothing built it)
   state_params = exp.abstract_state.params
   same = jax.tree_util.tree_map(lambda a, b: (a.shape, a.dtype, a.sharding) == (b.shape, b.dtype, b.sharding),
                                 params, state_params)

@@ -1,0 +1,48 @@
+"""Experiments of equal model, train and mesh sections share their traced steps within a process."""
+
+import dataclasses
+
+import jax
+import numpy as np
+
+from tests.train.helpers import experiment_config, mesh_cfg, packed_batch, train_cfg
+from tfm import experiment as experiment_lib
+from tfm.experiment import Experiment
+from tfm.model.config import ModelConfig
+
+MODEL = ModelConfig(vocab_size=64, d_model=16, d_ff=32, num_heads=2, d_k=8, d_v=8,
+                    num_encoder_layers=1, num_decoder_layers=1)
+FAST = {"xla_backend_optimization_level": 0}
+
+
+def test_equal_sections_share_steps_and_each_init_is_a_fresh_state():
+  experiment_lib.forget_shared()
+  config = experiment_config(MODEL, train_cfg(), mesh_cfg())
+  first = Experiment(config, compiler_options=FAST)
+  # The data and eval sections do not reach the steps: another batch size or beam shares them.
+  other_data = config.replace(data=dataclasses.replace(config.data, tokens_per_batch=999),
+                              eval=dataclasses.replace(config.eval, bleu_every=7))
+  second = Experiment(other_data, compiler_options=dict(FAST))
+  assert second.train_step is first.train_step and second.eval_step is first.eval_step
+  assert second.translate_fn(eos_id=1) is first.translate_fn(eos_id=1)
+  assert second.translate_fn(beam_size=1) is not first.translate_fn()
+  # Anything the step is built from, changed, builds another step.
+  for changed in (config.replace(train=dataclasses.replace(config.train, label_smoothing=0.0)),
+                  config.replace(model=dataclasses.replace(MODEL, dropout_rate=0.2)),
+                  config.replace(mesh=dataclasses.replace(config.mesh, rules=config.mesh.rules[1:]))):
+    assert Experiment(changed, compiler_options=FAST).train_step is not first.train_step
+  assert Experiment(config).train_step is not first.train_step  # other compiler options
+  # A shared init still gives each run its own arrays: a step donating one leaves the other intact.
+  a, b = first.init_state(), second.init_state()
+  initial = jax.device_get(b)
+  first.train_step(a, packed_batch(2, 12, MODEL.vocab_size))
+  for x, y in zip(jax.tree.leaves(jax.device_get(b)), jax.tree.leaves(initial)):
+    assert np.array_equal(x, y)
+
+
+def test_a_given_model_is_never_shared():
+  config = experiment_config(MODEL, train_cfg(), mesh_cfg())
+  shared = Experiment(config)
+  assert Experiment(config, model=shared.model).train_step is not shared.train_step
+  experiment_lib.forget_shared()
+  assert Experiment(config).train_step is not shared.train_step
