@@ -3,11 +3,12 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from tests.model.helpers import init, tiny
+from tests.model.helpers import draw, tiny
 from tfm.model import masks
 from tfm.model.attention import (cached_attention, einsum_attention, key_layout, library_attention,
                                  value_layout)
 from tfm.model.positions import alibi_bias
+from tfm.model.transformer import Transformer
 
 
 def _naive(q, k, v, mask, bias):
@@ -106,7 +107,7 @@ def test_cached_attention_reads_one_cache_row_for_several_query_rows(kv_heads):
 def test_whole_model_same_logits_with_either_kernel(positions):
   inputs = jnp.array([[5, 6, 7, 1, 0], [8, 1, 0, 0, 0]])
   targets = jnp.array([[9, 10, 1, 0], [11, 12, 13, 1]])
-  model_e, v = init(tiny(attention_impl="einsum", positions=positions, num_kv_heads=2), inputs, targets)
-  model_x, _ = init(tiny(attention_impl="xla", positions=positions, num_kv_heads=2), inputs, targets)
+  model_e, v = draw(tiny(attention_impl="einsum", positions=positions, num_kv_heads=2), inputs, targets)
+  model_x = Transformer(tiny(attention_impl="xla", positions=positions, num_kv_heads=2))
   np.testing.assert_allclose(jax.jit(model_e.apply)(v, inputs, targets),
                              jax.jit(model_x.apply)(v, inputs, targets), atol=2e-5)

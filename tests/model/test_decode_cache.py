@@ -5,7 +5,7 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from tests.model.helpers import init, tiny
+from tests.model.helpers import draw, tiny
 from tfm.model.transformer import Transformer
 
 VARIANTS = {
@@ -47,7 +47,7 @@ def test_cached_decoding_matches_full_forward(name):
   cfg = tiny(**VARIANTS[name])
   inputs = jnp.array([[5, 6, 7, 1, 0, 0], [8, 9, 10, 11, 12, 1]])
   targets = jnp.array([[13, 14, 15, 1, 0], [16, 17, 1, 0, 0]])
-  model, v = init(cfg, None if cfg.architecture == "decoder_only" else inputs, targets)
+  model, v = draw(cfg, None if cfg.architecture == "decoder_only" else inputs, targets)
   full = np.asarray(jax.jit(model.apply)(v, None if cfg.architecture == "decoder_only" else inputs,
                                          targets))
   decoder_inputs = jnp.pad(targets, ((0, 0), (1, 0)))[:, :-1]

@@ -5,7 +5,7 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from tests.model.helpers import init, tiny
+from tests.model.helpers import draw, tiny
 
 POSITIONS = ["sinusoidal", "learned", "rope", "alibi", "relative"]
 
@@ -15,7 +15,7 @@ def test_padding_and_future_tokens_are_invisible(positions):
   cfg = tiny(positions=positions)
   inputs = jnp.array([[5, 6, 7, 1, 0, 0]])
   targets = jnp.array([[8, 9, 10, 11, 1, 0]])
-  model, v = init(cfg, inputs, targets)
+  model, v = draw(cfg, inputs, targets)
   apply = jax.jit(model.apply)
   base = np.asarray(apply(v, inputs, targets))
   # A padded source token changed: no output at a real target position moves (its segment id stays 0).
@@ -39,7 +39,7 @@ def test_packed_segments_do_not_see_each_other(positions):
   targets = jnp.array([[10, 1, 11, 12, 13, 1, 0, 0]])
   tg_seg = jnp.array([[1, 1, 2, 2, 2, 2, 0, 0]])
   tg_pos = jnp.array([[0, 1, 0, 1, 2, 3, 0, 0]])
-  model, v = init(cfg, inputs, targets)
+  model, v = draw(cfg, inputs, targets)
   apply = jax.jit(model.apply)
   run = lambda i, t: np.asarray(apply(v, i, t, inputs_segmentation=in_seg, targets_segmentation=tg_seg,
                                             inputs_positions=in_pos, targets_positions=tg_pos))

@@ -3,14 +3,13 @@ are without rematerialisation, dropout included (the recomputed masks must be th
 
 import functools
 
-import flax.linen as nn
 import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
 from jax.extend.core import jaxprs_in_params
 
-from tests.model.helpers import init, random_tokens, tiny
+from tests.model.helpers import draw, random_tokens, tiny
 from tfm.model import remat as remat_lib
 from tfm.model.scan_convert import stack_layers
 from tfm.model.transformer import Transformer
@@ -30,7 +29,7 @@ def _eqns(jaxpr, in_scan=False):
 
 @functools.lru_cache(maxsize=None)
 def _unrolled_params():
-  return nn.meta.unbox(init(tiny(**BASE), TOKENS, TOKENS)[1])["params"]
+  return draw(tiny(**BASE), TOKENS, TOKENS)[1]["params"]
 
 
 def _params(scan: bool):

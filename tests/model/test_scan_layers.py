@@ -7,7 +7,7 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from tests.model.helpers import init, random_tokens, tiny
+from tests.model.helpers import draw, random_tokens, tiny
 from tests.model.test_decode_cache import cached_logits
 from tfm.model.params import count_params
 from tfm.model.scan_convert import stack_layers, stacked_dims, unstack_layers
@@ -35,7 +35,7 @@ def _pair(change):
   """(unrolled model, scanned model, unrolled params, the same params stacked)."""
   cfg = tiny(**change)
   inputs, targets = _batch(cfg)
-  unrolled, variables = init(cfg, inputs, targets)
+  unrolled, variables = draw(cfg, inputs, targets)
   scanned = Transformer(tiny(**change, scan_layers=True))
   params = nn.meta.unbox(variables)["params"]
   return unrolled, scanned, params, stack_layers(params)

@@ -6,7 +6,7 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from tests.model.helpers import init, tiny
+from tests.model.helpers import draw, tiny
 from tfm.config import load_config
 from tfm.model.transformer import Transformer
 from configs.table3 import ROWS
@@ -22,23 +22,12 @@ VARIANTS = [
 ]
 
 
-def _numpy_params(model, inputs, targets):
-  """Random parameters of the built shapes, drawn with numpy: initializing a 200M-parameter model
-  through JAX's PRNG costs more CPU time than the forward and backward pass being tested."""
-  shapes = nn.meta.unbox(jax.eval_shape(model.init, jax.random.PRNGKey(0), inputs, targets))["params"]
-  rng = np.random.default_rng(0)
-  return jax.tree.map(lambda s: jnp.asarray(rng.standard_normal(s.shape, np.float32) * 0.05), shapes)
-
-
-def _forward_backward(cfg, batch=2, length=6, numpy_init=False):
+def _forward_backward(cfg, batch=2, length=6):
   tokens = (jnp.arange(batch * length).reshape(batch, length) % (cfg.vocab_size - 3) + 3).astype(jnp.int32)
   inputs = None if cfg.architecture == "decoder_only" else tokens
   targets = None if cfg.architecture == "encoder_only" else tokens
-  model = Transformer(cfg)
-  if numpy_init:
-    params = _numpy_params(model, inputs, targets)
-  else:
-    params = nn.meta.unbox(init(cfg, inputs, targets)[1])["params"]
+  model, variables = draw(cfg, inputs, targets)
+  params = variables["params"]
 
   @jax.jit
   def loss_and_grad(p):
@@ -116,4 +105,4 @@ def test_table3_row_forward_backward(row):
   layer a stack: the layers of a stack are one module repeated (the build test above counts them),
   and six would only multiply the compile time."""
   cfg = _row_model(row, "model.num_encoder_layers=1", "model.num_decoder_layers=1")
-  _forward_backward(cfg, batch=1, length=4, numpy_init=True)
+  _forward_backward(cfg, batch=1, length=4)
