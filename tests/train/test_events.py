@@ -4,12 +4,12 @@ read_scalars reads back (the last write of a step wins across files)."""
 import time
 
 import pytest
-import tensorflow as tf
 
 from tfm.train.events import EventWriter, read_scalars
 
 
 def test_written_scalars_read_back_by_tensorflow_and_by_us(tmp_path):
+  import tensorflow as tf  # pylint: disable=import-outside-toplevel  (seconds to import; tfm never does)
   writer = EventWriter(str(tmp_path))
   writer.scalars(1, {"train/loss": 5.5, "train/learning_rate": 1e-3})
   writer.scalars(2, {"train/loss": 4.25})
