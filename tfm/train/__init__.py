@@ -5,7 +5,8 @@ sections it uses, never the whole experiment config:
   mesh = mesh.create_mesh(config.mesh)                                      # ('data', 'fsdp', 'tensor')
   rules = sharding.rules_for_model(config.mesh.rules, mesh, config.model)
   tx, schedule = optimizer.make_optimizer(config.train, config.model.d_model)
-  state, shardings = state.init_train_state(model, tx, mesh, rules, config.train.seed)
+  abstract, shardings = state.abstract_train_state(model, tx, mesh, rules, config.train.seed)
+  state = state.make_init(model, tx, mesh, config.train.seed, shardings)()  # created in its shards
   train_step = step.make_train_step(model, tx, schedule, label_smoothing=..., microbatches=...,
                                     mesh=mesh, rules=rules, state_shardings=shardings)
   state, metrics = train_step(state, batch)        # metrics: device scalars, no host sync

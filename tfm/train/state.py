@@ -116,20 +116,10 @@ def abstract_train_state(model: nn.Module, tx: optax.GradientTransformation, mes
 def make_init(model: nn.Module, tx: optax.GradientTransformation, mesh: Mesh, seed: int,
               shardings: TrainState, compiler_options: dict | None = None):
   """The jitted `init() -> TrainState` (seed `seed`) creating every array in `shardings` (from
-  abstract_train_state); each call returns a fresh state."""
+  abstract_train_state); each call returns a fresh state. compiler_options: passed to jax.jit (XLA
+  options, e.g. a lower optimisation level for CPU tests)."""
   return jax.jit(lambda: nn.meta.unbox(_boxed_state(model, tx, seed, _batch_rows(mesh))),
                  out_shardings=shardings, compiler_options=compiler_options)
-
-
-def init_train_state(model: nn.Module, tx: optax.GradientTransformation, mesh: Mesh, rules: Rules,
-                     seed: int = 0, compiler_options: dict | None = None
-                     ) -> tuple[TrainState, TrainState]:
-  """(state, shardings): a fresh state created directly in its shards, and the shardings tree.
-
-  compiler_options: passed to jax.jit (XLA options, e.g. a lower optimisation level for CPU tests).
-  """
-  _, shardings = abstract_train_state(model, tx, mesh, rules, seed)
-  return make_init(model, tx, mesh, seed, shardings, compiler_options)(), shardings
 
 
 def parameter_count(params: Any) -> int:

@@ -120,7 +120,7 @@ def make_train_step(model: nn.Module, tx: optax.GradientTransformation, schedule
   """Compiled `step(state, batch) -> (state, metrics)`; the state argument is donated.
 
   label_smoothing, microbatches: train.label_smoothing and train.microbatches. state_shardings: from
-  init_train_state / abstract_train_state. Metrics come back replicated, as device arrays.
+  abstract_train_state. Metrics come back replicated, as device arrays.
   compiler_options: passed to jax.jit (XLA options).
   """
 
