@@ -35,9 +35,9 @@ def _pair(change):
   """(unrolled model, scanned model, unrolled params, the same params stacked)."""
   cfg = tiny(**change)
   inputs, targets = _batch(cfg)
-  unrolled, variables = draw(cfg, inputs, targets)
+  unrolled, variables = draw(cfg, inputs, targets)  # plain arrays, no boxes
   scanned = Transformer(tiny(**change, scan_layers=True))
-  params = nn.meta.unbox(variables)["params"]
+  params = variables["params"]
   return unrolled, scanned, params, stack_layers(params)
 
 

@@ -6,14 +6,13 @@ import dataclasses
 import jax
 import numpy as np
 
-from tests.train.helpers import experiment_config, mesh_cfg, packed_batch, train_cfg
+from tests.train.helpers import FAST_COMPILE as FAST, experiment_config, mesh_cfg, packed_batch, train_cfg
 from tfm import experiment as experiment_lib
 from tfm.experiment import Experiment
 from tfm.model.config import ModelConfig
 
 MODEL = ModelConfig(vocab_size=64, d_model=16, d_ff=32, num_heads=2, d_k=8, d_v=8,
                     num_encoder_layers=1, num_decoder_layers=1)
-FAST = {"xla_backend_optimization_level": 0}
 
 
 def test_equal_sections_share_steps_and_each_init_is_a_fresh_state():
