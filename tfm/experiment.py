@@ -22,12 +22,13 @@ eval and translate pay only for the parameters. `model` replaces the Transformer
 of the same call contract (the train tests' tiny model); `devices` replaces jax.devices() (a TPU
 topology's devices for ahead-of-time compilation).
 
-Within one process, Experiments whose model, train and mesh sections, devices and compiler options
-are equal share those pieces (the last SHARED_KEEP such sets are kept): a second run, a resume, an
-evaluation after training or the next run of a sweep calls the jitted steps the first one traced
-and compiled, instead of tracing them again and loading them from the persistent cache. Nothing
-else feeds a step (data and eval settings reach it as arguments), so equal sections give the same
-computation. Code that replaces a builder at run time (a test's monkeypatch) calls forget_shared().
+Within one process, Experiments whose model, mesh and train sections (less what only the loop
+reads: tfm/train/config.step_fields), devices and compiler options are equal share those pieces
+(the last SHARED_KEEP such sets are kept): a second run, a resume, a longer run, an evaluation after
+training or the next run of a sweep calls the jitted steps the first one traced and compiled,
+instead of tracing them again and loading them from the persistent cache. Nothing else feeds a step
+(data and eval settings reach it as arguments), so equal sections give the same computation. Code
+that replaces a builder at run time (a test's monkeypatch) calls forget_shared().
 """
 
 from __future__ import annotations
@@ -46,6 +47,7 @@ from tfm.decode.translate import make_translate_fn
 from tfm.model.attention_weights import attention_weights
 from tfm.model.transformer import Transformer
 from tfm.train import compile_cache
+from tfm.train.config import step_fields
 from tfm.train.mesh import create_mesh
 from tfm.train.optimizer import make_optimizer
 from tfm.train.sharding import (OnMesh, axes_size, batch_row_multiple, batch_sharding, batch_spec,
@@ -58,8 +60,8 @@ SHARED_KEEP = 8
 
 
 class _Built:
-  """The pieces that depend only on the model, train and mesh sections, the devices and the compiler
-  options; each built on first use."""
+  """The pieces that depend only on the model and mesh sections, the train section's step_fields, the
+  devices and the compiler options; each built on first use."""
 
   def __init__(self, config: Config, model: nn.Module | None, devices: Sequence | None,
                compiler_options: dict | None):
@@ -134,6 +136,7 @@ def forget_shared() -> None:
 def _shared_built(config: Config, devices: Sequence | None, compiler_options: dict | None) -> _Built:
   """The _Built of these sections, devices and options, shared (the SHARED_KEEP last used kept)."""
   devices = tuple(jax.devices() if devices is None else devices)
+  config = config.replace(train=step_fields(config.train))  # the loop's cadences build nothing
   key = (config.model, config.train, config.mesh, devices,
          tuple(sorted((compiler_options or {}).items())))
   if key in _shared:
@@ -159,7 +162,8 @@ class Experiment:
   @functools.cached_property
   def _built(self) -> _Built:
     if self._model is not None:  # another module: its config does not say what it computes
-      return _Built(self.config, self._model, self._devices, self.compiler_options)
+      config = self.config.replace(train=step_fields(self.config.train))
+      return _Built(config, self._model, self._devices, self.compiler_options)
     return _shared_built(self.config, self._devices, self.compiler_options)
 
   @property

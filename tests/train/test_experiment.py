@@ -26,8 +26,18 @@ def test_equal_sections_share_steps_and_each_init_is_a_fresh_state():
   assert second.train_step is first.train_step and second.eval_step is first.eval_step
   assert second.translate_fn(eos_id=1) is first.translate_fn(eos_id=1)
   assert second.translate_fn(beam_size=1) is not first.translate_fn()
+  # Nor do the loop's cadences, or the run's length under a schedule that does not decay to it.
+  longer = config.replace(train=dataclasses.replace(config.train, steps=77, log_every=2, eval_every=3,
+                                                    checkpoint_every=4, nonfinite="stop"))
+  assert Experiment(longer, compiler_options=FAST).train_step is first.train_step
+  assert Experiment(longer, compiler_options=FAST).config.train.steps == 77
   # Anything the steps are built from, changed, builds them again.
   built = first._built
+  cosine = dataclasses.replace(config.train, schedule="linear_cosine", steps=40)
+  cosine_built = Experiment(config.replace(train=cosine), compiler_options=FAST)._built
+  assert cosine_built is not built  # linear_cosine decays to train.steps: another length, another step
+  assert Experiment(config.replace(train=dataclasses.replace(cosine, steps=41)),
+                    compiler_options=FAST)._built is not cosine_built
   for changed in (config.replace(train=dataclasses.replace(config.train, label_smoothing=0.0)),
                   config.replace(model=dataclasses.replace(MODEL, dropout_rate=0.2)),
                   config.replace(mesh=dataclasses.replace(config.mesh, rules=config.mesh.rules[1:]))):

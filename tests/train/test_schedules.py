@@ -4,6 +4,7 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
+from tfm.train.config import SCHEDULES, TrainConfig, step_fields
 from tfm.train.optimizer import make_optimizer
 from tfm.train.schedules import constant, linear_cosine, make_schedule, rsqrt, rsqrt_warmup
 from tests.train.helpers import train_cfg
@@ -79,3 +80,31 @@ def test_clipping_and_weight_decay():
   adam_state = state[1]
   np.testing.assert_allclose(adam_state.mu["w"], 0.1 * 30.0 / norm, rtol=1e-5)
   np.testing.assert_allclose(adam_state.mu["b"], 0.1 * 40.0 / norm, rtol=1e-5)
+
+
+@pytest.mark.parametrize("schedule", SCHEDULES)
+def test_step_fields_keep_what_the_optimizer_computes(schedule):
+  """Experiments share steps across train sections with equal step_fields: every schedule and the
+  whole update must be the same with the loop's fields (and `steps` where dropped) changed."""
+  train = train_cfg(schedule=schedule, steps=40, warmup_steps=10, learning_rate=0.01,
+                    grad_clip_norm=1.0, weight_decay=0.1, log_every=3, eval_every=7,
+                    checkpoint_every=5, keep_checkpoints=2, average_checkpoints=2, nonfinite="stop",
+                    compilation_cache_dir="", profile_steps=(1, 3))
+  reduced = step_fields(train)
+  assert reduced.log_every == TrainConfig.log_every and reduced.profile_steps == ()
+  assert (reduced.steps == train.steps) == (schedule == "linear_cosine")
+  counts = jnp.arange(0, 60)
+  np.testing.assert_array_equal(make_schedule(train, 64)(counts), make_schedule(reduced, 64)(counts))
+  params = {"w": jnp.ones((2, 3)), "b": jnp.ones(3)}
+  grads = {"w": jnp.linspace(-2.0, 3.0, 6).reshape(2, 3), "b": jnp.array([0.5, -1.0, 4.0])}
+  updates = []
+  for config in (train, reduced):
+    tx, _ = make_optimizer(config, d_model=64)
+    state, steps = tx.init(params), []
+    for _ in range(12):  # through warmup and into the decay
+      update, state = tx.update(grads, state, params)
+      steps.append(update)
+    updates.append(steps)
+  for a, b in zip(*updates):
+    for key in params:
+      np.testing.assert_array_equal(a[key], b[key])

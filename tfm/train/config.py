@@ -94,6 +94,21 @@ class MeshConfig:
     validate_mesh_config(self)
 
 
+# Read by the training loop alone (cadences, the cache's place, profiling, what a skipped update
+# does next): runs that differ only in these compile the same steps.
+LOOP_FIELDS = ("log_every", "eval_every", "checkpoint_every", "keep_checkpoints", "average_checkpoints",
+               "nonfinite", "compilation_cache_dir", "profile_steps")
+
+
+def step_fields(train: TrainConfig) -> TrainConfig:
+  """`train` with what the optimizer, init and steps do not read put back to the defaults: the
+  LOOP_FIELDS, and `steps` unless the schedule decays to it (linear_cosine)."""
+  loop = {key: getattr(TrainConfig, key) for key in LOOP_FIELDS}
+  if train.schedule != "linear_cosine":
+    loop["steps"] = TrainConfig.steps
+  return dataclasses.replace(train, **loop)
+
+
 def train_from_mapping(values) -> TrainConfig:
   return sections.from_mapping(TrainConfig, "train", values, profile_steps=tuple)
 
