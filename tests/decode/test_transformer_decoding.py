@@ -27,11 +27,13 @@ def _model():
 def test_cached_beam_search_equals_uncached():
   model, params, inputs = _model()
   max_len = 7
-  cached = beam_search(cached_step(model, params), init_cache(model, params, inputs, max_len),
-                       beam_size=3, alpha=0.6, max_decode_len=max_len, early_stopping=False)
+  search = lambda step, state: beam_search(step, state, beam_size=3, alpha=0.6,
+                                           max_decode_len=max_len, early_stopping=False)
+  # Jitted whole: the search's set-up would otherwise compile op by op.
+  cached = jax.jit(lambda p: search(cached_step(model, p), init_cache(model, p, inputs, max_len)))(
+      params)
   make_state, step = uncached_step(model, params)
-  uncached = beam_search(step, make_state(inputs, max_len), beam_size=3, alpha=0.6,
-                         max_decode_len=max_len, early_stopping=False)
+  uncached = jax.jit(lambda x: search(step, make_state(x, max_len)))(inputs)
   np.testing.assert_array_equal(cached[0], uncached[0])
   np.testing.assert_allclose(cached[1], uncached[1], rtol=1e-4, atol=1e-4)
   assert np.all(np.isfinite(np.asarray(cached[1])[:, 0]))
@@ -68,8 +70,9 @@ def test_beam_invariant_leaves_kept_once_per_example_change_nothing():
     rows.update({jax.tree_util.keystr(p): x.shape[0] for p, x in jax.tree_util.tree_leaves_with_path(c)})
     return cached_step(model, params)(ids, c)
 
-  run = lambda invariant: beam_search(step, cache, beam_size=3, alpha=0.6, max_decode_len=max_len,
-                                      early_stopping=False, beam_invariant=invariant)
+  run = lambda invariant: jax.jit(lambda c: beam_search(
+      step, c, beam_size=3, alpha=0.6, max_decode_len=max_len, early_stopping=False,
+      beam_invariant=invariant))(cache)
   full_seqs, full_scores = run(None)
   assert set(rows.values()) == {2 * 3}
   fast_seqs, fast_scores = run(beam_invariant_cache)
@@ -101,8 +104,9 @@ def test_scanned_cache_searches_like_the_unrolled_one():
   model, params, inputs = _model()
   scanned = Transformer(dataclasses.replace(model.cfg, scan_layers=True))
   stacked = stack_layers(params)
-  run = lambda m, p: beam_search(cached_step(m, p), init_cache(m, p, inputs, 9), beam_size=3,
-                                 alpha=0.6, max_decode_len=9, beam_invariant=beam_invariant_cache)
+  run = lambda m, p: jax.jit(lambda p: beam_search(
+      cached_step(m, p), init_cache(m, p, inputs, 9), beam_size=3, alpha=0.6, max_decode_len=9,
+      beam_invariant=beam_invariant_cache))(p)
   (want_seqs, want_scores), (seqs, scores) = run(model, params), run(scanned, stacked)
   np.testing.assert_array_equal(seqs, want_seqs)
   np.testing.assert_allclose(scores, want_scores, rtol=1e-5, atol=1e-5)
@@ -152,10 +156,10 @@ def test_a_scanned_cache_grows_on_its_length_axes():
   values): the scanned model's own search in two phases gives the unrolled model's hypotheses."""
   model, params, inputs = _model()
   scanned = Transformer(dataclasses.replace(model.cfg, scan_layers=True))
-  run = lambda m, p, lengths: beam_search(
+  run = lambda m, p, lengths: jax.jit(lambda p: beam_search(
       cached_step(m, p), init_cache(m, p, inputs, lengths[0]), beam_size=3, alpha=0.6,
       max_decode_len=9, beam_invariant=beam_invariant_cache, cache_lengths=lengths,
-      grow_cache=grow_cache)
+      grow_cache=grow_cache))(p)
   want_seqs, want_scores = run(model, params, (9,))
   seqs, scores = run(scanned, stack_layers(params), (4, 9))
   np.testing.assert_array_equal(seqs, want_seqs)
