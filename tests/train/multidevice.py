@@ -118,7 +118,10 @@ def decode_check(setup, reference, state) -> dict:
   single = jax.device_put(jax.device_get(state.params), reference.experiment.param_shardings)
   kind = "transformer_scan" if setup.model.cfg.scan_layers else "transformer"
   out = {"wi_replicated": leaf(state.params, WEIGHTS[kind]["wi"]).sharding.is_fully_replicated}
-  for name, beam in (("beam", 4), ("greedy", 1)):
+  # A scanned model decodes as its unrolled twin (make_translate_fn unstacks it): beam search shows
+  # that unstacking under the mesh; greedy decoding of that twin is the unrolled kind's check.
+  searches = (("beam", 4),) if setup.model.cfg.scan_layers else (("beam", 4), ("greedy", 1))
+  for name, beam in searches:
     tokens, scores = setup.experiment.translate_fn(beam_size=beam)(state.params, inputs, key)
     ref_tokens, ref_scores = reference.experiment.translate_fn(beam_size=beam)(single, inputs, key)
     out[name] = {"same_tokens": bool(np.array_equal(np.asarray(tokens), np.asarray(ref_tokens))),

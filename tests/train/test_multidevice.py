@@ -88,7 +88,5 @@ def test_scanned_transformer_on_8_devices(tmp_path):
   assert mixed["shard_shapes"]["wi"] == [2, 16, 32]  # layers whole, d_model / fsdp, d_ff / tensor
   assert mixed["shard_shapes"]["query"] == [2, 16, 4, 4]  # layers whole, d_model / fsdp, heads / tensor
   assert mixed["adam_mu_shard_shape"] == [2, 16, 32]
-  decode = mixed["decode"]
-  for name in ("beam", "greedy"):
-    assert decode[name]["same_tokens"] and decode[name]["score_diff"] < 1e-4, decode
-    assert decode[name]["output_tokens"] > 8, decode
+  beam = mixed["decode"]["beam"]  # decoded as the unrolled twin: greedy is the test above's
+  assert beam["same_tokens"] and beam["score_diff"] < 1e-4 and beam["output_tokens"] > 8, beam
