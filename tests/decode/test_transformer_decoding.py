@@ -1,6 +1,7 @@
 """Decoding the real Transformer: the cache changes nothing but the cost."""
 
 import dataclasses
+import functools
 
 import flax.linen as nn
 import jax
@@ -17,6 +18,7 @@ from tfm.model.scan_convert import stack_layers
 from tfm.model.transformer import Transformer
 
 
+@functools.lru_cache(maxsize=None)  # one init per process: every test reads the same parameters
 def _model():
   cfg = tiny(vocab_size=12, d_model=16, num_heads=2, d_k=8, d_v=8)
   inputs = jnp.array([[5, 6, 7, 1, 0, 0], [8, 9, 10, 11, 4, 1]])
