@@ -23,22 +23,27 @@ VARIANTS = [
 ]
 
 
-def _forward_backward(cfg, batch=2, length=6):
+def _tokens(cfg, batch, length):
   tokens = (jnp.arange(batch * length).reshape(batch, length) % (cfg.vocab_size - 3) + 3).astype(jnp.int32)
   inputs = None if cfg.architecture == "decoder_only" else tokens
   targets = None if cfg.architecture == "encoder_only" else tokens
+  return tokens, inputs, targets
+
+
+def _loss_and_grad(model, tokens, inputs, targets):
+  """params -> ((loss, logits [batch, length, vocab]), grads): teacher-forced, dropout on."""
+  def loss(p):
+    logits = model.apply({"params": p}, inputs, targets, train=True,
+                         rngs={"dropout": jax.random.PRNGKey(1)})
+    return -jnp.mean(jnp.take_along_axis(jax.nn.log_softmax(logits), tokens[..., None], -1)), logits
+  return jax.value_and_grad(loss, has_aux=True)
+
+
+def _forward_backward(cfg, batch=2, length=6):
+  tokens, inputs, targets = _tokens(cfg, batch, length)
   model, variables = draw(cfg, inputs, targets)
   params = variables["params"]
-
-  @jax.jit
-  def loss_and_grad(p):
-    def loss(p):
-      logits = model.apply({"params": p}, inputs, targets, train=True,
-                           rngs={"dropout": jax.random.PRNGKey(1)})
-      return -jnp.mean(jnp.take_along_axis(jax.nn.log_softmax(logits), tokens[..., None], -1)), logits
-    return jax.value_and_grad(loss, has_aux=True)(p)
-
-  (value, logits), grads = loss_and_grad(params)
+  (value, logits), grads = jax.jit(_loss_and_grad(model, tokens, inputs, targets))(params)
   expected_len = length
   assert logits.shape == (batch, expected_len, cfg.vocab_size) and logits.dtype == jnp.float32
   assert np.isfinite(float(value))
@@ -113,16 +118,10 @@ def test_table3_row_forward_backward(row):
   if row in ("base", "big"):
     _forward_backward(cfg, batch=1, length=4)
     return
-  tokens = jnp.full((1, 4), 3, jnp.int32)
+  tokens, inputs, targets = _tokens(cfg, 1, 4)
   model = Transformer(cfg)
-  params = nn.meta.unbox(jax.eval_shape(model.init, jax.random.PRNGKey(0), tokens, tokens))["params"]
-
-  def loss(p):
-    logits = model.apply({"params": p}, tokens, tokens, train=True,
-                         rngs={"dropout": jax.random.PRNGKey(1)})
-    return jnp.mean(jax.nn.log_softmax(logits)[..., 3]), logits
-
-  (value, logits), grads = jax.eval_shape(jax.value_and_grad(loss, has_aux=True), params)
+  params = nn.meta.unbox(jax.eval_shape(model.init, jax.random.PRNGKey(0), inputs, targets))["params"]
+  (value, logits), grads = jax.eval_shape(_loss_and_grad(model, tokens, inputs, targets), params)
   assert value.shape == () and logits.shape == (1, 4, cfg.vocab_size)
   assert logits.dtype == value.dtype == jnp.float32
   assert jax.tree.structure(grads) == jax.tree.structure(params)
