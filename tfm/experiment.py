@@ -136,7 +136,6 @@ def forget_shared() -> None:
 def _shared_built(config: Config, devices: Sequence | None, compiler_options: dict | None) -> _Built:
   """The _Built of these sections, devices and options, shared (the SHARED_KEEP last used kept)."""
   devices = tuple(jax.devices() if devices is None else devices)
-  config = config.replace(train=step_fields(config.train))  # the loop's cadences build nothing
   key = (config.model, config.train, config.mesh, devices,
          tuple(sorted((compiler_options or {}).items())))
   if key in _shared:
@@ -161,10 +160,11 @@ class Experiment:
 
   @functools.cached_property
   def _built(self) -> _Built:
+    # What only the training loop reads builds nothing: Experiments differing there share.
+    config = self.config.replace(train=step_fields(self.config.train))
     if self._model is not None:  # another module: its config does not say what it computes
-      config = self.config.replace(train=step_fields(self.config.train))
       return _Built(config, self._model, self._devices, self.compiler_options)
-    return _shared_built(self.config, self._devices, self.compiler_options)
+    return _shared_built(config, self._devices, self.compiler_options)
 
   @property
   def mesh(self) -> jax.sharding.Mesh:
