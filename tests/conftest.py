@@ -16,3 +16,15 @@ os.environ.setdefault("JAX_PERSISTENT_CACHE_MIN_ENTRY_SIZE_BYTES", "0")
 _FAST_COMPILE = "--xla_backend_optimization_level=0 --xla_llvm_disable_expensive_passes=true"
 if "xla_backend_optimization_level" not in os.environ.get("XLA_FLAGS", ""):
   os.environ["XLA_FLAGS"] = (os.environ.get("XLA_FLAGS", "") + " " + _FAST_COMPILE).strip()
+
+
+def pytest_collection_modifyitems(items):
+  """Files that hold a `slow` test run first, the rest after them, each in its usual order.
+
+  The README runs the suite on 2 workers with `--dist loadfile` (pyproject.toml): a file stays on one
+  worker (its module fixtures and cached models are built once) and a worker takes the next file
+  when it is free. Started last, a file of long end-to-end runs would leave one worker idle while
+  the other finishes it; started first, the short files fill in around it.
+  """
+  slow = {item.path for item in items if item.get_closest_marker("slow")}
+  items.sort(key=lambda item: item.path not in slow)  # stable: collection order within each part

@@ -102,6 +102,7 @@ def test_build_with_workers_writes_the_same_cache(cfg, tok, tmp_path):
   assert not list(tmp_path.glob("*/*/*.tmp-*"))  # built under a temporary name, then renamed
 
 
+@pytest.mark.slow
 def test_cached_batches_with_workers_resume_exactly(cfg, tok, tmp_path):
   cached = cfg.replace(cache=True, cache_dir=str(tmp_path), num_workers=2)
   cache.open_cache(cached.replace(num_workers=0), tok)  # built in process: 2 worker starts less

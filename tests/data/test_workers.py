@@ -50,6 +50,7 @@ def test_two_workers_give_the_in_process_batches(cfg, tok, packing):
   assert got_state == want_state  # the checkpointed position does not depend on the workers
 
 
+@pytest.mark.slow
 def test_resume_mid_epoch_with_workers_is_exact(cfg, tok):
   reference = pipeline.train_iterator(cfg, tok)  # in-process, never interrupted
   _take(reference, 5)

@@ -26,6 +26,7 @@ def _model():
   return model, nn.meta.unbox(v["params"]), inputs
 
 
+@pytest.mark.slow
 def test_cached_beam_search_equals_uncached():
   model, params, inputs = _model()
   max_len = 7

@@ -43,6 +43,7 @@ def _labels(ticks):
   return [t.get_text() for t in ticks]
 
 
+@pytest.mark.slow
 def test_a_panel_per_head_and_kind_labelled_with_pieces(trained, drawn, tmp_path, capsys):
   out = tmp_path / "attention.png"
   assert cli.main(["tfm", "attention", f"--workdir={trained}", f"--text={TEXT}", f"--out={out}",
@@ -79,6 +80,7 @@ def test_the_chosen_layer_heads_and_kinds_are_drawn(trained, drawn, monkeypatch,
   np.testing.assert_array_equal(cross.images[0].get_array(), result.weights["cross"][0, 1])
 
 
+@pytest.mark.slow
 def test_a_scanned_workdir_draws_the_same_weights(trained, tmp_path):
   scanned = tmp_path / "scanned"
   assert cli.main(["tfm", "convert", f"--workdir={trained}", f"--out={scanned}",

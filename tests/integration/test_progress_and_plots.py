@@ -28,6 +28,7 @@ def runs(experiment_module, tmp_path_factory):
   return root, logs
 
 
+@pytest.mark.slow
 def test_progress_mfu_and_timings_in_the_log(runs, experiment_module):
   root, logs = runs
   log = logs["two_heads"]

@@ -100,6 +100,7 @@ def _finish(procs, timeout):
   return outputs
 
 
+@pytest.mark.slow
 def test_train_eval_translate_with_a_gs_workdir(gcs, corpus, tmp_path):
   workdir = f"gs://{BUCKET}/runs/tiny"
   flags = [f.replace("=configs/", f"={ROOT}/configs/") for f in tiny_flags(

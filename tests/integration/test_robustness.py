@@ -55,6 +55,7 @@ def nan_after_two_updates(monkeypatch):
   experiment_lib.forget_shared()  # and the poisoned ones must not outlive this test
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("value", [float("nan"), float("inf")])
 def test_a_nonfinite_learning_rate_never_reaches_a_checkpoint(experiment, tmp_path, value,
                                                               nan_after_two_updates):
@@ -78,6 +79,7 @@ def test_nonfinite_stop_is_one_line(experiment, corpus, tmp_path, capsys, nan_af
   assert "learning_rate=nan" in err[0] and "Traceback" not in err[0]
 
 
+@pytest.mark.slow
 def test_a_preemption_save_does_not_evict_the_averaged_series(experiment, tmp_path, capsys):
   """Runs stopped at steps 4, 5 and 7 (saves outside the every-3 series), then resumed to 12: the
   kept checkpoints, and tfm eval of their average, are those of an uninterrupted run."""
@@ -126,6 +128,7 @@ def _perturb_one_array(workdir, step):
     c.save(path, tree)
 
 
+@pytest.mark.slow
 def test_flipped_bits_in_an_array_are_caught_and_training_falls_back_each_time(experiment, tmp_path,
                                                                                 caplog):
   reference, _ = run_train(experiment("train.steps=6"), tmp_path / "a")

@@ -7,6 +7,8 @@ import pathlib
 import subprocess
 import sys
 
+import pytest
+
 from experiments import soak
 from tests.integration.conftest import tiny_flags
 from tfm import cli
@@ -15,6 +17,7 @@ ROOT = pathlib.Path(__file__).resolve().parents[2]
 ENV = {**os.environ, "TFM_VENV": sys.prefix, "PYTHONUNBUFFERED": "1"}  # launch.sh runs this venv
 
 
+@pytest.mark.slow
 def test_three_random_kills_resume_bit_exact(corpus, tmp_path):
   argv = [sys.executable, str(ROOT / "experiments" / "soak.py"), f"--root={tmp_path}", "--kills=3",
           "--seed=3", "--timeout=300"] + tiny_flags(corpus, "train.steps=12",
@@ -33,6 +36,7 @@ def _attempt(corpus, workdir, log):
   return soak.Attempt(argv, log, ENV)
 
 
+@pytest.mark.slow
 def test_two_processes_stopped_twice_resume_bit_exact(corpus, tmp_path, capsys):
   """SIGTERM to launch.sh reaches both workers, which agree on a step and save it, also while a
   resumed run is still compiling (JAX's sync point counts calls, not steps); the resumed run ends

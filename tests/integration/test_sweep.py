@@ -3,12 +3,15 @@
 import json
 import os
 
+import pytest
+
 from tests.integration.conftest import MODEL
 from tfm import cli
 from tfm.config import load_config
 from tfm.model.params import count_params
 
 
+@pytest.mark.slow
 def test_grid_sweep_records_failures_and_skips_finished_runs(corpus, tmp_path, capsys):
   root = tmp_path / "sweep"
   overrides = MODEL + [

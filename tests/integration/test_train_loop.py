@@ -7,6 +7,7 @@ import threading
 
 import jax
 import numpy as np
+import pytest
 
 from tests.integration.conftest import run_train
 from tfm.train import checkpoint as ckpt_lib
@@ -38,6 +39,7 @@ def test_loss_falls_and_everything_is_logged(experiment, tmp_path, monkeypatch):
   assert (tmp_path / "config.json").exists()
 
 
+@pytest.mark.slow
 def test_rows_round_up_to_split_over_microbatches(experiment, tmp_path):
   # 256 tokens of 32 give 8 rows, which 3 microbatches cannot split: the run takes 9, says so once.
   state, log = run_train(experiment("train.steps=2", "train.microbatches=3"), tmp_path)

@@ -2,9 +2,12 @@
 
 import json
 
+import pytest
+
 from tfm import cli
 
 
+@pytest.mark.slow
 def test_table3_counts_match_the_paper_with_the_padded_vocabulary(capsys):
   assert cli.main(["tfm", "params", "--config", "configs/table3.py", "--vocab-size", "40960", "--json"]) == 0
   rows = {r["row"]: r for r in json.loads(capsys.readouterr().out)}

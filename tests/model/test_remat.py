@@ -50,6 +50,7 @@ def _reference(scan: bool):
   return jax.jit(jax.value_and_grad(_loss(Transformer(tiny(**BASE, scan_layers=scan)))))(_params(scan))
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("policy", ["full", "dots", "offload"])
 def test_remat_policy_keeps_loss_and_gradients(policy):
   for scan in (False, True):

@@ -62,6 +62,7 @@ def _boxed_shapes(model, inputs, targets):
   return jax.eval_shape(model.init, jax.random.PRNGKey(0), inputs, targets)["params"]
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("name", list(VARIANTS))
 def test_scanned_loss_and_gradients_equal_unrolled(name):
   unrolled, scanned, params, stacked = _pair(VARIANTS[name])

@@ -41,6 +41,7 @@ def plan_json(capsys, *overrides, flags=()):
   return json.loads(out)
 
 
+@pytest.mark.slow
 @needs_libtpu
 def test_plan_of_a_tiny_step(capsys):
   # 30 rows of 64 tokens do not split over the 4 chips: rounded up to 32 rows.
@@ -70,6 +71,7 @@ def test_plan_of_a_tiny_step(capsys):
   assert plan["compile_s"] > 0 and plan["remedies"] == []
 
 
+@pytest.mark.slow
 @needs_libtpu
 def test_a_step_too_big_for_hbm_names_the_change_that_fits(capsys):
   # A 4M-piece vocabulary: ~1.07B parameters, whose float32 values, Adam moments and gradients do

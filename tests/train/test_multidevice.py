@@ -40,6 +40,7 @@ def check_matches_single_device(result: dict, name: str) -> None:
 
 
 # One test per script run: under pytest-xdist a module fixture would run once per worker.
+@pytest.mark.slow
 def test_tiny_model_on_8_devices(tmp_path):
   result = run_script("tiny", tmp_path)
   for name in ("data_parallel", "fsdp", "tensor_parallel"):
@@ -64,6 +65,7 @@ def test_tiny_model_on_8_devices(tmp_path):
                                           "data": {"position": 7}, "step": 2}
 
 
+@pytest.mark.slow
 def test_transformer_on_8_devices(tmp_path):
   """The project's Transformer (1 + 1 layers) on a (2, 2, 2) mesh with 2 microbatches."""
   result = run_script("transformer", tmp_path)
@@ -77,6 +79,7 @@ def test_transformer_on_8_devices(tmp_path):
     assert decode[name]["output_tokens"] > 8, decode
 
 
+@pytest.mark.slow
 def test_scanned_transformer_on_8_devices(tmp_path):
   """model.scan_layers (2 + 2 layers stacked) on the (2, 2, 2) mesh: each stacked weight is split
   as its layer's weight is and replicated along the layers axis; training and decoding equal one

@@ -59,6 +59,7 @@ def test_a_scanned_model_starts_from_the_unrolled_initialisation(setups):
                                                   jax.tree.leaves(scanned.initial)))
 
 
+@pytest.mark.slow
 def test_converted_state_trains_on_like_the_original(setups):
   unrolled, scanned = setups
   state = unrolled.fresh_state()
