@@ -8,6 +8,8 @@ no test depends on what an earlier session compiled.
 import os
 import tempfile
 
+import pytest
+
 os.environ.setdefault("JAX_PLATFORMS", "cpu")
 os.environ.setdefault("JAX_COMPILATION_CACHE_DIR", tempfile.mkdtemp(prefix="tfm-xla-cache-"))
 os.environ.setdefault("JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS", "0.5")
@@ -19,12 +21,21 @@ if "xla_backend_optimization_level" not in os.environ.get("XLA_FLAGS", ""):
 
 
 def pytest_collection_modifyitems(items):
-  """Files that hold a `slow` test run first, the rest after them, each in its usual order.
-
-  The README runs the suite on 2 workers with `--dist loadfile` (pyproject.toml): a file stays on one
-  worker (its module fixtures and cached models are built once) and a worker takes the next file
-  when it is free. Started last, a file of long end-to-end runs would leave one worker idle while
-  the other finishes it; started first, the short files fill in around it.
-  """
+  """Files that hold a `slow` test run first, the rest after them, each in its usual order."""
   slow = {item.path for item in items if item.get_closest_marker("slow")}
   items.sort(key=lambda item: item.path not in slow)  # stable: collection order within each part
+
+
+@pytest.hookimpl(optionalhook=True)
+def pytest_xdist_make_scheduler(config, log):
+  """With -n and no --dist of one's own, whole files go to the workers, in collection order.
+
+  A file stays on one worker (its module fixtures and cached models are built once) and a worker
+  takes the next file when it is free. The long end-to-end files come first (above): started last,
+  one of them would leave a worker idle while the other finishes it.
+  """
+  if config.getoption("dist") != "load":
+    return None
+  from xdist.scheduler import LoadFileScheduling  # pylint: disable=import-outside-toplevel
+  config.option.loadscopereorder = False  # keep the order above, not files sorted by test count
+  return LoadFileScheduling(config, log)

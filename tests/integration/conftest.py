@@ -28,7 +28,8 @@ def tiny_overrides(corpus, *extra) -> list[str]:
           "data.tokens_per_batch=256", "data.eval_max_examples=16", "data.overlong=truncate"]
   train = ["train.steps=6", "train.warmup_steps=4", "train.learning_rate=4.0", "train.log_every=3",
            "train.eval_every=100", "train.checkpoint_every=3", "train.keep_checkpoints=3",
-           "train.average_checkpoints=2", "eval.bleu_every=0"]
+           "train.average_checkpoints=2", "eval.bleu_every=0",
+           "train.curves=False"]  # drawn in tests/integration/test_progress_and_plots.py alone
   return MODEL + data + train + list(extra)
 
 

@@ -1,5 +1,5 @@
 """What a researcher sees of a run: progress lines with ETA, MFU where the devices have a peak,
-a profiler trace of chosen steps, WORKDIR/curves.png at each evaluation and tfm plot."""
+a profiler trace of chosen steps, WORKDIR/curves.png at each evaluation (train.curves) and tfm plot."""
 
 import re
 
@@ -22,7 +22,7 @@ def runs(experiment_module, tmp_path_factory):
   for name, heads in (("two_heads", 2), ("one_head", 1)):
     _, logs[name] = run_train(experiment_module(
         "train.steps=8", "train.log_every=2", "train.eval_every=4", "train.checkpoint_every=4",
-        "train.profile_steps=(2,4)",
+        "train.profile_steps=(2,4)", f"train.curves={heads == 2}",
         f"model.num_heads={heads}"), root / name)
   monkeypatch.undo()
   return root, logs
@@ -58,6 +58,7 @@ def test_profile_trace_and_curves_in_the_workdir(runs):
   assert len(scalars["train/tokens"]) == 4 and all(t > 0 for _, t in scalars["train/tokens"])
   png = (root / "two_heads" / "curves.png").read_bytes()
   assert png.startswith(b"\x89PNG") and len(png) > 20_000
+  assert not (root / "one_head" / "curves.png").exists()  # train.curves=False: tfm plot draws it
 
 
 def test_tfm_plot_overlays_workdirs(runs, capsys):

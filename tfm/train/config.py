@@ -71,6 +71,9 @@ class TrainConfig:
   # (a, b): a profiler trace of steps a+1..b into WORKDIR/tensorboard (TensorBoard's profile tab);
   # () = none.
   profile_steps: tuple = ()
+  # WORKDIR/curves.png redrawn at each evaluation and at the end (~0.5 s a drawing on a CPU core,
+  # ~1 s more for matplotlib's import in a new process); False: `tfm plot` draws it when asked.
+  curves: bool = True
 
   def __post_init__(self):
     validate_train_config(self)
@@ -94,10 +97,10 @@ class MeshConfig:
     validate_mesh_config(self)
 
 
-# Read by the training loop alone (cadences, the cache's place, profiling, what a skipped update
-# does next): runs that differ only in these compile the same steps.
+# Read by the training loop alone (cadences, the cache's place, profiling, curves, what a skipped
+# update does next): runs that differ only in these compile the same steps.
 LOOP_FIELDS = ("log_every", "eval_every", "checkpoint_every", "keep_checkpoints", "average_checkpoints",
-               "nonfinite", "compilation_cache_dir", "profile_steps")
+               "nonfinite", "compilation_cache_dir", "profile_steps", "curves")
 
 
 def step_fields(train: TrainConfig) -> TrainConfig:
