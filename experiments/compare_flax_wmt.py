@@ -6,6 +6,9 @@ its directory:
   git clone --depth 1 https://github.com/google/flax /tmp/flax
   python experiments/compare_flax_wmt.py --flax_wmt_dir=/tmp/flax/examples/wmt
   python experiments/compare_flax_wmt.py --flax_wmt_dir=... --only=train_small,beam --rounds=8
+  # on a GPU: the paper's models in bfloat16 at the paper's batch (96 x 256 a side), cuDNN attention
+  python experiments/compare_flax_wmt.py --flax_wmt_dir=... --only=train_base,train_big \
+      --dtype=bfloat16 --train_rows=96 --train_length=256 --tfm_overrides=model.attention_impl=cudnn
 
 (`pip download flax --no-binary :all:` gives the same directory inside the source archive.) The
 script imports the example's own `models.py`, `decode.py` and `train.py` from there and runs its
@@ -15,7 +18,7 @@ training loop needs (tensorflow, clu, flax's checkpointing, its input pipeline a
 while train.py is imported, so neither TensorFlow nor clu has to be installed.
 
 Both sides get the same model: tfm's config (configs/quickstart.py at the shapes below, `SMALL`,
-for "small"; configs/base.py in float32 for "base") translated to the example's TransformerConfig
+for "small"; configs/base.py for "base", configs/big.py for "big"; float32 unless --dtype) translated to the example's TransformerConfig
 (shared embeddings, logits through the embedding, the same widths, heads, layers and dropout;
 attention dropout as tfm's, 0). The architectures still differ where the example differs from the
 paper (pre-LN, no attention biases, dropout on the FFN's hidden layer, no cached encoder projections
@@ -23,14 +26,18 @@ in decoding); that is what is compared.
 
 Work, printed as tfm / flax (throughput ratios: above 1 means tfm is faster):
   train_small  train step, 2+2 layers, d_model 128, 16 x 128 packed tokens a side
-  train_base   train step, the paper's base model in float32, 8 x 64 packed tokens a side
+  train_base   train step, the paper's base model, 8 x 64 packed tokens a side
+  train_big    train step, the paper's big model (configs/big.py), 8 x 64 packed tokens a side
   beam         beam search, beam 4, alpha 0.6, batch 16, source 32, output up to source + 50
                (random weights rarely emit EOS, so both run about 82 steps), small model
   compile      lower + compile of each train step under jax.jit (the example's step vmapped over the
                device axis its pmap maps; time ratio: below 1 means tfm compiles faster)
   memory       XLA's peak memory of the base train step (argument + output + temporaries - aliased;
                below 1 means tfm needs less)
-Throughput is timed interleaved: each round times `--calls` calls of tfm, then of flax (the
+--dtype sets both models' compute dtype (parameters stay float32 on both sides), --train_rows and
+--train_length every train step's batch (the defaults are the shapes above); the train rows also give
+each side's target tokens/s and, on devices with a known peak, its MFU by tfm's FLOP count (tfm/train/flops.py; the example's model has the same
+products, without the attention biases). Throughput is timed interleaved: each round times `--calls` calls of tfm, then of flax (the
 order alternates), after a compile and a warm-up call each; the ratio printed is the median of the
 rounds' ratios, which cancels most of the load other processes put on a shared machine. Compile
 times are the median over `--compile_rounds` fresh compilations (caches cleared, the persistent
@@ -60,6 +67,7 @@ from benchmark_step import synthetic_batch  # noqa: E402
 from tfm import config as config_lib  # noqa: E402
 from tfm.experiment import Experiment  # noqa: E402
 from tfm.train import backend  # noqa: E402
+from tfm.train.flops import mfu, peak_flops, train_flops  # noqa: E402
 from tfm.train.sharding import shard_batch  # noqa: E402
 
 FLAGS = flags.FLAGS
@@ -70,6 +78,9 @@ flags.DEFINE_integer("rounds", 7, "interleaved timing rounds")
 flags.DEFINE_integer("calls", 3, "calls timed per round and side")
 flags.DEFINE_integer("compile_rounds", 3, "fresh compilations per side for compile times")
 flags.DEFINE_list("tfm_overrides", [], "extra tfm config overrides, e.g. model.scan_layers=true")
+flags.DEFINE_enum("dtype", "float32", ["float32", "bfloat16"], "compute dtype of both models")
+flags.DEFINE_integer("train_rows", None, "train batch rows (default: 16 for small, 8 for base, big)")
+flags.DEFINE_integer("train_length", None, "train tokens per row a side (default: 128 small, 64 base, big)")
 
 # Modules the example's train.py imports for its training loop only (data, BLEU, logging).
 _LOOP_ONLY = ("tensorflow", "clu", "clu.metric_writers", "clu.periodic_actions", "input_pipeline",
@@ -113,22 +124,22 @@ SMALL = ["model.vocab_size=8000", "data.vocab_size=8000", "model.d_model=128", "
          "model.num_decoder_layers=2"]
 
 
-def tfm_config(size: str, extra: list[str]):
-  """tfm's config for 'small' (configs/quickstart.py at SMALL's shapes) or 'base' (configs/base.py
-  in float32)."""
-  spec = "configs/quickstart.py" if size == "small" else "configs/base.py"
-  overrides = (SMALL if size == "small" else []) + ["model.dtype=float32",
+def tfm_config(size: str, extra: list[str], dtype: str = "float32"):
+  """tfm's config for 'small' (configs/quickstart.py at SMALL's shapes), 'base' or 'big'
+  (configs/base.py, configs/big.py), in `dtype`."""
+  spec = {"small": "configs/quickstart.py", "base": "configs/base.py", "big": "configs/big.py"}[size]
+  overrides = (SMALL if size == "small" else []) + [f"model.dtype={dtype}",
                                                      "train.compilation_cache_dir=", *extra]
   return config_lib.load_config(str(ROOT / spec), overrides)
 
 
 def flax_model_config(fx, cfg, *, deterministic: bool, decode: bool, max_len: int):
-  """The example's TransformerConfig for tfm's ModelConfig `cfg`."""
+  """The example's TransformerConfig for tfm's ModelConfig `cfg` (its compute dtype too)."""
   if cfg.num_encoder_layers != cfg.num_decoder_layers:
     raise ValueError("the example has one num_layers for both stacks")
   return fx.models.TransformerConfig(
       vocab_size=cfg.vocab_size, output_vocab_size=cfg.vocab_size, share_embeddings=True,
-      logits_via_embedding=True, dtype=jnp.float32, emb_dim=cfg.d_model,
+      logits_via_embedding=True, dtype=jnp.dtype(cfg.dtype), emb_dim=cfg.d_model,
       num_heads=cfg.num_heads, num_layers=cfg.num_encoder_layers,
       qkv_dim=cfg.num_heads * cfg.d_k, mlp_dim=cfg.d_ff, max_len=max_len,
       dropout_rate=cfg.dropout_rate, attention_dropout_rate=cfg.attention_dropout_rate,
@@ -304,24 +315,31 @@ def main(argv):
   rows = []
   print(f"jax {jax.__version__} on {jax.devices()[0].device_kind}; rounds={FLAGS.rounds} "
         f"steps={FLAGS.calls}; tfm overrides {FLAGS.tfm_overrides or 'none'}", flush=True)
-  shapes = {"small": (16, 128), "base": (8, 64)}
+  shapes = {size: (FLAGS.train_rows or rows_, FLAGS.train_length or length_)
+            for size, (rows_, length_) in {"small": (16, 128), "base": (8, 64), "big": (8, 64)}.items()}
   trains = {}
 
   def get_train(size):
     if size not in trains:
-      config = tfm_config(size, FLAGS.tfm_overrides)
+      config = tfm_config(size, FLAGS.tfm_overrides, FLAGS.dtype)
       trains[size] = (TfmTrain(config, *shapes[size]), FlaxTrain(fx, config, *shapes[size]))
     return trains[size]
 
-  for size in ("small", "base"):
+  for size in ("small", "base", "big"):
     if f"train_{size}" in FLAGS.only:
       a, b = get_train(size)
       ratio, ta, tb = interleaved(a, b, FLAGS.rounds, FLAGS.calls)
-      rows.append((f"train step, {size} ({shapes[size][0]} x {shapes[size][1]})", ratio,
-                   f"{1e3 * statistics.median(ta):.0f} ms vs {1e3 * statistics.median(tb):.0f} ms"))
+      n, length = shapes[size]
+      flops, peak = n * train_flops(a.exp.config.model, length, length), peak_flops()
+      detail = []
+      for name, seconds in (("tfm", statistics.median(ta)), ("flax", statistics.median(tb))):
+        utilisation = mfu(flops, seconds, 1, peak)
+        detail.append(f"{name} {1e3 * seconds:.0f} ms, {n * length / seconds:,.0f} target tok/s"
+                      + (f", MFU {utilisation:.1%}" if utilisation is not None else ""))
+      rows.append((f"train step, {size} ({n} x {length}, {FLAGS.dtype})", ratio, "; ".join(detail)))
       print(rows[-1], flush=True)
   if "beam" in FLAGS.only:
-    config = tfm_config("small", FLAGS.tfm_overrides)
+    config = tfm_config("small", FLAGS.tfm_overrides, FLAGS.dtype)
     a, b = TfmBeam(config, 16, 32, 50), FlaxBeam(fx, config, 16, 32, 50)
     ratio, ta, tb = interleaved(a, b, FLAGS.rounds, 1)
     rows.append(("beam search, beam 4, batch 16, source 32, +50", ratio,
