@@ -18,11 +18,11 @@ training loop needs (tensorflow, clu, flax's checkpointing, its input pipeline a
 while train.py is imported, so neither TensorFlow nor clu has to be installed.
 
 Both sides get the same model: tfm's config (configs/quickstart.py at the shapes below, `SMALL`,
-for "small"; configs/base.py for "base", configs/big.py for "big"; float32 unless --dtype) translated to the example's TransformerConfig
-(shared embeddings, logits through the embedding, the same widths, heads, layers and dropout;
-attention dropout as tfm's, 0). The architectures still differ where the example differs from the
-paper (pre-LN, no attention biases, dropout on the FFN's hidden layer, no cached encoder projections
-in decoding); that is what is compared.
+for "small"; configs/base.py for "base", configs/big.py for "big"; float32 unless --dtype)
+translated to the example's TransformerConfig (shared embeddings, logits through the embedding, the
+same widths, heads, layers and dropout; attention dropout as tfm's, 0). The architectures still
+differ where the example differs from the paper (pre-LN, no attention biases, dropout on the FFN's
+hidden layer, no cached encoder projections in decoding); that is what is compared.
 
 Work, printed as tfm / flax (throughput ratios: above 1 means tfm is faster):
   train_small  train step, 2+2 layers, d_model 128, 16 x 128 packed tokens a side
@@ -34,10 +34,13 @@ Work, printed as tfm / flax (throughput ratios: above 1 means tfm is faster):
                device axis its pmap maps; time ratio: below 1 means tfm compiles faster)
   memory       XLA's peak memory of the base train step (argument + output + temporaries - aliased;
                below 1 means tfm needs less)
+
 --dtype sets both models' compute dtype (parameters stay float32 on both sides), --train_rows and
---train_length every train step's batch (the defaults are the shapes above); the train rows also give
-each side's target tokens/s and, on devices with a known peak, its MFU by tfm's FLOP count (tfm/train/flops.py; the example's model has the same
-products, without the attention biases). Throughput is timed interleaved: each round times `--calls` calls of tfm, then of flax (the
+--train_length every train step's batch (the defaults are the shapes above); the train rows also
+give each side's target tokens/s and, on devices with a known peak, its MFU by tfm's FLOP count
+(tfm/train/flops.py; the example's model has the same products, without the attention biases).
+
+Throughput is timed interleaved: each round times `--calls` calls of tfm, then of flax (the
 order alternates), after a compile and a warm-up call each; the ratio printed is the median of the
 rounds' ratios, which cancels most of the load other processes put on a shared machine. Compile
 times are the median over `--compile_rounds` fresh compilations (caches cleared, the persistent
@@ -79,8 +82,8 @@ flags.DEFINE_integer("calls", 3, "calls timed per round and side")
 flags.DEFINE_integer("compile_rounds", 3, "fresh compilations per side for compile times")
 flags.DEFINE_list("tfm_overrides", [], "extra tfm config overrides, e.g. model.scan_layers=true")
 flags.DEFINE_enum("dtype", "float32", ["float32", "bfloat16"], "compute dtype of both models")
-flags.DEFINE_integer("train_rows", None, "train batch rows (default: 16 for small, 8 for base, big)")
-flags.DEFINE_integer("train_length", None, "train tokens per row a side (default: 128 small, 64 base, big)")
+flags.DEFINE_integer("train_rows", None, "train batch rows (default: 16 small, 8 base and big)")
+flags.DEFINE_integer("train_length", None, "train tokens a row a side (default: 128 small, 64 others)")
 
 # Modules the example's train.py imports for its training loop only (data, BLEU, logging).
 _LOOP_ONLY = ("tensorflow", "clu", "clu.metric_writers", "clu.periodic_actions", "input_pipeline",
@@ -127,7 +130,7 @@ SMALL = ["model.vocab_size=8000", "data.vocab_size=8000", "model.d_model=128", "
 def tfm_config(size: str, extra: list[str], dtype: str = "float32"):
   """tfm's config for 'small' (configs/quickstart.py at SMALL's shapes), 'base' or 'big'
   (configs/base.py, configs/big.py), in `dtype`."""
-  spec = {"small": "configs/quickstart.py", "base": "configs/base.py", "big": "configs/big.py"}[size]
+  spec = f"configs/{'quickstart' if size == 'small' else size}.py"
   overrides = (SMALL if size == "small" else []) + [f"model.dtype={dtype}",
                                                      "train.compilation_cache_dir=", *extra]
   return config_lib.load_config(str(ROOT / spec), overrides)
@@ -315,8 +318,9 @@ def main(argv):
   rows = []
   print(f"jax {jax.__version__} on {jax.devices()[0].device_kind}; rounds={FLAGS.rounds} "
         f"steps={FLAGS.calls}; tfm overrides {FLAGS.tfm_overrides or 'none'}", flush=True)
-  shapes = {size: (FLAGS.train_rows or rows_, FLAGS.train_length or length_)
-            for size, (rows_, length_) in {"small": (16, 128), "base": (8, 64), "big": (8, 64)}.items()}
+  defaults = {"small": (16, 128), "base": (8, 64), "big": (8, 64)}
+  shapes = {size: (FLAGS.train_rows or n, FLAGS.train_length or length)
+            for size, (n, length) in defaults.items()}
   trains = {}
 
   def get_train(size):
@@ -335,7 +339,7 @@ def main(argv):
       for name, seconds in (("tfm", statistics.median(ta)), ("flax", statistics.median(tb))):
         utilisation = mfu(flops, seconds, 1, peak)
         detail.append(f"{name} {1e3 * seconds:.0f} ms, {n * length / seconds:,.0f} target tok/s"
-                      + (f", MFU {utilisation:.1%}" if utilisation is not None else ""))
+                      + ("" if utilisation is None else f", MFU {utilisation:.1%}"))
       rows.append((f"train step, {size} ({n} x {length}, {FLAGS.dtype})", ratio, "; ".join(detail)))
       print(rows[-1], flush=True)
   if "beam" in FLAGS.only:

@@ -218,7 +218,8 @@ def _run_steps(config, train_step, state, step, batches, checkpointer, writer, e
         bleu = evaluate_bleu(state.params)
       writer.write(step, {**bleu, "eval_s": timed["seconds"]}, prefix="dev")
       window_start = time.perf_counter()
-    if tc.curves and (step % tc.eval_every == 0 or done or (evaluate_bleu and step % bleu_every == 0)):
+    evaluated = step % tc.eval_every == 0 or done or (evaluate_bleu and step % bleu_every == 0)
+    if tc.curves and evaluated:
       _draw_curves(writer, workdir)
     if step % tc.checkpoint_every == 0 or done or stop:
       checkpointer.save(step, state, batches.get_state())
