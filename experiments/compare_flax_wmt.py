@@ -127,7 +127,7 @@ SMALL = ["model.vocab_size=8000", "data.vocab_size=8000", "model.d_model=128", "
          "model.num_decoder_layers=2"]
 
 
-def tfm_config(size: str, extra: list[str], dtype: str = "float32"):
+def tfm_config(size: str, extra: list[str], dtype: str):
   """tfm's config for 'small' (configs/quickstart.py at SMALL's shapes), 'base' or 'big'
   (configs/base.py, configs/big.py), in `dtype`."""
   spec = f"configs/{'quickstart' if size == 'small' else size}.py"

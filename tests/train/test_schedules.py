@@ -89,9 +89,10 @@ def test_step_fields_keep_what_the_optimizer_computes(schedule):
   train = train_cfg(schedule=schedule, steps=40, warmup_steps=10, learning_rate=0.01,
                     grad_clip_norm=1.0, weight_decay=0.1, log_every=3, eval_every=7,
                     checkpoint_every=5, keep_checkpoints=2, average_checkpoints=2, nonfinite="stop",
-                    compilation_cache_dir="", profile_steps=(1, 3))
+                    compilation_cache_dir="", profile_steps=(1, 3), curves=False)
   reduced = step_fields(train)
   assert reduced.log_every == TrainConfig.log_every and reduced.profile_steps == ()
+  assert reduced.curves is TrainConfig.curves
   assert (reduced.steps == train.steps) == (schedule == "linear_cosine")
   counts = jnp.arange(0, 60)
   np.testing.assert_array_equal(make_schedule(train, 64)(counts), make_schedule(reduced, 64)(counts))
