@@ -8,6 +8,7 @@ import pytest
 import tfm_data_testlib as testlib
 
 from tfm.data import pipeline
+from tfm.data.examples import chunk_examples
 
 
 def _take(it, n):
@@ -29,9 +30,10 @@ def test_same_seed_same_batches_different_seed_different(cfg, tok, packing):
 
 
 def test_each_epoch_is_a_new_permutation(cfg, tok):
-  ds = pipeline.encoded_examples(cfg, tok, "train", shuffle=True, num_epochs=3)
-  n = len(ds) // 3
-  epochs = [[tuple(ds[e * n + i]["inputs"].tolist()) for i in range(n)] for e in range(3)]
+  chunks = pipeline.train_chunks(cfg, tok, num_epochs=3)
+  examples = [tuple(e["inputs"].tolist()) for chunk in chunks for e in chunk_examples(chunk)]
+  n = len(examples) // 3
+  epochs = [examples[e * n:(e + 1) * n] for e in range(3)]
   assert sorted(epochs[0]) == sorted(epochs[1]) == sorted(epochs[2])
   assert epochs[0] != epochs[1] and epochs[1] != epochs[2]
 

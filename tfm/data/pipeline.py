@@ -3,7 +3,7 @@
 Why grain (0.2.18) and not tf.data: the TFDS data source gives random access, and grain's
 `MapDataset` turns that into an index-based pipeline whose order is a pure function of (seed,
 epoch, index): `source[process_index::process_count]` is a disjoint and complete host shard,
-`.shuffle(seed).repeat()` reshuffles every epoch deterministically, and every iterator has a
+grain's index shuffle reshuffles every epoch deterministically, and every iterator has a
 small `get_state()`/`set_state()` (a few integers per stage), so a restored run sees exactly the
 batches it would have seen. Tokenization can move to worker processes (`mp_prefetch`,
 data.num_workers) without changing that. tf.data would need its (large, opaque) iterator
@@ -15,10 +15,12 @@ a memory-mapped gather (~3M real tokens/s per core) and the main process's packe
 (experiments/data_throughput.py, experiments/results/pipeline/).
 
 Stages (per host):
-  data.cache=False: TextPairSource (tfds.data_source) -> [process_index::process_count]
-    -> shuffle(seed) -> repeat -> chunks of CHUNK_SIZE pairs (batched record reads)
-    -> map(EncodeChunk: utf-8 decode, SentencePiece, data.overlong)
-  data.cache=True: chunk k -> ShuffledPositions (the same positions) -> TokenCache.chunk (gather)
+  chunk k -> ShuffledPositions: CHUNK_SIZE positions in the host's shard, grain's shuffle(seed)
+    of each epoch, epochs repeated (tfm/data/shuffle.py computes an epoch's permutation at once)
+  data.cache=False: -> HostPairs: the pairs at those positions of TextPairSource (tfds.data_source)
+    [process_index::process_count] (batched record reads)
+    -> EncodeChunk: utf-8 decode, SentencePiece, data.overlong
+  data.cache=True: -> TokenCache.chunk: the same examples' ids (a gather)
   -> ChunkStream (workers.py: grain read-ahead threads, or data.num_workers processes; state =
      the next chunk's index, the same for any worker count)
   -> ExampleCursor (skips and counts bad data)
@@ -36,7 +38,6 @@ import sys
 from typing import Any
 
 import grain
-from grain.experimental import index_shuffle
 import numpy as np
 
 from tfm.data import batching
@@ -45,6 +46,7 @@ from tfm.data import cache
 from tfm.data import cursor
 from tfm.data import examples as examples_lib
 from tfm.data import packing
+from tfm.data import shuffle
 from tfm.data import sources
 from tfm.data import workers
 from tfm.data.config import DataConfig
@@ -59,29 +61,18 @@ def _check_host(process_index: int, process_count: int) -> None:
                      f"{process_count})")
 
 
-def _host_pairs(cfg, split, process_index, process_count, *, shuffle=False, num_epochs=1,
-                limit=None) -> grain.MapDataset:
+def _host_pairs(cfg, split, process_index, process_count, *, limit=None) -> grain.MapDataset:
   ds = grain.MapDataset.source(sources.open_split(cfg, split))
   if limit is not None:
     ds = ds[:limit]
-  ds = ds[process_index::process_count]
-  if shuffle:
-    ds = ds.shuffle(seed=cfg.shuffle_seed)
-  if num_epochs != 1:
-    ds = ds.repeat(num_epochs)
-  return ds
+  return ds[process_index::process_count]
 
 
 def encoded_examples(cfg: DataConfig, tokenizer, split: str, *, process_index: int = 0,
-                     process_count: int = 1, shuffle: bool = False, num_epochs: int | None = 1,
-                     limit: int | None = None) -> grain.MapDataset:
-  """This host's share of `split` as a grain MapDataset of EncodePair outputs (status marked).
-
-  `limit` keeps the first `limit` examples of the split (before sharding); num_epochs=None
-  repeats forever, with a different (seeded) shuffle each epoch when `shuffle`.
-  """
-  pairs = _host_pairs(cfg, split, process_index, process_count, shuffle=shuffle,
-                      num_epochs=num_epochs, limit=limit)
+                     process_count: int = 1, limit: int | None = None) -> grain.MapDataset:
+  """This host's share of `split`, in dataset order, as a grain MapDataset of EncodePair outputs
+  (status marked). `limit` keeps the first `limit` examples of the split (before sharding)."""
+  pairs = _host_pairs(cfg, split, process_index, process_count, limit=limit)
   return pairs.map(examples_lib.EncodePair(tokenizer, cfg.max_length, cfg.overlong))
 
 
@@ -130,28 +121,49 @@ def train_chunks(cfg: DataConfig, tokenizer, *, process_index: int = 0, process_
   """This host's shuffled train split as a MapDataset of encoded chunks (EncodeChunk layout) of
   CHUNK_SIZE examples: chunk k is a pure function of (data.shuffle_seed, k).
 
-  data.cache=False reads and tokenizes the pairs; True gathers the same examples' ids from the
-  token cache (built on first use), so both give the same chunks: the cache holds the host's
-  examples in host order and grain's shuffle permutes positions [0, n) the same way for both.
+  Chunk k holds the examples at ShuffledPositions(k) of the host's shard (split[process_index::
+  process_count]): data.cache=False reads and tokenizes those pairs, True gathers the same
+  examples' ids from the token cache (built on first use, in host order), so both give the same
+  chunks.
   """
   if not cfg.cache:
-    pairs = _host_pairs(cfg, "train", process_index, process_count, shuffle=True,
-                        num_epochs=num_epochs)
-    return pairs.batch(CHUNK_SIZE, batch_fn=list).map(
+    host = HostPairs(sources.open_split(cfg, "train"), process_index, process_count)
+    positions = ShuffledPositions(len(host), cfg.shuffle_seed, CHUNK_SIZE, num_epochs)
+    return grain.MapDataset.range(positions.num_chunks).map(positions).map(host).map(
         examples_lib.EncodeChunk(tokenizer, cfg.max_length, cfg.overlong))
   tokens = cache.open_cache(cfg, tokenizer, process_index, process_count)
   positions = ShuffledPositions(len(tokens), cfg.shuffle_seed, CHUNK_SIZE, num_epochs)
   return grain.MapDataset.range(positions.num_chunks).map(positions).map(tokens.chunk)
 
 
+class HostPairs:
+  """grain map: positions in this host's shard -> the (source, target) pairs there, read together.
+
+  Position i of the shard is example process_index + i * process_count of the split (as
+  `split[process_index::process_count]`)."""
+
+  def __init__(self, source, process_index: int, process_count: int):
+    _check_host(process_index, process_count)
+    self.source, self.process_index, self.process_count = source, process_index, process_count
+
+  def __len__(self) -> int:
+    return len(range(self.process_index, len(self.source), self.process_count))
+
+  def __call__(self, positions: np.ndarray) -> list:
+    indices = self.process_index + positions * self.process_count
+    batched = getattr(self.source, "_getitems", None)  # grain's name for a batched read
+    return batched(indices) if batched else [self.source[int(i)] for i in indices]
+
+
 class ShuffledPositions:
   """grain map: chunk index k -> int64 [<= chunk_size] example positions in [0, n).
 
   The same numbers as chunk k of `MapDataset.range(n).shuffle(seed).repeat(num_epochs)
-  .batch(chunk_size)` (so the cached pipeline reads the examples in the order the uncached one
-  does: grain's `index_shuffle` with seed + epoch, chunks running across epochs), computed
-  without grain's ~40 us of per-element dataset overhead, which alone would cap the cached
-  pipeline near 3,000 examples/s per core.
+  .batch(chunk_size)`: grain's index shuffle with seed + epoch, chunks running across epochs.
+  Each epoch's permutation is computed whole by tfm/data/shuffle.py (the last two are kept: a
+  chunk may span two), not element by element through grain's dataset, whose per-element
+  overhead (~40 us) and index shuffle (~7 us; ~100 us for an epoch of a few hundred) would cap
+  the pipeline near 3,000 examples/s per core.
   """
 
   def __init__(self, n: int, seed: int, chunk_size: int, num_epochs: int | None):
@@ -160,16 +172,28 @@ class ShuffledPositions:
     self.n, self.seed, self.chunk_size = n, seed, chunk_size
     self.total = sys.maxsize if num_epochs is None else n * num_epochs  # as grain's repeat(None)
     self.num_chunks = -(-self.total // chunk_size)
+    self._epochs: dict[int, np.ndarray] = {}
+
+  def _epoch(self, epoch: int) -> np.ndarray:
+    if epoch not in self._epochs:
+      if len(self._epochs) >= 2:
+        del self._epochs[min(self._epochs)]
+      self._epochs[epoch] = shuffle.epoch_permutation(self.n, (self.seed + epoch) % 2**32)
+    return self._epochs[epoch]
 
   def __call__(self, k: int) -> np.ndarray:
     start = int(k) * self.chunk_size
     stop = min(self.total, start + self.chunk_size)
-    out = np.empty((max(0, stop - start),), np.int64)
-    for i, j in enumerate(range(start, stop)):
-      epoch, index = divmod(j, self.n)
-      out[i] = index_shuffle(index, max_index=self.n - 1, seed=(self.seed + epoch) % 2**32,
-                             rounds=4)
-    return out
+    parts = []
+    while start < stop:
+      epoch, offset = divmod(start, self.n)
+      take = min(stop - start, self.n - offset)
+      parts.append(self._epoch(epoch)[offset:offset + take])
+      start += take
+    return np.concatenate(parts) if parts else np.zeros((0,), np.int64)
+
+  def __getstate__(self):  # worker processes compute their own epochs
+    return {**self.__dict__, "_epochs": {}}
 
 
 def train_iterator(cfg: DataConfig, tokenizer, *, process_index: int = 0, process_count: int = 1,
