@@ -9,7 +9,7 @@ import pytest
 
 from tests.model.helpers import draw, random_tokens, tiny
 from tests.model.test_decode_cache import cached_logits
-from tfm.model.params import count_params
+from tfm.model.params import count_params, param_shapes
 from tfm.model.scan_convert import stack_layers, stacked_dims, unstack_layers
 from tfm.model.transformer import Transformer
 
@@ -83,10 +83,14 @@ def test_scanned_loss_and_gradients_equal_unrolled(name):
 def test_scanned_parameters_are_the_unrolled_ones_stacked_on_a_layers_axis(name):
   cfg = tiny(**VARIANTS[name])
   scanned_cfg = tiny(**VARIANTS[name], scan_layers=True)
-  assert count_params(scanned_cfg) == count_params(cfg)
   inputs, targets = _batch(cfg)
   unrolled = _boxed_shapes(Transformer(cfg), inputs, targets)
   scanned = _boxed_shapes(Transformer(scanned_cfg), inputs, targets)
+  # tfm/model/params.py traces the scanned model for either layout: the shapes each model builds.
+  shape_of = lambda tree: jax.tree.map(lambda x: (x.shape, x.dtype), tree)
+  assert shape_of(param_shapes(cfg)) == shape_of(nn.meta.unbox(unrolled))
+  assert shape_of(param_shapes(scanned_cfg)) == shape_of(nn.meta.unbox(scanned))
+  assert count_params(scanned_cfg) == count_params(cfg)
   # Shapes: the unrolled tree with each stack's layer_i stacked, every leaf [N, ...].
   expected = jax.eval_shape(stack_layers, nn.meta.unbox(unrolled))
   assert jax.tree.map(lambda x: (x.shape, x.dtype), nn.meta.unbox(scanned)) == \

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import math
 
 import flax.linen as nn
@@ -9,16 +10,24 @@ import jax
 import jax.numpy as jnp
 
 from tfm.model.config import ModelConfig
+from tfm.model.scan_convert import unstack_layers
 from tfm.model.transformer import Transformer
 
 
 def param_shapes(cfg: ModelConfig, length: int = 8):
-  """The (unboxed) parameter tree of Transformer(cfg) as ShapeDtypeStructs; nothing is allocated."""
+  """The (unboxed) parameter tree of Transformer(cfg) as ShapeDtypeStructs; nothing is allocated.
+
+  `init` is traced with the layers scanned (model.scan_layers), which traces one layer a stack
+  instead of N (the paper's base: 1.5 s -> 0.3 s on a CPU core); the stacked shapes [N, ...] are
+  then split into the unrolled layout when cfg asks for it (tfm/model/scan_convert.py).
+  """
   tokens = jnp.ones((1, length), jnp.int32)
   inputs = None if cfg.architecture == "decoder_only" else tokens
   targets = None if cfg.architecture == "encoder_only" else tokens
-  init = lambda: Transformer(cfg).init(jax.random.PRNGKey(0), inputs, targets)
-  return nn.meta.unbox(jax.eval_shape(init))["params"]
+  scanned = Transformer(dataclasses.replace(cfg, scan_layers=True))
+  shapes = nn.meta.unbox(jax.eval_shape(lambda: scanned.init(jax.random.PRNGKey(0), inputs,
+                                                             targets)))["params"]
+  return shapes if cfg.scan_layers else jax.eval_shape(unstack_layers, shapes)
 
 
 def count_params(cfg: ModelConfig) -> int:
