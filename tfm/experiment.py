@@ -92,6 +92,9 @@ class _Built:
 
   @functools.cached_property
   def abstract_params(self):
+    if "abstract_state" in self.__dict__:  # built for training already: the same tree, no trace
+      state, shardings = self.abstract_state
+      return state.params, shardings.params
     return abstract_params(self.model, self.mesh, self.rules)
 
   @functools.cached_property

@@ -10,6 +10,7 @@ from tests.train.helpers import FAST_COMPILE as FAST, experiment_config, mesh_cf
 from tfm import experiment as experiment_lib
 from tfm.experiment import Experiment
 from tfm.model.config import ModelConfig
+from tfm.model.transformer import Transformer
 
 MODEL = ModelConfig(vocab_size=64, d_model=16, d_ff=32, num_heads=2, d_k=8, d_v=8,
                     num_encoder_layers=1, num_decoder_layers=1)
@@ -57,3 +58,18 @@ def test_a_given_model_is_never_shared():
   assert Experiment(config, model=shared.model).train_step is not shared.train_step
   experiment_lib.forget_shared()
   assert Experiment(config).train_step is not shared.train_step
+
+
+def test_parameters_alone_equal_the_states_parameters():
+  """Inference builds the abstract parameters without an optimizer; once training has built the
+  abstract state, they are its parameters (no second trace): the same shapes and shardings."""
+  config = experiment_config(MODEL, train_cfg(), mesh_cfg())
+  alone = Experiment(config, model=Transformer(MODEL))  # a given model: its own pieces, unshared
+  params, shardings = alone.abstract_params, alone.param_shardings
+  assert "abstract_state" not in alone._built.__dict__
+  trained = Experiment(config, model=Transformer(MODEL))
+  assert trained.abstract_state.params is trained.abstract_params
+  assert jax.tree.structure(trained.abstract_params) == jax.tree.structure(params)
+  for got, want in zip(jax.tree.leaves(trained.abstract_params), jax.tree.leaves(params)):
+    assert (got.shape, got.dtype, got.sharding) == (want.shape, want.dtype, want.sharding)
+  assert jax.tree.leaves(trained.param_shardings) == jax.tree.leaves(shardings)
