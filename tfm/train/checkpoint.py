@@ -204,6 +204,7 @@ class Checkpointer:
     return None
 
   def _restore(self, abstract_state: Any, step: int, accept) -> tuple[Any, dict]:
+    check_shapes(self.directory / str(step) / STATE, abstract_state)
     items = {STATE: ocp.args.StandardRestore(abstract_state), DATA: ocp.args.JsonRestore()}
     has_manifest = (self.directory / str(step) / MANIFEST).exists()
     if has_manifest:
@@ -240,6 +241,36 @@ class Checkpointer:
     self.manager.close()
 
 
+def _key_name(entry) -> str:
+  for attr in ("key", "idx", "name"):  # DictKey, SequenceKey, GetAttrKey / FlattenedIndexKey
+    if hasattr(entry, attr):
+      return str(getattr(entry, attr))
+  return str(entry)
+
+
+def _shapes(tree: Any) -> dict[str, tuple]:
+  return {"/".join(_key_name(e) for e in path): tuple(leaf.shape)
+          for path, leaf in jax.tree_util.tree_leaves_with_path(tree)}
+
+
+def check_shapes(state_dir: epath.Path, target: Any, prefix: str = "") -> None:
+  """Raises ValueError naming the first array of `target` (ShapeDtypeStructs; prefix: where it
+  sits in the saved tree, 'params/' for the parameters alone) that the checkpoint at state_dir
+  does not hold with that shape. Read from the checkpoint's metadata before Orbax reads any array:
+  Orbax's failed reads of mismatched arrays leave tasks whose errors reach stderr later."""
+  handler = ocp.PyTreeCheckpointHandler()
+  try:
+    saved = _shapes(handler.metadata(state_dir).tree)
+  finally:
+    handler.close()
+  for name, shape in _shapes(target).items():
+    held = saved.get(prefix + name)
+    if held != shape:
+      raise ValueError(f"{state_dir} holds {prefix + name} "
+                       f"{'as ' + str(held) if held is not None else 'not at all'}; "
+                       f"this model's is {shape} (another model config?)")
+
+
 def verify(manifest: dict, state: Any, payload: Any | None = None, prefix: str = "") -> None:
   """Raises CorruptCheckpoint unless the arrays of `state` (and the data payload) match the
   manifest's checksums. prefix: where `state` sits in the saved tree ('params/' for params only)."""
@@ -264,6 +295,7 @@ def restore_params(workdir: str | epath.Path, step: int, abstract_params: Any) -
   jax.ShapeDtypeStruct, e.g. Experiment.abstract_params), verified against the checkpoint's
   checksums when it has them -- for checkpoint averaging and evaluation."""
   path = checkpoint_dir(workdir) / str(step)
+  check_shapes(path / STATE, abstract_params, prefix="params/")
   target = {"params": abstract_params}
   restore_args = ocp.checkpoint_utils.construct_restore_args(target)
   with ocp.PyTreeCheckpointer() as checkpointer:
@@ -282,6 +314,7 @@ def restore_state(workdir: str | epath.Path, step: int, abstract_state: Any) -> 
   wrote it), both verified against the checkpoint's checksums when it has them. Nothing is set
   aside and no host's data state is picked: for copying a checkpoint (tfm convert)."""
   path = checkpoint_dir(workdir) / str(step)
+  check_shapes(path / STATE, abstract_state)
   with ocp.Checkpointer(ocp.StandardCheckpointHandler()) as checkpointer:
     state = checkpointer.restore(path / STATE, args=ocp.args.StandardRestore(abstract_state))
   with ocp.Checkpointer(ocp.JsonCheckpointHandler()) as checkpointer:
