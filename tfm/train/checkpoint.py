@@ -241,15 +241,9 @@ class Checkpointer:
     self.manager.close()
 
 
-def _key_name(entry) -> str:
-  for attr in ("key", "idx", "name"):  # DictKey, SequenceKey, GetAttrKey / FlattenedIndexKey
-    if hasattr(entry, attr):
-      return str(getattr(entry, attr))
-  return str(entry)
-
-
 def _shapes(tree: Any) -> dict[str, tuple]:
-  return {"/".join(_key_name(e) for e in path): tuple(leaf.shape)
+  """Shapes by array name, the names of the manifest's checksums (checksums.array_checksums)."""
+  return {jax.tree_util.keystr(path, simple=True, separator="/"): tuple(leaf.shape)
           for path, leaf in jax.tree_util.tree_leaves_with_path(tree)}
 
 
