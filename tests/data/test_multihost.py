@@ -1,4 +1,5 @@
-"""Per-host shards with 2 real JAX processes: disjoint, together the whole train split."""
+"""Per-host shards: HostShard is the split's strided slice; 2 real JAX processes read disjoint shards
+that together are the whole train split."""
 
 import collections
 import dataclasses
@@ -8,7 +9,11 @@ import socket
 import subprocess
 import sys
 
+import numpy as np
+import pytest
 import tfm_data_testlib as testlib
+
+from tfm.data import sources
 
 WORKER = os.path.join(os.path.dirname(__file__), "multihost_worker.py")
 
@@ -46,3 +51,19 @@ def test_two_processes_read_disjoint_complete_shards(cfg, tok, tmp_path):
   assert hosts[0]["num_dev_batches"] == hosts[1]["num_dev_batches"]
   rows = cfg.tokens_per_batch // cfg.max_length
   assert all(h["global_shape"] == [rows, cfg.max_length] and h["local_matches"] for h in hosts)
+
+
+def test_host_shards_are_the_splits_strided_slices(cfg):
+  """HostShard(split, i, n, limit) is split[:limit][i::n] whichever way it is read, so the train
+  shards, the eval shards and the token cache's shard agree; a host outside the count is refused."""
+  source = sources.open_split(cfg, "train")
+  everything = [source[i] for i in range(len(source))]
+  for count, limit in ((1, None), (3, None), (3, 7), (4, len(source) + 5)):
+    shards = [sources.HostShard(source, i, count, limit) for i in range(count)]
+    for i, shard in enumerate(shards):
+      want = everything[:limit][i::count]
+      assert len(shard) == len(want) and [shard[p] for p in range(len(shard))] == want
+      assert shard(np.arange(len(shard))[::-1]) == want[::-1]  # batched reads, any order
+    assert sum(len(s) for s in shards) == len(everything[:limit])
+  with pytest.raises(ValueError, match=r"process_index=2 must be in \[0, process_count=2\)"):
+    sources.HostShard(source, 2, 2)

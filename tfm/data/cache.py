@@ -168,10 +168,9 @@ def _write(directory: str, chunks, dtype, inputs: dict[str, Any]) -> None:
       "build_seconds": round(time.perf_counter() - start, 2)})
 
 
-def build(cfg, tokenizer, directory: str, source, process_index: int, process_count: int) -> None:
-  """Tokenizes source[process_index::process_count] into `directory` (temporary name, renamed)."""
-  pairs = grain.MapDataset.source(source)[process_index::process_count]
-  chunks = pairs.batch(CHUNK_SIZE, batch_fn=list).map(
+def build(cfg, tokenizer, directory: str, host: sources.HostShard) -> None:
+  """Tokenizes this host's shard of the split into `directory` (temporary name, renamed)."""
+  chunks = grain.MapDataset.source(host).batch(CHUNK_SIZE, batch_fn=list).map(
       examples_lib.EncodeChunk(tokenizer, cfg.max_length, cfg.overlong))
   dtype = np.uint16 if tokenizer.vocab_size <= np.iinfo(np.uint16).max + 1 else np.int32
   tmp = f"{directory}.tmp-{os.getpid()}"
@@ -180,7 +179,7 @@ def build(cfg, tokenizer, directory: str, source, process_index: int, process_co
   os.makedirs(os.path.dirname(directory), exist_ok=True)
   stream = workers.ChunkStream(chunks, cfg.num_workers)
   try:
-    _write(tmp, stream, dtype, fingerprint_inputs(cfg, tokenizer, source, process_count))
+    _write(tmp, stream, dtype, fingerprint_inputs(cfg, tokenizer, host.source, host.process_count))
   except BaseException:
     shutil.rmtree(tmp, ignore_errors=True)
     raise
@@ -196,12 +195,12 @@ def build(cfg, tokenizer, directory: str, source, process_index: int, process_co
 
 def open_cache(cfg, tokenizer, process_index: int = 0, process_count: int = 1) -> TokenCache:
   """This host's token cache for the train split, built first when it does not exist yet."""
-  source = sources.open_split(cfg, "train")
-  directory = cache_dir(cfg, tokenizer, source, process_index, process_count)
+  host = sources.HostShard(sources.open_split(cfg, "train"), process_index, process_count)
+  directory = cache_dir(cfg, tokenizer, host.source, process_index, process_count)
   if not os.path.exists(os.path.join(directory, "meta.json")):
     log.info("building the token cache %s (%d examples on this host, data.num_workers=%d)",
-             directory, len(range(process_index, len(source), process_count)), cfg.num_workers)
+             directory, len(host), cfg.num_workers)
     start = time.perf_counter()
-    build(cfg, tokenizer, directory, source, process_index, process_count)
+    build(cfg, tokenizer, directory, host)
     log.info("token cache built in %.1f s", time.perf_counter() - start)
   return TokenCache(directory)

@@ -17,8 +17,8 @@ a memory-mapped gather (~3M real tokens/s per core) and the main process's packe
 Stages (per host):
   chunk k -> ShuffledPositions: CHUNK_SIZE positions in the host's shard, grain's shuffle(seed)
     of each epoch, epochs repeated (tfm/data/shuffle.py computes an epoch's permutation at once)
-  data.cache=False: -> HostPairs: the pairs at those positions of TextPairSource (tfds.data_source)
-    [process_index::process_count] (batched record reads)
+  data.cache=False: -> sources.HostShard: the pairs at those positions of TextPairSource
+    (tfds.data_source)[process_index::process_count] (batched record reads)
     -> EncodeChunk: utf-8 decode, SentencePiece, data.overlong
   data.cache=True: -> TokenCache.chunk: the same examples' ids (a gather)
   -> ChunkStream (workers.py: grain read-ahead threads, or data.num_workers processes; state =
@@ -55,25 +55,12 @@ CHUNK_SIZE = 128  # pairs read and tokenized together (one grain element)
 _WINDOW_BATCHES = 16  # bucketed mode: batches' worth of tokens read per shuffling window
 
 
-def _check_host(process_index: int, process_count: int) -> None:
-  if process_count < 1 or not 0 <= process_index < process_count:
-    raise ValueError(f"process_index={process_index} must be in [0, process_count="
-                     f"{process_count})")
-
-
-def _host_pairs(cfg, split, process_index, process_count, *, limit=None) -> grain.MapDataset:
-  ds = grain.MapDataset.source(sources.open_split(cfg, split))
-  if limit is not None:
-    ds = ds[:limit]
-  return ds[process_index::process_count]
-
-
 def encoded_examples(cfg: DataConfig, tokenizer, split: str, *, process_index: int = 0,
                      process_count: int = 1, limit: int | None = None) -> grain.MapDataset:
   """This host's share of `split`, in dataset order, as a grain MapDataset of EncodePair outputs
   (status marked). `limit` keeps the first `limit` examples of the split (before sharding)."""
-  pairs = _host_pairs(cfg, split, process_index, process_count, limit=limit)
-  return pairs.map(examples_lib.EncodePair(tokenizer, cfg.max_length, cfg.overlong))
+  host = sources.HostShard(sources.open_split(cfg, split), process_index, process_count, limit)
+  return grain.MapDataset.source(host).map(examples_lib.EncodePair(tokenizer, cfg.max_length, cfg.overlong))
 
 
 class TrainIterator:
@@ -126,33 +113,17 @@ def train_chunks(cfg: DataConfig, tokenizer, *, process_index: int = 0, process_
   examples' ids from the token cache (built on first use, in host order), so both give the same
   chunks.
   """
-  if not cfg.cache:
-    host = HostPairs(sources.open_split(cfg, "train"), process_index, process_count)
-    positions = ShuffledPositions(len(host), cfg.shuffle_seed, CHUNK_SIZE, num_epochs)
-    return grain.MapDataset.range(positions.num_chunks).map(positions).map(host).map(
-        examples_lib.EncodeChunk(tokenizer, cfg.max_length, cfg.overlong))
-  tokens = cache.open_cache(cfg, tokenizer, process_index, process_count)
-  positions = ShuffledPositions(len(tokens), cfg.shuffle_seed, CHUNK_SIZE, num_epochs)
-  return grain.MapDataset.range(positions.num_chunks).map(positions).map(tokens.chunk)
-
-
-class HostPairs:
-  """grain map: positions in this host's shard -> the (source, target) pairs there, read together.
-
-  Position i of the shard is example process_index + i * process_count of the split (as
-  `split[process_index::process_count]`)."""
-
-  def __init__(self, source, process_index: int, process_count: int):
-    _check_host(process_index, process_count)
-    self.source, self.process_index, self.process_count = source, process_index, process_count
-
-  def __len__(self) -> int:
-    return len(range(self.process_index, len(self.source), self.process_count))
-
-  def __call__(self, positions: np.ndarray) -> list:
-    indices = self.process_index + positions * self.process_count
-    batched = getattr(self.source, "_getitems", None)  # grain's name for a batched read
-    return batched(indices) if batched else [self.source[int(i)] for i in indices]
+  if cfg.cache:
+    tokens = cache.open_cache(cfg, tokenizer, process_index, process_count)
+    n, reads = len(tokens), [tokens.chunk]
+  else:
+    host = sources.HostShard(sources.open_split(cfg, "train"), process_index, process_count)
+    n, reads = len(host), [host, examples_lib.EncodeChunk(tokenizer, cfg.max_length, cfg.overlong)]
+  positions = ShuffledPositions(n, cfg.shuffle_seed, CHUNK_SIZE, num_epochs)
+  chunks = grain.MapDataset.range(positions.num_chunks).map(positions)
+  for read in reads:
+    chunks = chunks.map(read)
+  return chunks
 
 
 class ShuffledPositions:
@@ -205,7 +176,6 @@ def train_iterator(cfg: DataConfig, tokenizer, *, process_index: int = 0, proces
   row count of every batch, packed or bucketed, is rounded up to a multiple of it (the step's
   batch shards x microbatches; tfm/data/batching.py).
   """
-  _check_host(process_index, process_count)
   stream = workers.ChunkStream(train_chunks(cfg, tokenizer, process_index=process_index,
                                             process_count=process_count, num_epochs=num_epochs),
                                cfg.num_workers)
@@ -232,7 +202,6 @@ def eval_batches(cfg: DataConfig, tokenizer, split: str = "dev", *, process_inde
   Over-long examples follow data.overlong. Every host returns the same number of batches
   (padded with all-zero batches), so collective eval steps stay in lockstep.
   """
-  _check_host(process_index, process_count)
   rows = batching.host_rows(cfg, process_count, row_multiple)
   ds = encoded_examples(cfg, tokenizer, split, process_index=process_index,
                         process_count=process_count, limit=cfg.eval_max_examples)
