@@ -5,10 +5,17 @@ import math
 
 import numpy as np
 import pytest
-from scipy import stats
 
 from tfm.sweep import report
 from tfm.sweep.runs import Run, expand, parse_grid
+
+
+@pytest.fixture(scope="module")
+def spearmanr():
+  """scipy's Spearman rank correlation, the independent reference. Imported here, not at the top:
+  scipy.stats takes ~1.5 s to import, which every pytest worker would pay while collecting."""
+  from scipy import stats  # pylint: disable=import-outside-toplevel
+  return lambda x, y: stats.spearmanr(x, y).statistic
 
 
 def test_ranks_share_ties():
@@ -16,11 +23,11 @@ def test_ranks_share_ties():
 
 
 @pytest.mark.parametrize("seed", range(4))
-def test_spearman_matches_scipy(seed):
+def test_spearman_matches_scipy(seed, spearmanr):
   rng = np.random.default_rng(seed)
   x = rng.integers(0, 6, 15).astype(float)  # many ties
   y = x + rng.normal(0, 2, 15)
-  assert report.spearman(x, y) == pytest.approx(stats.spearmanr(x, y).statistic, abs=1e-12)
+  assert report.spearman(x, y) == pytest.approx(spearmanr(x, y), abs=1e-12)
 
 
 def test_spearman_by_hand():
@@ -54,11 +61,11 @@ def test_groups_average_the_finished_seeds():
   assert math.isnan(g["C5"]["dev_ppl_std"])  # one seed: no spread
 
 
-def test_comparison_with_the_paper():
+def test_comparison_with_the_paper(spearmanr):
   c = report.comparison(report.groups(RESULTS))
   # ours: base 11, A1 13, C5 9, C1 10.5, E 11.5; paper: 4.92, 5.29, 4.66, 6.11, 4.92
-  assert c["spearman"] == pytest.approx(stats.spearmanr([11, 13, 9, 10.5, 11.5],
-                                                        [4.92, 5.29, 4.66, 6.11, 4.92]).statistic)
+  assert c["spearman"] == pytest.approx(spearmanr([11, 13, 9, 10.5, 11.5],
+                                                  [4.92, 5.29, 4.66, 6.11, 4.92]))
   assert c["same_direction"] == ["A1", "C5"] and c["other_direction"] == ["C1"]
   assert c["paper_unchanged"] == ["E"]
 
