@@ -1,5 +1,5 @@
-"""Per-host shards: HostShard is the split's strided slice; 2 real JAX processes read disjoint shards
-that together are the whole train split."""
+"""Per-host shards: HostShard is the split's strided slice; 2 real JAX processes read disjoint
+shards that together are the whole train split."""
 
 import collections
 import dataclasses

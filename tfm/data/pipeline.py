@@ -60,7 +60,8 @@ def encoded_examples(cfg: DataConfig, tokenizer, split: str, *, process_index: i
   """This host's share of `split`, in dataset order, as a grain MapDataset of EncodePair outputs
   (status marked). `limit` keeps the first `limit` examples of the split (before sharding)."""
   host = sources.HostShard(sources.open_split(cfg, split), process_index, process_count, limit)
-  return grain.MapDataset.source(host).map(examples_lib.EncodePair(tokenizer, cfg.max_length, cfg.overlong))
+  return grain.MapDataset.source(host).map(
+      examples_lib.EncodePair(tokenizer, cfg.max_length, cfg.overlong))
 
 
 class TrainIterator:

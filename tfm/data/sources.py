@@ -66,8 +66,8 @@ class TextPairSource:
 
 
 class HostShard:
-  """This host's share of a split: position i is example process_index + i * process_count of the
-  split's first `limit` examples (all when None), i.e. `split[:limit][process_index::process_count]`.
+  """This host's share of a split: position i is example process_index + i * process_count of
+  the split's first `limit` examples (all when None): `split[:limit][process_index::process_count]`.
 
   A grain data source (`len`, `shard[i] -> (source, target)`, batched reads) for reading in
   order, and a grain map (int64 positions [n] -> those n pairs, read together) for reading at
