@@ -55,15 +55,6 @@ CHUNK_SIZE = 128  # pairs read and tokenized together (one grain element)
 _WINDOW_BATCHES = 16  # bucketed mode: batches' worth of tokens read per shuffling window
 
 
-def encoded_examples(cfg: DataConfig, tokenizer, split: str, *, process_index: int = 0,
-                     process_count: int = 1, limit: int | None = None) -> grain.MapDataset:
-  """This host's share of `split`, in dataset order, as a grain MapDataset of EncodePair outputs
-  (status marked). `limit` keeps the first `limit` examples of the split (before sharding)."""
-  host = sources.HostShard(sources.open_split(cfg, split), process_index, process_count, limit)
-  return grain.MapDataset.source(host).map(
-      examples_lib.EncodePair(tokenizer, cfg.max_length, cfg.overlong))
-
-
 class TrainIterator:
   """Iterator of per-host train batches with checkpointable state and statistics.
 
@@ -204,12 +195,13 @@ def eval_batches(cfg: DataConfig, tokenizer, split: str = "dev", *, process_inde
   (padded with all-zero batches), so collective eval steps stay in lockstep.
   """
   rows = batching.host_rows(cfg, process_count, row_multiple)
-  ds = encoded_examples(cfg, tokenizer, split, process_index=process_index,
-                        process_count=process_count, limit=cfg.eval_max_examples)
-  total = len(sources.open_split(cfg, split))
-  if cfg.eval_max_examples is not None:
-    total = min(total, cfg.eval_max_examples)
-  num_batches = math.ceil(math.ceil(total / process_count) / rows)
+  source = sources.open_split(cfg, split)
+  host = sources.HostShard(source, process_index, process_count, cfg.eval_max_examples)
+  ds = grain.MapDataset.source(host).map(
+      examples_lib.EncodePair(tokenizer, cfg.max_length, cfg.overlong))
+  # Host 0's shard is the longest: every host pads to its number of batches.
+  longest = sources.HostShard(source, 0, process_count, cfg.eval_max_examples)
+  num_batches = math.ceil(len(longest) / rows)
   counters = examples_lib.Counters()
   kept = [example for example in ds if counters.count(example)]
   batches = [batching.pad_examples(kept[i:i + rows], rows, cfg.max_length)
@@ -222,12 +214,10 @@ def eval_batches(cfg: DataConfig, tokenizer, split: str = "dev", *, process_inde
 def eval_text_pairs(cfg: DataConfig, split: str = "dev") -> list[tuple[str, str]]:
   """(source, target) strings of `split` in dataset order for BLEU: the first
   data.eval_max_examples pairs, minus empty or non-UTF-8 ones (all hosts get the same list)."""
-  source = sources.open_split(cfg, split)
-  total = len(source) if cfg.eval_max_examples is None else min(len(source),
-                                                                 cfg.eval_max_examples)
+  first = sources.HostShard(sources.open_split(cfg, split), 0, 1, cfg.eval_max_examples)
   pairs = []
-  for i in range(total):
-    decoded = [examples_lib.decode_text(value) for value in source[i]]
+  for i in range(len(first)):
+    decoded = [examples_lib.decode_text(value) for value in first[i]]
     if all(status == examples_lib.OK for _, status in decoded):
       pairs.append((decoded[0][0], decoded[1][0]))
   return pairs

@@ -242,8 +242,8 @@ class Checkpointer:
 
 
 def _shapes(tree: Any) -> dict[str, tuple]:
-  """Shapes by array name, the names of the manifest's checksums (checksums.array_checksums)."""
-  return {jax.tree_util.keystr(path, simple=True, separator="/"): tuple(leaf.shape)
+  """Shapes by array name, the names of the manifest's checksums."""
+  return {checksums.array_name(path): tuple(leaf.shape)
           for path, leaf in jax.tree_util.tree_leaves_with_path(tree)}
 
 

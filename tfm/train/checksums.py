@@ -45,12 +45,16 @@ def _tree_sums(tree):
   return jax.tree.map(_leaf_sums, tree)
 
 
+def array_name(path) -> str:
+  """An array's name in a checkpoint's manifest: its key path as "a/b/c"."""
+  return jax.tree_util.keystr(path, simple=True, separator="/")
+
+
 def array_checksums(tree: Any) -> dict[str, str]:
   """{"a/b/c": "plain:weighted" (hex)} for every array leaf of `tree` (device arrays, any sharding)."""
   sums = jax.device_get(_tree_sums(tree))
   flat = jax.tree_util.tree_flatten_with_path(sums)[0]
-  return {jax.tree_util.keystr(path, simple=True, separator="/"): f"{int(s[0]):08x}:{int(s[1]):08x}"
-          for path, s in flat}
+  return {array_name(path): f"{int(s[0]):08x}:{int(s[1]):08x}" for path, s in flat}
 
 
 def json_checksum(value: Any) -> str:
