@@ -72,15 +72,18 @@ def prepare_data(config: Config, workdir: str):
   return tokenizer
 
 
-def _window_summary(window: list[dict], seconds: float) -> dict[str, float]:
-  """Per-window figures from the fetched per-step metrics."""
-  tokens = sum(float(m["tokens"]) for m in window)
+def _window_summary(window: list[dict], seconds: float, timed: int) -> dict[str, float]:
+  """Per-window figures from the fetched per-step metrics; the rates (tokens/s, s/step) from its
+  last `timed` steps, which took `seconds` (none when 0: a window of the compiling step alone)."""
+  tokens = lambda steps: sum(float(m["tokens"]) for m in steps)
   mean = lambda k: float(np.mean([float(m[k]) for m in window]))
-  return dict(loss=mean("loss"), nll=mean("nll"), perplexity=float(np.exp(mean("nll"))),
-              accuracy=mean("accuracy"), grad_norm=mean("grad_norm"),
-              learning_rate=float(window[-1]["learning_rate"]), tokens=int(tokens),
-              target_tokens_per_s=tokens / seconds, step_s=seconds / len(window),
-              nonfinite_count=int(window[-1]["nonfinite_count"]))
+  summary = dict(loss=mean("loss"), nll=mean("nll"), perplexity=float(np.exp(mean("nll"))),
+                 accuracy=mean("accuracy"), grad_norm=mean("grad_norm"),
+                 learning_rate=float(window[-1]["learning_rate"]), tokens=int(tokens(window)))
+  if timed:
+    summary.update(target_tokens_per_s=tokens(window[len(window) - timed:]) / seconds,
+                   step_s=seconds / timed)
+  return {**summary, "nonfinite_count": int(window[-1]["nonfinite_count"])}
 
 
 def train(config: Config, workdir: str, stream=None):
@@ -167,6 +170,7 @@ def _run_steps(config, train_step, state, step, batches, checkpointer, writer, e
   profile = tuple(tc.profile_steps)
   trace_dir = os.fspath(storage.path(workdir) / "tensorboard")
   window, window_flops, window_start, compile_s = [], 0, time.perf_counter(), None
+  untimed = 0  # steps at the window's start whose time is not in it (the compiling step)
   while step < tc.steps:
     if profile and step == profile[0]:
       jax.profiler.start_trace(trace_dir)
@@ -175,7 +179,9 @@ def _run_steps(config, train_step, state, step, batches, checkpointer, writer, e
     if compile_s is None:  # the first step of this process compiles (or loads the cached step)
       with progress.timed("compiling the train step") as compiled:
         state, metrics = train_step(state, batch)
+        jax.block_until_ready(metrics)
       compile_s = compiled["seconds"]
+      untimed, window_flops = 1, 0  # its time is the compile's, not in the window's rates
       writer.text(f"tfm: train step compiled (or loaded from the compilation cache) in "
                   f"{compile_s:.1f} s")
       window_start = time.perf_counter()
@@ -186,44 +192,50 @@ def _run_steps(config, train_step, state, step, batches, checkpointer, writer, e
     window.append(metrics)
     done = step == tc.steps
     stop = preemption.stop()
+    evaluate = step % tc.eval_every == 0 or done
+    decode = evaluate_bleu is not None and (step % bleu_every == 0 or done)
+    save = step % tc.checkpoint_every == 0 or done or stop
     if profile and step == profile[1]:
       jax.block_until_ready(state)
       jax.profiler.stop_trace()
       writer.text(f"tfm: profiler trace of steps {profile[0] + 1}-{step} in {trace_dir}")
-    if step % tc.log_every == 0 or done or stop or step % tc.checkpoint_every == 0:
+    # The window ends before anything that is not a train step (an evaluation, a save), so its
+    # seconds are its steps' alone.
+    flush = step % tc.log_every == 0 or evaluate or decode or save
+    if flush:
       window = jax.device_get(window)  # the one host sync: this window's metrics
       for offset, m in enumerate(window):
         check_nonfinite(m, step - len(window) + offset + 1, tc.nonfinite)
-      seconds = time.perf_counter() - window_start
-      summary = _window_summary(window, seconds)
-      utilisation = flops_lib.mfu(window_flops / len(window), seconds / len(window), devices, peak)
+      seconds, timed_steps = time.perf_counter() - window_start, len(window) - untimed
+      summary = _window_summary(window, seconds, timed_steps)
+      utilisation = (flops_lib.mfu(window_flops / timed_steps, seconds / timed_steps, devices,
+                                   peak) if timed_steps else None)
       if utilisation is not None:
         summary["mfu"] = utilisation
-      progress.window(len(window), seconds, {
-          "loss": f"{summary['loss']:.3f}", "tok/s": f"{summary['target_tokens_per_s']:,.0f}",
-          "lr": f"{summary['learning_rate']:.2e}",
-          **({"mfu": f"{utilisation:.1%}"} if utilisation is not None else {})})
+      progress.window(timed_steps, seconds, {
+          "loss": f"{summary['loss']:.3f}", "lr": f"{summary['learning_rate']:.2e}",
+          **({"tok/s": f"{summary['target_tokens_per_s']:,.0f}"} if timed_steps else {}),
+          **({"mfu": f"{summary['mfu']:.1%}"} if "mfu" in summary else {})})
       writer.write(step, {**summary, "eta": progress.eta_text()})
-      window, window_flops, window_start = [], 0, time.perf_counter()
-    # A preempted run saves at once: evaluation could outlast the grace period after SIGTERM.
-    if step % tc.eval_every == 0 or done:
+      window, window_flops, untimed = [], 0, 0
+    # Saved before any evaluation: after SIGTERM an evaluation could outlast the grace period.
+    if save:
+      checkpointer.save(step, state, batches.get_state())
+    if stop and not done:
+      writer.text(f"tfm: SIGTERM: saved step {step}, exiting")
+      break
+    if evaluate:
       stats = batches.stats()  # this host's pipeline so far (it reads a few batches ahead)
       writer.write(step, {k: stats[k] for k in DATA_STATS if k in stats}, prefix="data")
       with progress.timed("evaluating dev loss", evaluation=True) as timed:
         dev = evaluate_dev(state.params)
       writer.write(step, {**dev, "eval_s": timed["seconds"]}, prefix="dev")
-      window_start = time.perf_counter()
-    if evaluate_bleu and (step % bleu_every == 0 or done):
+    if decode:
       with progress.timed("decoding dev BLEU", evaluation=True) as timed:
         bleu = evaluate_bleu(state.params)
       writer.write(step, {**bleu, "eval_s": timed["seconds"]}, prefix="dev")
-      window_start = time.perf_counter()
-    evaluated = step % tc.eval_every == 0 or done or (evaluate_bleu and step % bleu_every == 0)
-    if tc.curves and evaluated:
+    if tc.curves and (evaluate or decode):
       _draw_curves(writer, workdir)
-    if step % tc.checkpoint_every == 0 or done or stop:
-      checkpointer.save(step, state, batches.get_state())
-    if stop:
-      writer.text(f"tfm: SIGTERM: saved step {step}, exiting")
-      break
+    if flush:
+      window_start = time.perf_counter()
   return state

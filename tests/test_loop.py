@@ -1,0 +1,99 @@
+"""The training loop's order of work (tfm/loop.py): what a log window's time covers, and what a
+preempted step does first. The step, data, evaluations and checkpointer are stand-ins that record
+what happens and when; the loop itself is the real one."""
+
+import io
+import time
+import types
+
+import numpy as np
+import pytest
+
+from tfm import loop
+from tfm.train.progress import Progress
+
+STEP_S, EVAL_S, TOKENS = 0.05, 0.5, 100
+
+
+class Recorder:
+  """The writer, checkpointer and data stand-ins; `events` in the order the loop caused them."""
+
+  def __init__(self):
+    self.events, self.windows = [], []
+
+  def write(self, step, values, prefix="train"):
+    if prefix == "train":
+      self.windows.append((step, values))
+
+  def text(self, line):
+    self.events.append(line)
+
+  def save(self, step, state, data_state):
+    self.events.append(f"save {step}")
+
+  def __next__(self):
+    return {}
+
+  def stats(self):
+    return {}
+
+  def get_state(self):
+    return {}
+
+
+def run(tmp_path, monkeypatch, *, steps, log_every, eval_every, checkpoint_every, bleu_every=0,
+        stop_at=None):
+  monkeypatch.setattr(loop.flops_lib, "batch_flops", lambda model, batch: 1.0)
+  rec = Recorder()
+
+  def train_step(state, batch):
+    time.sleep(STEP_S)
+    return state, dict(loss=np.float32(2), nll=np.float32(2), accuracy=np.float32(0.5),
+                       tokens=np.float32(TOKENS), grad_norm=np.float32(1),
+                       learning_rate=np.float32(1e-3), nonfinite=np.int32(0),
+                       nonfinite_count=np.int32(0))
+
+  def evaluation(name):
+    def evaluate(params):
+      rec.events.append(name)
+      time.sleep(EVAL_S)
+      return {"nll": 1.0}
+    return evaluate
+
+  calls = iter(range(1, steps + 1))
+  preemption = types.SimpleNamespace(stop=lambda: next(calls) == stop_at)
+  tc = types.SimpleNamespace(steps=steps, profile_steps=(), log_every=log_every,
+                             eval_every=eval_every, checkpoint_every=checkpoint_every,
+                             nonfinite="stop", curves=False)
+  config = types.SimpleNamespace(train=tc, eval=types.SimpleNamespace(bleu_every=bleu_every),
+                                 model=None)
+  loop._run_steps(config, train_step, types.SimpleNamespace(params=None), 0, rec, rec, rec,
+                  evaluation("dev loss"), evaluation("dev bleu") if bleu_every else None,
+                  preemption, Progress(steps, 0, io.StringIO(), tty=False), str(tmp_path))
+  return rec
+
+
+def test_log_windows_hold_their_steps_time_and_not_the_evaluations(tmp_path, monkeypatch):
+  """Evaluations every 3 steps, BLEU every 5, log lines every 2: every step is in exactly one
+  window, and a window's time per step is its steps' (>= STEP_S, the sleep each step takes), not
+  an evaluation's share (a window of 1 or 2 steps holding an EVAL_S would give >= 0.3 s)."""
+  rec = run(tmp_path, monkeypatch, steps=8, log_every=2, eval_every=3, checkpoint_every=100,
+            bleu_every=5)
+  ends = [step for step, _ in rec.windows]
+  assert ends == [2, 3, 4, 5, 6, 8]  # log steps, evaluation steps and the last
+  assert sum(values["tokens"] for _, values in rec.windows) == 8 * TOKENS
+  for step, values in rec.windows:
+    assert STEP_S <= values["step_s"] < STEP_S + EVAL_S / 2 - 0.05, (step, values)
+    assert values["target_tokens_per_s"] == pytest.approx(TOKENS / values["step_s"])
+  assert rec.events[1:] == ["dev loss", "dev bleu", "dev loss", "save 8", "dev loss", "dev bleu"]
+
+
+@pytest.mark.parametrize("stop_at, expected", [
+    (3, ["save 3", "tfm: SIGTERM: saved step 3, exiting"]),  # an evaluation step: nothing evaluated
+    (4, ["dev loss", "save 4", "tfm: SIGTERM: saved step 4, exiting"]),
+    (6, ["dev loss", "save 6", "dev loss"]),  # the last step: saved, then its final evaluation
+])
+def test_a_preempted_step_is_saved_before_any_evaluation(tmp_path, monkeypatch, stop_at, expected):
+  rec = run(tmp_path, monkeypatch, steps=6, log_every=10, eval_every=3, checkpoint_every=10,
+            stop_at=stop_at)
+  assert rec.events[1:] == expected  # events[0]: the step's compile line
