@@ -28,7 +28,7 @@ def scaled(c):
     m[key] = m[key] // DEPTH
   m.vocab_size = 2000  # a BPE vocabulary for the Bible corpus at this width (paper: 37000)
   m.dtype = "float32"  # CPUs compute in float32
-  m.max_length = 128  # the learned position table (row E) covers data.max_length
+  m.max_length = 128 + 50  # row E's table: data.max_length, and decoding's + 50
   return c
 
 

@@ -55,6 +55,12 @@ class Config:
       raise ValueError(f"config keys data.vocab_size ({self.data.vocab_size}) and model.vocab_size "
                        f"({self.model.vocab_size}) must be equal: the model embeds the data's "
                        "vocabulary")
+    m, longest = self.model, self.data.max_length + self.eval.max_extra_length
+    if m.positions == "learned" and m.max_length < longest:
+      raise ValueError(f"config key model.max_length ({m.max_length}) must be at least "
+                       f"data.max_length + eval.max_extra_length = {longest} with learned "
+                       "positions: the table needs a row for every source position and every "
+                       "decoded one")
 
   def replace(self, **sections_changes) -> "Config":
     """A copy with whole sections (or extras) replaced, validated again."""

@@ -50,3 +50,14 @@ def test_table3_rows_change_only_what_the_paper_changes():
   assert load_config("configs/table3.py:E").model.positions == "learned"
   with pytest.raises(ValueError, match="unknown row 'Z9'"):
     load_config("configs/table3.py:Z9")
+
+
+def test_a_learned_position_table_covers_every_decoded_position():
+  """Beam search decodes up to data.max_length + eval.max_extra_length positions, and a position
+  past a learned table reads NaN (jnp.take's fill): row E's table must hold them all."""
+  with pytest.raises(ValueError, match=r"model\.max_length \(128\) must be at least .* = 178"):
+    load_config("configs/table3_mini.py:E", ["model.max_length=128"])
+  for spec in ("configs/table3.py:E", "configs/table3_mini.py:E"):
+    c = load_config(spec)
+    assert c.model.max_length >= c.data.max_length + c.eval.max_extra_length, spec
+  assert load_config("configs/table3_mini.py:base", ["model.max_length=128"])  # sinusoids: no table
