@@ -192,8 +192,8 @@ def run_all(runs: Sequence[Run], root: str, *, shares: Sequence[Share], vocab_di
         failed = sum(r["status"] != "ok" for r in results)
         done = done_before + len(results)
         elapsed = time.time() - start
-        eta = elapsed / len(results) * (len(pending) + len(active)) / len(shares) \
-            if pending or active else 0
+        eta = eta_seconds([r["wall_s"] for r in results], len(pending),
+                          [time.time() - j.start for j in active.values()], len(shares))
         print(f"[sweep] {done}/{len(runs)} done ({failed} failed this session) | {job.run.name} "
               f"{result['status']}" + (f": {result['error']}" if result["error"] else
                                        f", dev PPL {result.get('dev_ppl', float('nan')):.2f}")
@@ -209,6 +209,16 @@ def run_all(runs: Sequence[Run], root: str, *, shares: Sequence[Share], vocab_di
     raise KeyboardInterrupt("sweep interrupted: the running runs saved their step; rerun the same "
                             "command to resume")
   return results
+
+
+def eta_seconds(durations: list[float], pending: int, running_for: list[float],
+                slots: int) -> float:
+  """Seconds left of a sweep whose finished runs took `durations` (> 0 of them), with `pending`
+  runs to start and runs that have been running for `running_for` seconds, `slots` at a time:
+  the work left at the mean duration (a running run has the mean less its time so far), shared
+  by the slots."""
+  mean = sum(durations) / len(durations)
+  return (pending * mean + sum(max(mean - t, 0.0) for t in running_for)) / slots
 
 
 def collect(root: str) -> list[dict]:

@@ -32,6 +32,7 @@ from tfm.train.tpu_chips import chip_by_device_kind
 GPU_PEAK_FLOPS = (
     ("h200", 989e12),
     ("h100 pcie", 756e12),
+    ("h100 nvl", 835e12),  # 1,671 TFLOP/s with sparsity on NVIDIA's H100 NVL datasheet
     ("h100", 989e12),  # SXM / HBM3
     ("a100", 312e12),
 )
