@@ -42,16 +42,21 @@ class Recorder:
 
 
 def run(tmp_path, monkeypatch, *, steps, log_every, eval_every, checkpoint_every, bleu_every=0,
-        stop_at=None):
+        stop_at=None, skipped=(), nonfinite="stop"):
   monkeypatch.setattr(loop.flops_lib, "batch_flops", lambda model, batch: 1.0)
   rec = Recorder()
 
-  def train_step(state, batch):
+  steps_run = []
+
+  def train_step(state, batch):  # loss = the step number, NaN on the `skipped` steps
     time.sleep(STEP_S)
-    return state, dict(loss=np.float32(2), nll=np.float32(2), accuracy=np.float32(0.5),
-                       tokens=np.float32(TOKENS), grad_norm=np.float32(1),
-                       learning_rate=np.float32(1e-3), nonfinite=np.int32(0),
-                       nonfinite_count=np.int32(0))
+    steps_run.append(len(steps_run) + 1)
+    bad = steps_run[-1] in skipped
+    loss = np.float32("nan" if bad else steps_run[-1])
+    return state, dict(loss=loss, nll=loss, accuracy=np.float32(0.5), tokens=np.float32(TOKENS),
+                       grad_norm=np.float32(1), learning_rate=np.float32(1e-3),
+                       nonfinite=np.int32(bad),
+                       nonfinite_count=np.int32(sum(s in skipped for s in steps_run)))
 
   def evaluation(name):
     def evaluate(params):
@@ -64,7 +69,7 @@ def run(tmp_path, monkeypatch, *, steps, log_every, eval_every, checkpoint_every
   preemption = types.SimpleNamespace(stop=lambda: next(calls) == stop_at)
   tc = types.SimpleNamespace(steps=steps, profile_steps=(), log_every=log_every,
                              eval_every=eval_every, checkpoint_every=checkpoint_every,
-                             nonfinite="stop", curves=False)
+                             nonfinite=nonfinite, curves=False)
   config = types.SimpleNamespace(train=tc, eval=types.SimpleNamespace(bleu_every=bleu_every),
                                  model=None)
   loop._run_steps(config, train_step, types.SimpleNamespace(params=None), 0, rec, rec, rec,
@@ -97,3 +102,15 @@ def test_a_preempted_step_is_saved_before_any_evaluation(tmp_path, monkeypatch, 
   rec = run(tmp_path, monkeypatch, steps=6, log_every=10, eval_every=3, checkpoint_every=10,
             stop_at=stop_at)
   assert rec.events[1:] == expected  # events[0]: the step's compile line
+
+
+def test_a_skipped_step_is_counted_and_left_out_of_the_window_means(tmp_path, monkeypatch):
+  """train.nonfinite='skip': a step whose loss is NaN is not applied; its window's loss is the mean
+  of the applied steps' (4 and 6: 5), not NaN, and nonfinite_count says one was skipped."""
+  rec = run(tmp_path, monkeypatch, steps=6, log_every=3, eval_every=100, checkpoint_every=100,
+            skipped=(5,), nonfinite="skip")
+  (_, first), (_, second) = rec.windows
+  assert (first["loss"], first["nonfinite_count"]) == (2.0, 0)  # steps 1-3
+  assert second["loss"] == 5.0 and second["nonfinite_count"] == 1  # steps 4 and 6
+  assert second["perplexity"] == pytest.approx(np.exp(5.0))
+  assert second["tokens"] == 3 * TOKENS  # the skipped step's batch was read all the same

@@ -74,9 +74,12 @@ def prepare_data(config: Config, workdir: str):
 
 def _window_summary(window: list[dict], seconds: float, timed: int) -> dict[str, float]:
   """Per-window figures from the fetched per-step metrics; the rates (tokens/s, s/step) from its
-  last `timed` steps, which took `seconds` (none when 0: a window of the compiling step alone)."""
+  last `timed` steps, which took `seconds` (none when 0: a window of the compiling step alone).
+  Losses, accuracy and gradient norm are means over the applied steps (train.nonfinite='skip'
+  leaves out a non-finite step, counted in nonfinite_count; NaN when none was applied)."""
   tokens = lambda steps: sum(float(m["tokens"]) for m in steps)
-  mean = lambda k: float(np.mean([float(m[k]) for m in window]))
+  applied = [m for m in window if not int(m["nonfinite"])]
+  mean = lambda k: float(np.mean([float(m[k]) for m in applied])) if applied else float("nan")
   summary = dict(loss=mean("loss"), nll=mean("nll"), perplexity=float(np.exp(mean("nll"))),
                  accuracy=mean("accuracy"), grad_norm=mean("grad_norm"),
                  learning_rate=float(window[-1]["learning_rate"]), tokens=int(tokens(window)))
