@@ -10,8 +10,9 @@
 #                                                      task, ONE TASK PER GPU (template: slurm.sbatch)
 #   ./launch.sh --tpu NAME --zone ZONE [--project P] train --config ... --workdir gs://BUCKET/DIR
 #                                                      every worker of the TPU VM slice NAME: copies
-#                                                      this checkout (git HEAD plus uncommitted
-#                                                      changes), runs setup, then the command
+#                                                      this checkout (git HEAD, uncommitted
+#                                                      changes and untracked files that are not
+#                                                      ignored), runs setup, then the command
 #                                                      (per-host logs: WORKDIR/logs/)
 #   ./launch.sh --tpu-worker train ...                what --tpu runs on each worker
 # Anything after the mode flags is passed to `tfm` unchanged.
@@ -71,10 +72,12 @@ tpu_launch() {
   local archive
   archive=$(mktemp --suffix=.tar)
   if git rev-parse --git-dir >/dev/null 2>&1; then
-    # The checkout as it is: HEAD plus uncommitted changes to tracked files (`git stash create`).
+    # The checkout as it is: HEAD plus uncommitted changes to tracked files (`git stash create`),
+    # plus the files git does not track and does not ignore (a new config, say).
     local ref
     ref=$(git stash create 2>/dev/null || true)
     git archive --format=tar -o "$archive" "${ref:-HEAD}"
+    git ls-files -z --others --exclude-standard | xargs -0 -r tar -rf "$archive" --
   else
     tar --exclude=./.venv --exclude=./workdirs -cf "$archive" .
   fi
