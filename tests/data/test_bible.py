@@ -42,6 +42,9 @@ def test_clean_osis_examples():
   assert sword.clean_osis(raw) == "God created the earth and sea."
   glossary = 'Amen. <div eID="b1" type="book"/> <div type="glossary"/> Abba is a word.'
   assert sword.clean_osis(glossary) == "Amen."
+  # Entities decode once: an escaped "&lt;" stays "&lt;" (none of the three modules has one).
+  assert sword.clean_osis("a &lt;b&gt; &amp; c &amp;lt;d&amp;gt; &quot;e&apos;") == \
+      "a <b> & c &lt;d&gt; \"e'"
 
 
 def test_aligned_pairs_skips_and_counts():

@@ -112,6 +112,13 @@ def test_one_epoch_preserves_every_train_pair(cfg, tok):
   assert 0.5 < stats["inputs_efficiency"] <= 1.0
 
 
+def test_bucketed_batches_are_refused_on_several_hosts(cfg, tok):
+  """Each host would fill its buckets from its own shard and pick its own bucket length for a step
+  (host 0 [6, 32] while host 1 gives [4, 48]): the step's global batch could not be assembled."""
+  with pytest.raises(ValueError, match=r"data\.packing=False .* not 2"):
+    pipeline.train_iterator(cfg.replace(packing=False), tok, process_index=1, process_count=2)
+
+
 def test_bucketed_batches_shapes_and_content(cfg, tok):
   cfg = cfg.replace(packing=False)
   it = pipeline.train_iterator(cfg, tok, num_epochs=1)

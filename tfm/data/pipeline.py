@@ -168,6 +168,10 @@ def train_iterator(cfg: DataConfig, tokenizer, *, process_index: int = 0, proces
   row count of every batch, packed or bucketed, is rounded up to a multiple of it (the step's
   batch shards x microbatches; tfm/data/batching.py).
   """
+  if not cfg.packing and process_count > 1:
+    raise ValueError(f"config key data.packing=False (length-bucketed batches) runs on one host, "
+                     f"not {process_count}: each host picks its own bucket for a step, so the "
+                     "hosts' batches would differ in shape; use data.packing=True")
   stream = workers.ChunkStream(train_chunks(cfg, tokenizer, process_index=process_index,
                                             process_count=process_count, num_epochs=num_epochs),
                                cfg.num_workers)

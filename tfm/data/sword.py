@@ -36,7 +36,8 @@ _ANY_TAG = re.compile(r"<[^>]*>")
 _BOOK_END = re.compile(r"<div\b[^>]*(type=\"glossary\"|eID=\"[^\"]*\"[^>]*type=\"book\"|"
                        r"type=\"book\"[^>]*eID=)", re.IGNORECASE)
 _SPACE_BEFORE_PUNCT = re.compile(r"\s+([,.;:!?)\]”’])")
-_ENTITIES = {"&amp;": "&", "&lt;": "<", "&gt;": ">", "&quot;": '"', "&apos;": "'"}
+# &amp; last, so an escaped entity ("&amp;lt;") decodes to its text ("&lt;"), not to "<".
+_ENTITIES = {"&lt;": "<", "&gt;": ">", "&quot;": '"', "&apos;": "'", "&amp;": "&"}
 
 
 def clean_osis(raw: str) -> str:
