@@ -50,3 +50,24 @@ def test_relative_buckets():
   uni = np.asarray(pos.relative_buckets(rel, 32, 128, bidirectional=False))
   assert np.all(uni[201:] == 0)  # future keys all map to bucket 0 in the causal case
   assert uni[199] == 1 and uni.max() == 31
+
+
+def test_every_accepted_bucket_setting_gives_buckets_in_range():
+  """model.relative_buckets / relative_max_distance: a setting the config accepts maps every
+  distance, both ways, into [0, buckets); the edge ones it refuses divided by log(1) (32 buckets
+  over a max distance of 16: bucket -2**31 + 15, a NaN bias) or by zero (fewer than 4 buckets)."""
+  from tfm.model.config import ModelConfig
+  rel = jnp.arange(-300, 301)
+  accepted = 0
+  for buckets in (2, 3, 4, 5, 8, 16, 32):
+    for distance in (1, 2, 3, 4, 7, 8, 9, 15, 16, 17, 64, 128):
+      try:
+        ModelConfig(positions="relative", relative_buckets=buckets, relative_max_distance=distance)
+      except ValueError as e:
+        assert "model.relative_buckets" in str(e)
+        continue
+      accepted += 1
+      for both_ways in (True, False):
+        b = np.asarray(pos.relative_buckets(rel, buckets, distance, bidirectional=both_ways))
+        assert 0 <= b.min() and b.max() < buckets, (buckets, distance, both_ways)
+  assert accepted >= 30

@@ -17,6 +17,7 @@ from tfm.config import load_config
 from tfm.experiment import Experiment
 from tfm.model.embedding import Embed
 from tfm.model.params import count_params
+from tfm.model.positions import LearnedPositions
 from tfm.model.partitioning import BLD, constrain
 from tfm.plan import topology as topology_lib
 from tfm.plan import xla_log
@@ -108,13 +109,15 @@ def test_bad_flags_are_one_line(args, code, message, capsys):
   assert len(err) == 1 and message in err[0], err
 
 
-def _lookup_warnings(lookup) -> list[str]:
+def _lookup_warnings(lookup, table=lambda params: params["token_embedding"]["embedding"],
+                     spec=PartitionSpec("tensor", "fsdp"), overrides=()) -> list[str]:
   """XLA's rematerialization warnings when compiling lookup(table, tokens) for v5e:2x4 as
-  (data, fsdp, tensor) = (2, 2, 2), the table in its stored layout, tokens split by rows."""
-  config = load_config(QS, TINY + ["mesh.data=2", "mesh.fsdp=2", "mesh.tensor=2"])
+  (data, fsdp, tensor) = (2, 2, 2), the table in its stored layout (`spec`; by default the token
+  embedding's: vocab over tensor, embed over fsdp), tokens split by rows."""
+  config = load_config(QS, TINY + ["mesh.data=2", "mesh.fsdp=2", "mesh.tensor=2", *overrides])
   exp = Experiment(config, devices=topology_lib.load_topology("v5e:2x4").devices)
-  table = exp.abstract_params["token_embedding"]["embedding"]
-  assert table.sharding.spec == PartitionSpec("tensor", "fsdp")  # vocab over tensor, embed over fsdp
+  table = table(exp.abstract_params)
+  assert table.sharding.spec == spec
   tokens = exp.abstract_batch(16, 64)["targets"]
   with xla_log.captured_stderr() as log, mesh_context(exp.mesh, exp.rules):
     jax.jit(lookup).lower(table, tokens).compile()
@@ -128,3 +131,17 @@ def test_token_embedding_lookup_is_not_rematerialized_under_fsdp_and_tensor():
   stored = lambda table, tokens: constrain(jnp.take(table.astype(jnp.bfloat16), tokens, axis=0), BLD)
   assert _lookup_warnings(stored)  # gathering from the stored layout: XLA replicates the output
   assert not _lookup_warnings(fixed)  # Embed: no full rematerialization
+
+
+@needs_libtpu
+def test_learned_position_lookup_is_not_rematerialized_under_fsdp_and_tensor():
+  positions = LearnedPositions(128, 256)
+  # In the model its output is added to the token embedding's, laid out as BLD.
+  fixed = lambda table, ids: constrain(positions.apply({"params": {"pos_embedding": table}}, ids),
+                                       BLD)
+  stored = lambda table, ids: constrain(jnp.take(table, ids, axis=0), BLD)
+  where = dict(table=lambda params: params["encoder"]["inputs"]["positions"]["pos_embedding"],
+               spec=PartitionSpec(None, "fsdp"),
+               overrides=["model.positions=learned", "model.max_length=128"])
+  assert _lookup_warnings(stored, **where)  # the table as stored (embed over fsdp): replicated
+  assert not _lookup_warnings(fixed, **where)

@@ -127,8 +127,10 @@ def validate(cfg: ModelConfig) -> None:
   for key in ("tie_embeddings", "use_bias", "scan_layers"):
     if not isinstance(getattr(cfg, key), bool):
       _fail(key, "True or False", getattr(cfg, key))
-  if cfg.relative_buckets < 2 or cfg.relative_max_distance < cfg.relative_buckets // 2:
-    _fail("relative_buckets", "at least 2 and at most 2 * model.relative_max_distance",
+  # positions.relative_buckets divides by log(max_distance / exact), exact = buckets // 2 (one
+  # direction) or buckets // 4 (both): it must be >= 1 and below max_distance.
+  if cfg.relative_buckets < 4 or cfg.relative_max_distance <= cfg.relative_buckets // 2:
+    _fail("relative_buckets", "at least 4 and less than 2 * model.relative_max_distance",
           cfg.relative_buckets)
   if cfg.architecture == "encoder_decoder" and not (cfg.num_encoder_layers and cfg.num_decoder_layers):
     _fail("num_encoder_layers", "encoder and decoder layers both > 0 for encoder_decoder",

@@ -18,7 +18,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from tfm.model.partitioning import with_axes
+from tfm.model.partitioning import BLD, constrain, with_axes
 
 
 def sinusoids(positions: jax.Array, d_model: int) -> jax.Array:
@@ -40,7 +40,9 @@ class LearnedPositions(nn.Module):
   def __call__(self, positions: jax.Array) -> jax.Array:
     table = self.param("pos_embedding", with_axes(nn.initializers.normal(0.02), ("position", "embed")),
                        (self.max_length, self.d_model), jnp.float32)
-    return jnp.take(table, positions, axis=0)
+    # Gathered whole along d_model, as the token embedding is (tfm/model/embedding.py): a gather
+    # from the table as stored, embed split over fsdp, made XLA rematerialize it in full.
+    return constrain(jnp.take(constrain(table, ("position", None)), positions, axis=0), BLD)
 
 
 def apply_rope(x: jax.Array, positions: jax.Array, base: float = 10000.0) -> jax.Array:
