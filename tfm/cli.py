@@ -53,8 +53,8 @@ def _underscore_flag(arg: str) -> str:
 
 # Errors that describe bad input (a config value, a flag, a missing or unreadable file), whose
 # message says what was expected: printed as one line. Anything else is a bug: a traceback.
-INPUT_ERRORS = (ValueError, FileNotFoundError, NotADirectoryError, IsADirectoryError,
-                PermissionError, UnicodeDecodeError)
+INPUT_ERRORS = (ValueError, FileNotFoundError, FileExistsError, NotADirectoryError,
+                IsADirectoryError, PermissionError, UnicodeDecodeError)
 
 
 def _one_line(error: Exception) -> str:

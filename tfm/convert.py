@@ -15,12 +15,11 @@ from __future__ import annotations
 
 import dataclasses
 import logging
-import os
-import shutil
 
 import jax
 from etils import epath
 
+from tfm import storage
 from tfm.config import Config
 from tfm.data import tokenizer as tokenizer_lib
 from tfm.experiment import Experiment
@@ -69,8 +68,8 @@ def convert_workdir(workdir: str, out: str, scan_layers: bool, config: Config) -
       del state
     writer.close()
     if config.data.vocab_dir is None:  # the vocabulary lives in the workdir: B needs its copy
-      name = tokenizer_lib.vocab_filename(config.data)
-      if os.path.exists(os.path.join(workdir, name)) and jax.process_index() == 0:
-        shutil.copy2(os.path.join(workdir, name), os.path.join(out, name))
+      vocab = storage.path(workdir) / tokenizer_lib.vocab_filename(config.data)
+      if vocab.exists() and jax.process_index() == 0:  # local or gs://
+        storage.write_atomically(storage.path(out) / vocab.name, vocab.read_bytes())
     w.commit(target.to_dict())
   return steps

@@ -47,8 +47,12 @@ def write_atomically(target: PathLike, data: bytes | str) -> epath.Path:
     return target
   target.parent.mkdir(parents=True, exist_ok=True)
   tmp = target.parent / f".{target.name}.tmp-{os.getpid()}"
-  tmp.write_bytes(data)
-  tmp.replace(target)
+  try:
+    tmp.write_bytes(data)
+    tmp.replace(target)
+  except BaseException:  # e.g. the target is a directory: nothing half written stays behind
+    tmp.unlink(missing_ok=True)
+    raise
   return target
 
 

@@ -72,3 +72,12 @@ def test_tfm_plot_overlays_workdirs(runs, capsys):
   assert "no tensorboard/ events" in capsys.readouterr().err
   assert cli.main(["tfm", "plot", f"--workdir={root / 'one_head'}", "--names=a,b"]) == 2
   assert "--names: expected 1 names" in capsys.readouterr().err
+
+
+def test_legend_names_tell_workdirs_apart():
+  from tfm.figures.curves import legend_names  # pylint: disable=import-outside-toplevel
+  assert legend_names(["runs/base", "runs/big/"]) == ["base", "big"]
+  assert legend_names(["a/x/quickstart", "b/x/quickstart", "c/y/base"]) == [
+      "a/x/quickstart", "b/x/quickstart", "c/y/base"]
+  assert legend_names(["/r/a/quickstart", "/r/b/quickstart"]) == ["a/quickstart", "b/quickstart"]
+  assert legend_names(["gs://bucket/a/run", "gs://bucket/b/run"]) == ["a/run", "b/run"]

@@ -143,5 +143,10 @@ def test_train_eval_translate_with_a_gs_workdir(gcs, corpus, tmp_path):
                     gcs, hosts[0])
   assert translated.returncode == 0, translated.stderr[-3000:]
   assert len(translated.stdout.splitlines()) == 2
+  converted = _tfm(["convert", f"--workdir={workdir}", f"--out=gs://{BUCKET}/runs/tiny_scan",
+                    "--scan_layers=true"], gcs, hosts[0])
+  assert converted.returncode == 0, converted.stderr[-3000:]
+  vocab = [o for o in objects if o.startswith("spm_")]
+  assert set(vocab) <= set(_listing(gcs, "runs/tiny_scan"))  # B translates without retraining it
   for host in hosts:  # nothing of the workdir landed on local disk (e.g. ./gs:/...)
     assert not (host / "gs:").exists()

@@ -34,6 +34,10 @@ def run(fv: flags.FlagValues, config, args: list[str]):
   if fv.names is not None and len(fv.names) != len(workdirs):
     raise UsageError(f"--names: expected {len(workdirs)} names (one per workdir), got "
                      f"{len(fv.names)}")
+  for what, values in (("--workdir", workdirs), ("--names", fv.names or ())):
+    twice = sorted({v for v in values if list(values).count(v) > 1})
+    if twice:  # one legend entry would hold two runs' curves
+      raise UsageError(f"{what}: {', '.join(twice)} given more than once")
   for workdir in workdirs:
     if not (epath.Path(workdir) / "tensorboard").exists():
       raise ValueError(f"--workdir {workdir}: no tensorboard/ events; expected a workdir written by "

@@ -78,12 +78,22 @@ def draw(runs: dict[str, Scalars]):
   return fig
 
 
+def legend_names(workdirs: Sequence[str | epath.Path]) -> list[str]:
+  """The shortest trailing paths that tell the workdirs apart: their directory names
+  ('quickstart', 'base'), or more of each path where those repeat ('a/quickstart', 'b/quickstart')."""
+  parts = [os.fspath(w).rstrip("/").split("/") for w in workdirs]
+  for depth in range(1, max(len(p) for p in parts) + 1):
+    names = ["/".join(p[-depth:]) for p in parts]
+    if len(set(names)) == len(names):
+      return names
+  return [os.fspath(w) for w in workdirs]
+
+
 def write_png(workdirs: Sequence[str | epath.Path], out: str | epath.Path,
               names: Sequence[str] | None = None) -> epath.Path:
   """Draws the workdirs' curves into the PNG `out` (any storage); returns its path."""
   import matplotlib.pyplot as plt  # pylint: disable=import-outside-toplevel
-  names = list(names or [os.path.basename(os.fspath(w).rstrip("/")) or os.fspath(w)
-                         for w in workdirs])
+  names = list(names or legend_names(workdirs))
   fig = draw({name: workdir_scalars(w) for name, w in zip(names, workdirs)})
   buffer = io.BytesIO()
   fig.savefig(buffer, format="png", dpi=100)
