@@ -186,6 +186,18 @@ CASES = {
                                         "--workdir=WORK"], 1,
                                        "config key train.profile_steps: expected () or two steps"),
     "plot_without_workdir": Case(["plot"], 2, "--workdir is required"),
+    "plot_one_workdir_twice": Case(["plot", "--workdir=TRAINED", "TRAINED"], 2,
+                                   "given more than once"),
+    "plot_same_name_twice": Case(["plot", "--workdir=TRAINED", "WORK", "--names=a,a"], 2,
+                                 "--names: a given more than once"),
+    "plot_out_a_directory": Case(["plot", "--workdir=TRAINED", "--out=WORK"], 1,
+                                 "IsADirectoryError", lambda work: work.mkdir()),  # no temp file left
+    "plot_out_under_a_file": Case(["plot", "--workdir=TRAINED", "--out=WORK/curves.png"], 1,
+                                  "FileExistsError", lambda work: work.write_text("a file")),
+    "eval_with_a_config": Case(["eval", "--workdir=TRAINED", QS], 2,
+                               "--config: this command uses the workdir's own config.json"),
+    "translate_with_a_config": Case(["translate", "--workdir=TRAINED", QS,
+                                     "--config.mesh.fsdp=2"], 2, "drop --config"),
 }
 
 TRAINED_DIR: list[str] = []

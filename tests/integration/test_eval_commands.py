@@ -71,3 +71,26 @@ def test_translate_samples_reproducibly(trained, tmp_path, capsys):
 def test_eval_on_an_empty_workdir_is_a_clear_error(tmp_path, capsys):
   assert cli.main(["tfm", "eval", f"--workdir={tmp_path}"]) == 1
   assert "config.json not found" in capsys.readouterr().err
+
+
+def test_a_workdir_whose_mesh_does_not_fit_here_is_evaluated_data_parallel(trained, tmp_path,
+                                                                           capsys):
+  """Trained on fsdp x tensor = 2 x 2 devices (config.json says so), translated on this one
+  device: the mesh is a layout, so the checkpoints restore onto data parallelism and translate
+  as the workdir's own mesh does."""
+  import shutil  # pylint: disable=import-outside-toplevel
+  moved = tmp_path / "moved"
+  shutil.copytree(trained, moved)
+  config = json.loads((moved / "config.json").read_text())
+  config["mesh"].update(fsdp=2, tensor=2)
+  (moved / "config.json").write_text(json.dumps(config))
+  source = tmp_path / "in.txt"
+  source.write_text("in the beginning god made the light\n", encoding="utf-8")
+  outputs = []
+  for workdir in (trained, moved):
+    assert cli.main(["tfm", "translate", f"--workdir={workdir}", f"--input={source}"]) == 0
+    outputs.append(capsys.readouterr())
+  assert outputs[1].out == outputs[0].out
+  assert ("the workdir's mesh (data=-1, fsdp=2, tensor=2) does not fit the 1 device(s) here: "
+          "data parallel over them instead") in outputs[1].err
+  assert "mesh" not in outputs[0].err

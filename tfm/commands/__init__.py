@@ -26,10 +26,20 @@ def require_workdir(fv: flags.FlagValues):
 
 
 
-def announce_backend() -> None:
-  """Prints the JAX backend and devices to stderr (and the warning if an accelerator is unused)."""
+def refuse_config(config) -> None:
+  """For commands on a trained workdir: its config.json is the config, so a --config (which would
+  be ignored) is refused."""
+  if config is not None:
+    raise UsageError("--config: this command uses the workdir's own config.json; drop --config "
+                     "(a mesh that does not fit this machine's devices becomes data parallel)")
+
+
+def announce_backend(note: str | None = None) -> None:
+  """Prints the JAX backend and devices to stderr (and the warning if an accelerator is unused),
+  then `note` (e.g. a trained model's mesh, changed to fit these devices)."""
   import sys  # pylint: disable=import-outside-toplevel
   from tfm.train import backend  # pylint: disable=import-outside-toplevel
   print(f"tfm: {backend.describe()}", file=sys.stderr)
-  if backend.unused_accelerator():
-    print(f"tfm: {backend.unused_accelerator()}", file=sys.stderr)
+  for line in (backend.unused_accelerator(), note):
+    if line:
+      print(f"tfm: {line}", file=sys.stderr)

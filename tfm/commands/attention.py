@@ -14,7 +14,8 @@ from __future__ import annotations
 from absl import flags
 from etils import epath
 
-from tfm.commands import UsageError, announce_backend, define_trained_flags, require_workdir
+from tfm.commands import (UsageError, announce_backend, define_trained_flags, refuse_config,
+                           require_workdir)
 
 KINDS = ("encoder", "decoder", "cross")
 
@@ -67,7 +68,7 @@ def _heads(fv, num_heads: int) -> list[int]:
 
 
 def run(fv: flags.FlagValues, config):
-  del config  # the workdir's own config is used
+  refuse_config(config)
   _check_flags(fv)
   # pylint: disable=import-outside-toplevel
   from tfm.eval.restore import load_trained, read_workdir_config
@@ -81,7 +82,7 @@ def run(fv: flags.FlagValues, config):
                      "translates, so it expects 'encoder_decoder'")
   layers, heads = _layers(fv, cfg), _heads(fv, cfg.num_heads)
   t = load_trained(fv.workdir, fv.average)
-  announce_backend()
+  announce_backend(t.note)
   result = sentence_attention(t, fv.text, fv.beam_size)
   rows = []
   for kind, (layer, count) in layers.items():

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from absl import flags
 
-from tfm.commands import UsageError, require_workdir
+from tfm.commands import UsageError, refuse_config, require_workdir
 
 
 def define_flags(fv: flags.FlagValues):
@@ -21,7 +21,7 @@ def define_flags(fv: flags.FlagValues):
 
 
 def run(fv: flags.FlagValues, config):
-  del config  # the workdir's own config is used
+  refuse_config(config)
   require_workdir(fv)
   if not fv.out:
     raise UsageError("--out is required")

@@ -12,7 +12,7 @@ from absl import flags
 from etils import epath
 
 from tfm import storage
-from tfm.commands import announce_backend, define_trained_flags, require_workdir
+from tfm.commands import announce_backend, define_trained_flags, refuse_config, require_workdir
 
 
 def define_flags(fv: flags.FlagValues):
@@ -24,7 +24,7 @@ def define_flags(fv: flags.FlagValues):
 
 
 def run(fv: flags.FlagValues, config):
-  del config  # the workdir's own config is used
+  refuse_config(config)
   require_workdir(fv)
   # pylint: disable=import-outside-toplevel
   import jax
@@ -35,7 +35,7 @@ def run(fv: flags.FlagValues, config):
   from tfm.train.progress import Counter
 
   t = load_trained(fv.workdir, fv.average)
-  announce_backend()
+  announce_backend(t.note)
   exp, c = t.experiment, t.config
   losses = DevLoss(c.data, t.tokenizer, exp.eval_step, exp.batch_sharding, split=fv.split,
                    row_multiple=exp.batch_shards)(t.params)

@@ -11,7 +11,8 @@ import sys
 from absl import flags
 from etils import epath
 
-from tfm.commands import UsageError, announce_backend, define_trained_flags, require_workdir
+from tfm.commands import (UsageError, announce_backend, define_trained_flags, refuse_config,
+                           require_workdir)
 
 
 def define_flags(fv: flags.FlagValues):
@@ -39,7 +40,7 @@ def _check_flags(fv: flags.FlagValues):
 
 
 def run(fv: flags.FlagValues, config):
-  del config  # the workdir's own config is used
+  refuse_config(config)
   require_workdir(fv)
   _check_flags(fv)
   # pylint: disable=import-outside-toplevel
@@ -59,7 +60,7 @@ def run(fv: flags.FlagValues, config):
       raise ValueError(f"stdin: not UTF-8 text ({e})") from None
     lines = text.splitlines()
   t = load_trained(fv.workdir, fv.average)
-  announce_backend()
+  announce_backend(t.note)
   exp = t.experiment
   if fv.sample:
     translate = exp.translate_fn(temperature=fv.temperature, top_k=fv.top_k, top_p=fv.top_p,

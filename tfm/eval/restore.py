@@ -5,11 +5,14 @@ from __future__ import annotations
 import dataclasses
 from typing import Any
 
+import jax
+
 from tfm import config as config_lib
 from tfm.data import tokenizer as tokenizer_lib
 from tfm.eval.averaging import average_params
 from tfm.experiment import Experiment
 from tfm.train import checkpoint as ckpt_lib
+from tfm.train import mesh as mesh_lib
 
 
 @dataclasses.dataclass
@@ -18,6 +21,7 @@ class Trained:
   params: Any  # sharded on experiment.mesh
   tokenizer: Any
   steps: list[int]  # the checkpoints whose parameters were averaged
+  note: str | None = None  # how the mesh differs from the workdir's, when it does
 
   @property
   def config(self) -> config_lib.Config:
@@ -43,10 +47,25 @@ def read_workdir_config(workdir: str) -> config_lib.Config:
     raise ValueError(f"{workdir}/config.json: {e}") from None
 
 
+def mesh_here(config: config_lib.Config) -> tuple[config_lib.Config, str | None]:
+  """`config` with a mesh this machine's devices take: the workdir's own where they do, else data
+  parallel over all of them (a mesh is a layout; checkpoints restore onto any), and a note saying
+  so. A model trained on fsdp x tensor = 4 devices is evaluated on one."""
+  try:
+    mesh_lib.mesh_shape(config.mesh, jax.device_count())
+    return config, None
+  except ValueError:
+    m = config.mesh
+    here = config.replace(mesh=dataclasses.replace(m, data=-1, fsdp=1, tensor=1))
+    return here, (f"the workdir's mesh (data={m.data}, fsdp={m.fsdp}, tensor={m.tensor}) does not "
+                  f"fit the {jax.device_count()} device(s) here: data parallel over them instead")
+
+
 def load_trained(workdir: str, average: int | None = None) -> Trained:
   """Loads workdir/config.json, the vocabulary and the mean of the last `average` checkpoints
-  (default train.average_checkpoints; 1 = the latest only), sharded on this machine's mesh."""
-  config = read_workdir_config(workdir)
+  (default train.average_checkpoints; 1 = the latest only), sharded on this machine's mesh
+  (`mesh_here`)."""
+  config, note = mesh_here(read_workdir_config(workdir))
   if not ckpt_lib.available_steps(workdir):
     raise ValueError(f"no checkpoint in {workdir}/checkpoints: train first (`tfm train --workdir {workdir}`)")
   average = config.train.average_checkpoints if average is None else average
@@ -54,4 +73,4 @@ def load_trained(workdir: str, average: int | None = None) -> Trained:
   params, steps = average_params(workdir, experiment.abstract_params, average,
                                  period=config.train.checkpoint_every, final_step=config.train.steps)
   tokenizer = tokenizer_lib.get_tokenizer(config.data, workdir)
-  return Trained(experiment, params, tokenizer, steps)
+  return Trained(experiment, params, tokenizer, steps, note)
