@@ -60,6 +60,7 @@ def test_unknown_keys_are_named_and_absent_keys_take_the_defaults():
     (dict(tensor=0), "mesh.tensor"),
     (dict(rules=(("embed", "model"),)), "mesh.rules"),
     (dict(rules=(("embed",),)), "mesh.rules"),
+    (dict(rules=(("embd", "fsdp"),)), "mesh.rules"),  # a misspelt logical name
 ])
 def test_mesh_errors_name_the_key(changes, key):
   with pytest.raises(ValueError, match=key.replace(".", r"\.")):

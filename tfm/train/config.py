@@ -165,12 +165,16 @@ def validate_train_config(train: TrainConfig) -> None:
 
 
 def validate_rules(rules, key: str = "mesh.rules") -> None:
-  """Rules: a sequence of (logical_name, mesh_axis | tuple of mesh axes | None)."""
+  """Rules: a sequence of (logical_name, mesh_axis | tuple of mesh axes | None), each logical name
+  one the model uses (a misspelt one would leave its axis replicated without a word)."""
+  from tfm.model.partitioning import ACTIVATION_AXES, PARAM_AXES  # pylint: disable=import-outside-toplevel
   if not isinstance(rules, (tuple, list)):
     fail(key, "a tuple of (logical_name, mesh_axis or tuple or None) pairs", rules)
   for rule in rules:
     if not isinstance(rule, (tuple, list)) or len(rule) != 2 or not isinstance(rule[0], str):
       fail(key, "pairs (logical_name, mesh_axis or tuple or None)", rule)
+    if rule[0] not in PARAM_AXES + ACTIVATION_AXES:
+      fail(key, f"logical axis names among {PARAM_AXES + ACTIVATION_AXES}", rule[0])
     target = rule[1]
     axes = () if target is None else (target,) if isinstance(target, str) else target
     if not isinstance(axes, (tuple, list)) or any(a not in MESH_AXES for a in axes):
