@@ -186,6 +186,13 @@ CASES = {
                                         "--workdir=WORK"], 1,
                                        "config key train.profile_steps: expected () or two steps"),
     "plot_without_workdir": Case(["plot"], 2, "--workdir is required"),
+    "train_a_table_without_its_row": Case(["train", "--config=configs/table3_mini.py",
+                                           "--workdir=WORK"], 2,
+                                          "--config=configs/table3_mini.py is a table of rows "
+                                          "(base, A1,"),
+    "plan_a_table_without_its_row": Case(["plan", "--config=configs/table3.py",
+                                          "--topology=v5e:2x2"], 2,
+                                         "name one, e.g. --config=configs/table3.py:base"),
     "plot_one_workdir_twice": Case(["plot", "--workdir=TRAINED", "TRAINED"], 2,
                                    "given more than once"),
     "plot_same_name_twice": Case(["plot", "--workdir=TRAINED", "WORK", "--names=a,a"], 2,

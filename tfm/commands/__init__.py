@@ -26,6 +26,15 @@ def require_workdir(fv: flags.FlagValues):
 
 
 
+def one_row(config, fv) -> None:
+  """For commands that run one model: a table config (configs/table3.py) must name its row."""
+  if config.rows is not None and config.row is None:
+    from tfm.config import config_file  # pylint: disable=import-outside-toplevel
+    name = config_file(fv)
+    raise UsageError(f"--config={name} is a table of rows ({', '.join(config.rows)}); name one, "
+                     f"e.g. --config={name}:{config.rows[0]}")
+
+
 def refuse_config(config) -> None:
   """For commands on a trained workdir: its config.json is the config, so a --config (which would
   be ignored) is refused."""

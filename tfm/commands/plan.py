@@ -15,7 +15,7 @@ import json
 
 from absl import flags
 
-from tfm.commands import UsageError
+from tfm.commands import UsageError, one_row
 from tfm.train.tpu_chips import GIB
 
 
@@ -116,6 +116,7 @@ def _print_human(plan, config, remedies):
 
 
 def run(fv: flags.FlagValues, config):
+  one_row(config, fv)
   if not fv.topology:
     raise UsageError("--topology is required, e.g. --topology=v5e:4x4")
   # pylint: disable=import-outside-toplevel  (jax and libtpu load only once the flags are good)

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from absl import flags
 
-from tfm.commands import UsageError
+from tfm.commands import UsageError, one_row
 
 
 def define_flags(fv: flags.FlagValues):
@@ -13,6 +13,7 @@ def define_flags(fv: flags.FlagValues):
 
 
 def run(fv: flags.FlagValues, config):
+  one_row(config, fv)
   if not fv.workdir:
     raise UsageError("--workdir is required (checkpoints, vocabulary and metrics go there)")
   from tfm.loop import train  # pylint: disable=import-outside-toplevel
