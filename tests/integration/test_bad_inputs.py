@@ -144,6 +144,10 @@ CASES = {
                                          2, "--top_p: expected a number in (0, 1], got 1.5"),
     "translate_top_k_without_sample": Case(["translate", "--workdir=TRAINED", "--top_k=5"], 2,
                                            "apply with --sample only"),
+    "translate_seed_without_sample": Case(["translate", "--workdir=TRAINED", "--seed=3"], 2,
+                                          "--seed apply with --sample only"),
+    "translate_beam_with_sample": Case(["translate", "--workdir=TRAINED", "--sample",
+                                        "--beam_size=4"], 2, "--beam_size applies to search"),
     # attention
     "attention_without_workdir": Case(["attention", "--text=light"], 2, "--workdir is required"),
     "attention_empty_text": Case(["attention", "--workdir=TRAINED", "--text="], 2,

@@ -35,8 +35,10 @@ def _check_flags(fv: flags.FlagValues):
       raise UsageError(f"--temperature: expected a number > 0, got {fv.temperature}")
     if not 0 < fv.top_p <= 1:
       raise UsageError(f"--top_p: expected a number in (0, 1], got {fv.top_p}")
-  elif fv["temperature"].present or fv["top_k"].present or fv["top_p"].present:
-    raise UsageError("--temperature, --top_k and --top_p apply with --sample only")
+    if fv["beam_size"].present:
+      raise UsageError("--beam_size applies to search, not with --sample")
+  elif any(fv[name].present for name in ("temperature", "top_k", "top_p", "seed")):
+    raise UsageError("--temperature, --top_k, --top_p and --seed apply with --sample only")
 
 
 def run(fv: flags.FlagValues, config):
