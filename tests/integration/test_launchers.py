@@ -19,13 +19,18 @@ if [ "$3" = tpu-vm ] && [ "$4" = scp ]; then cp "$5" "$FAKE_GCLOUD_LOG.tar"; fi
 """
 
 
-def test_tpu_slice_gets_the_checkout_then_setup_and_the_command_on_every_worker(tmp_path):
+def fake_gcloud(tmp_path: pathlib.Path) -> tuple[dict, pathlib.Path]:
+  """An environment whose `gcloud` is FAKE_GCLOUD, and the log it writes (LOG.tar: what scp sent)."""
   bin_dir = tmp_path / "bin"
   bin_dir.mkdir()
   (bin_dir / "gcloud").write_text(FAKE_GCLOUD)
   (bin_dir / "gcloud").chmod(0o755)
   log = tmp_path / "gcloud.log"
-  env = {**os.environ, "PATH": f"{bin_dir}:{os.environ['PATH']}", "FAKE_GCLOUD_LOG": str(log)}
+  return {**os.environ, "PATH": f"{bin_dir}:{os.environ['PATH']}", "FAKE_GCLOUD_LOG": str(log)}, log
+
+
+def test_tpu_slice_gets_the_checkout_then_setup_and_the_command_on_every_worker(tmp_path):
+  env, log = fake_gcloud(tmp_path)
   command = ["train", "--config=configs/base.py", "--config.mesh.fsdp=16",
              "--workdir=gs://bucket/runs/base 1"]  # a space, to check the quoting
   proc = subprocess.run(["bash", str(ROOT / "launch.sh"), "--tpu", "my-pod", "--zone",
@@ -92,12 +97,7 @@ def test_tpu_slice_gets_uncommitted_changes_and_untracked_files(tmp_path):
     f.write("# an edit\n")
   (repo / ".venv").mkdir()
   (repo / ".venv" / "big").write_text("x")
-  bin_dir = tmp_path / "bin"
-  bin_dir.mkdir()
-  (bin_dir / "gcloud").write_text(FAKE_GCLOUD)
-  (bin_dir / "gcloud").chmod(0o755)
-  log = tmp_path / "gcloud.log"
-  env = {**os.environ, "PATH": f"{bin_dir}:{os.environ['PATH']}", "FAKE_GCLOUD_LOG": str(log)}
+  env, log = fake_gcloud(tmp_path)
   proc = subprocess.run(["bash", str(repo / "launch.sh"), "--tpu", "pod", "--zone", "z", "train"],
                         capture_output=True, text=True, timeout=120, env=env)
   assert proc.returncode == 0, proc.stderr
