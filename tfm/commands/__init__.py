@@ -39,8 +39,7 @@ def refuse_config(config) -> None:
   """For commands on a trained workdir: its config.json is the config, so a --config (which would
   be ignored) is refused."""
   if config is not None:
-    raise UsageError("--config: this command uses the workdir's own config.json; drop --config "
-                     "(a mesh that does not fit this machine's devices becomes data parallel)")
+    raise UsageError("--config: this command uses the workdir's own config.json; drop --config")
 
 
 def announce_backend(note: str | None = None) -> None:
