@@ -182,12 +182,13 @@ def main():
     directory = cache.cache_dir(build_cfg, tok, sources.open_split(build_cfg, "train"), 0, 1)
     if args.rebuild_cache and os.path.exists(directory):
       shutil.rmtree(directory)
-    start = time.perf_counter()
+    start, reused = time.perf_counter(), os.path.exists(directory)
     tokens = cache.open_cache(build_cfg, tok)
     built = tokens.meta
+    how = (f"reused, built by an earlier call in {built['build_seconds']:.1f}s" if reused else
+           f"built with data.num_workers={build_cfg.num_workers} in {built['build_seconds']:.1f}s")
     print(f"token cache {directory}: {len(tokens)} examples, {sum(built['tokens'].values())} "
-          f"tokens ({built['dtype']}), built with data.num_workers={build_cfg.num_workers} in "
-          f"{built['build_seconds']:.1f}s (this call: {time.perf_counter() - start:.1f}s)")
+          f"tokens ({built['dtype']}), {how} (this call: {time.perf_counter() - start:.1f}s)")
   producer, main_alone = time_halves(args, cfg, tok)
   mode = "bucketed" if args.bucketed else "packed"
   print(f"{cfg.dataset} {mode} max_length={cfg.max_length} tokens_per_batch={cfg.tokens_per_batch} "

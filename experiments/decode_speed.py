@@ -53,6 +53,9 @@ def _trained_setup(workdir):
 
 def main(argv):
   del argv
+  if not (FLAGS.workdir or FLAGS.config):
+    raise app.UsageError("--config=FILE (random parameters) or --workdir=DIR (a trained model) is "
+                         "required")
   backend.cpu_only_without_accelerator()
   if FLAGS.workdir:
     exp, params, tokens = _trained_setup(FLAGS.workdir)

@@ -81,7 +81,7 @@ def test_base_model_per_token():
     ("TPU v4", 275e12), ("TPU v5 lite", 197e12), ("TPU v5e", 197e12), ("TPU v5", 459e12),
     ("TPU v5p", 459e12), ("TPU v6 lite", 918e12), ("NVIDIA A100-SXM4-80GB", 312e12),
     ("NVIDIA H100 80GB HBM3", 989e12), ("NVIDIA H100 PCIe", 756e12), ("NVIDIA H100 NVL", 835e12),
-    ("NVIDIA H200", 989e12),
+    ("NVIDIA H200", 989e12), ("NVIDIA H200 NVL", 835e12),
     ("Tesla P100-PCIE-16GB", None)])
 def test_peak_flops_table(kind, peak):
   assert peak_flops(kind) == peak

@@ -30,6 +30,7 @@ from tfm.train.tpu_chips import chip_by_device_kind
 # tfm/train/tpu_chips.py. Matched against jax.devices()[0].device_kind (case-insensitive
 # substring, first match wins).
 GPU_PEAK_FLOPS = (
+    ("h200 nvl", 835e12),  # 1,671 TFLOP/s with sparsity, as the H100 NVL
     ("h200", 989e12),
     ("h100 pcie", 756e12),
     ("h100 nvl", 835e12),  # 1,671 TFLOP/s with sparsity on NVIDIA's H100 NVL datasheet
