@@ -111,3 +111,24 @@ def test_whole_model_same_logits_with_either_kernel(positions):
   model_x = Transformer(tiny(attention_impl="xla", positions=positions, num_kv_heads=2))
   np.testing.assert_allclose(jax.jit(model_e.apply)(v, inputs, targets),
                              jax.jit(model_x.apply)(v, inputs, targets), atol=2e-5)
+
+
+@pytest.mark.parametrize("d_k, lengths, train, dtype, capability, kernel", [
+    (64, (64, 64), True, "bfloat16", "9.0", "cudnn"),  # the paper's heads on an H100
+    (64, (17, 17), False, "bfloat16", "9.0", "cudnn"),  # odd lengths: no bias gradient to take
+    (64, (17, 17), True, "bfloat16", "9.0", "xla"),  # training with a bias needs even lengths
+    (512, (64, 64), True, "bfloat16", "9.0", "xla"),  # Table 3 row A1: one head of 512
+    (256, (64, 64), True, "bfloat16", "9.0", "cudnn"),  # Hopper takes up to 256 ...
+    (256, (64, 64), True, "bfloat16", "8.0", "xla"),  # ... an A100 up to 128
+    (4, (64, 64), True, "bfloat16", "9.0", "xla"),  # not a multiple of 8
+    (64, (64, 64), True, "float32", "9.0", "xla"),  # cuDNN's fused attention is 16-bit only
+])
+def test_auto_picks_cudnn_only_for_shapes_it_takes(monkeypatch, d_k, lengths, train, dtype,
+                                                   capability, kernel):
+  """What model.attention_impl='auto' picks on a GPU, against the limits jax 0.10.2's cuDNN path
+  checks (jax/_src/cudnn/fused_attention_stablehlo.py: head width, lengths with a bias)."""
+  from tfm.model import attention  # pylint: disable=import-outside-toplevel
+  gpu = type("Gpu", (), {"compute_capability": capability})()
+  monkeypatch.setattr(attention.jax, "default_backend", lambda: "gpu")
+  monkeypatch.setattr(attention.jax, "devices", lambda *a: [gpu])
+  assert attention.choose_kernel("auto", d_k, d_k, 0.0, dtype, train, *lengths) == kernel

@@ -15,6 +15,8 @@ CASES = [
     (dict(d_k=0), "model.d_k"),
     (dict(positions="rope", d_k=7), "model.d_k"),
     (dict(attention_impl="xla", d_k=16, d_v=64), "model.attention_impl"),
+    (dict(attention_impl="cudnn", d_k=512, d_v=512, num_heads=1), "model.attention_impl"),  # A1
+    (dict(attention_impl="cudnn", d_k=12, d_v=12), "model.attention_impl"),
     (dict(dtype="float8"), "model.dtype"),
     (dict(scan_layers="yes"), "model.scan_layers"),
     (dict(remat="selective"), "model.remat"),

@@ -70,13 +70,26 @@ def library_attention(q, k, v, mask=None, bias=None, implementation=None):
   return jax.nn.dot_product_attention(q, k, v, bias=bias, mask=mask, implementation=implementation)
 
 
-def choose_kernel(impl: str, d_k: int, d_v: int, dropout_rate: float, dtype: str, train: bool) -> str:
-  """'einsum', 'xla' or 'cudnn' for model.attention_impl = impl on this backend and phase."""
+def cudnn_takes(d_k: int, q_length: int, kv_length: int, train: bool) -> bool:
+  """Whether jax's cuDNN fused attention (jax/_src/cudnn/fused_attention_stablehlo.py, jax 0.10.2)
+  takes these shapes on this GPU: a head width that is a multiple of 8, at most 256 on Hopper and
+  later (compute capability 9) and 128 before, and, when training with a bias (tfm passes its
+  masks as one), even lengths."""
+  capability = float(getattr(jax.devices()[0], "compute_capability", 0) or 0)
+  widest = 256 if capability >= 9 else 128
+  return d_k % 8 == 0 and d_k <= widest and not (train and (q_length % 2 or kv_length % 2))
+
+
+def choose_kernel(impl: str, d_k: int, d_v: int, dropout_rate: float, dtype: str, train: bool,
+                  q_length: int, kv_length: int) -> str:
+  """'einsum', 'xla' or 'cudnn' for model.attention_impl = impl on this backend and phase; 'auto'
+  picks cuDNN on GPUs in 16-bit floats where it takes the shapes (`cudnn_takes`), else XLA's."""
   if impl != "auto":
     return impl
   if d_k != d_v or (train and dropout_rate > 0):
     return "einsum"
-  if jax.default_backend() == "gpu" and dtype in ("bfloat16", "float16"):
+  if (jax.default_backend() == "gpu" and dtype in ("bfloat16", "float16")
+      and cudnn_takes(d_k, q_length, kv_length, train)):
     return "cudnn"
   return "xla"
 
@@ -158,7 +171,8 @@ class Attention(nn.Module):
     q = P.constrain(q, P.BLHD)
     k = P.constrain(k, P.BLKD)
     v = P.constrain(v, P.BLKD)
-    kernel = choose_kernel(self.impl, self.d_k, self.d_v, self.dropout_rate, self.dtype, train)
+    kernel = choose_kernel(self.impl, self.d_k, self.d_v, self.dropout_rate, self.dtype, train,
+                           q.shape[1], k.shape[1])
     if kernel == "einsum" or sow:
       drop = None
       if train and self.dropout_rate > 0:

@@ -118,6 +118,9 @@ def validate(cfg: ModelConfig) -> None:
     if cfg.attention_dropout_rate:
       _fail("attention_impl", "'auto' or 'einsum' with attention dropout "
             "(jax.nn.dot_product_attention has no dropout)", cfg.attention_impl)
+  if cfg.attention_impl == "cudnn" and (cfg.d_k % 8 or cfg.d_k > 256):
+    _fail("attention_impl", "'auto', 'xla' or 'einsum' when model.d_k is not a multiple of 8 up "
+          "to 256 (cuDNN's fused attention takes no other head width)", cfg.attention_impl)
   for key in ("norm_epsilon", "rope_base"):
     if not sections.is_number(getattr(cfg, key)) or getattr(cfg, key) <= 0:
       _fail(key, "a positive finite number", getattr(cfg, key))
