@@ -25,6 +25,7 @@ import jax
 import jax.numpy as jnp
 
 from tfm.model import partitioning as P
+from tfm.model.config import cudnn_head_width
 from tfm.model.dense import Dense
 from tfm.model.positions import apply_rope
 
@@ -71,13 +72,12 @@ def library_attention(q, k, v, mask=None, bias=None, implementation=None):
 
 
 def cudnn_takes(d_k: int, q_length: int, kv_length: int, train: bool) -> bool:
-  """Whether jax's cuDNN fused attention (jax/_src/cudnn/fused_attention_stablehlo.py, jax 0.10.2)
-  takes these shapes on this GPU: a head width that is a multiple of 8, at most 256 on Hopper and
-  later (compute capability 9) and 128 before, and, when training with a bias (tfm passes its
-  masks as one), even lengths."""
+  """Whether jax's cuDNN fused attention takes these shapes on this GPU: its head width
+  (`cudnn_head_width`, at most 256 from compute capability 9, Hopper, 128 before) and, when
+  training with a bias (tfm passes its masks as one), even lengths."""
   capability = float(getattr(jax.devices()[0], "compute_capability", 0) or 0)
-  widest = 256 if capability >= 9 else 128
-  return d_k % 8 == 0 and d_k <= widest and not (train and (q_length % 2 or kv_length % 2))
+  return (cudnn_head_width(d_k, 256 if capability >= 9 else 128)
+          and not (train and (q_length % 2 or kv_length % 2)))
 
 
 def choose_kernel(impl: str, d_k: int, d_v: int, dropout_rate: float, dtype: str, train: bool,

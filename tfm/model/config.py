@@ -83,6 +83,12 @@ def _fail(key: str, expected: str, got: Any):
   sections.fail(f"model.{key}", expected, got)
 
 
+def cudnn_head_width(d_k: int, widest: int = 256) -> bool:
+  """Whether jax 0.10.2's cuDNN fused attention takes heads d_k wide: a multiple of 8, at most
+  `widest` (256 on Hopper and later GPUs, 128 before; jax/_src/cudnn/fused_attention_stablehlo.py)."""
+  return d_k % 8 == 0 and d_k <= widest
+
+
 def validate(cfg: ModelConfig) -> None:
   """Raises ValueError naming the offending `model.*` key."""
   for key in ("vocab_size", "d_model", "d_ff", "num_heads", "d_k", "d_v", "max_length"):
@@ -118,7 +124,7 @@ def validate(cfg: ModelConfig) -> None:
     if cfg.attention_dropout_rate:
       _fail("attention_impl", "'auto' or 'einsum' with attention dropout "
             "(jax.nn.dot_product_attention has no dropout)", cfg.attention_impl)
-  if cfg.attention_impl == "cudnn" and (cfg.d_k % 8 or cfg.d_k > 256):
+  if cfg.attention_impl == "cudnn" and not cudnn_head_width(cfg.d_k):
     _fail("attention_impl", "'auto', 'xla' or 'einsum' when model.d_k is not a multiple of 8 up "
           "to 256 (cuDNN's fused attention takes no other head width)", cfg.attention_impl)
   for key in ("norm_epsilon", "rope_base"):
