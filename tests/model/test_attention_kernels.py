@@ -132,3 +132,18 @@ def test_auto_picks_cudnn_only_for_shapes_it_takes(monkeypatch, d_k, lengths, tr
   monkeypatch.setattr(attention.jax, "default_backend", lambda: "gpu")
   monkeypatch.setattr(attention.jax, "devices", lambda *a: [gpu])
   assert attention.choose_kernel("auto", d_k, d_k, 0.0, dtype, train, *lengths) == kernel
+
+
+def test_auto_follows_the_mesh_devices_not_the_host(monkeypatch):
+  """Traced under a mesh (as every step is, and as tfm plan traces for a TPU topology), 'auto'
+  chooses for the mesh's devices: a GPU host tracing for CPU (or TPU) devices gets XLA's kernel."""
+  from tfm.model import attention  # pylint: disable=import-outside-toplevel
+  mesh = jax.sharding.Mesh(np.array(jax.devices()[:1]), ("data",))
+  gpu = type("Gpu", (), {"compute_capability": "9.0"})()
+  monkeypatch.setattr(attention.jax, "default_backend", lambda: "gpu")
+  monkeypatch.setattr(attention.jax, "devices", lambda *a: [gpu])
+  args = ("auto", 64, 64, 0.0, "bfloat16", True, 64, 64)
+  assert attention.choose_kernel(*args) == "cudnn"  # no mesh: the host's GPU
+  with jax.set_mesh(mesh):
+    assert attention.target_platform() == "cpu"
+    assert attention.choose_kernel(*args) == "xla"

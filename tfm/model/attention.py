@@ -71,8 +71,16 @@ def library_attention(q, k, v, mask=None, bias=None, implementation=None):
   return jax.nn.dot_product_attention(q, k, v, bias=bias, mask=mask, implementation=implementation)
 
 
+def target_platform() -> str:
+  """The platform a traced computation is for: that of the current mesh's devices while a step is
+  traced under its mesh (OnMesh; a TPU topology's devices when tfm plan compiles ahead of time on
+  another host), the default backend's outside one."""
+  device = jax.sharding.get_abstract_mesh().abstract_device
+  return device.platform if device is not None else jax.default_backend()
+
+
 def cudnn_takes(d_k: int, q_length: int, kv_length: int, train: bool) -> bool:
-  """Whether jax's cuDNN fused attention takes these shapes on this GPU: its head width
+  """Whether jax's cuDNN fused attention takes these shapes on this host's GPU: its head width
   (`cudnn_head_width`, at most 256 from compute capability 9, Hopper, 128 before) and, when
   training with a bias (tfm passes its masks as one), even lengths."""
   capability = float(getattr(jax.devices()[0], "compute_capability", 0) or 0)
@@ -82,13 +90,14 @@ def cudnn_takes(d_k: int, q_length: int, kv_length: int, train: bool) -> bool:
 
 def choose_kernel(impl: str, d_k: int, d_v: int, dropout_rate: float, dtype: str, train: bool,
                   q_length: int, kv_length: int) -> str:
-  """'einsum', 'xla' or 'cudnn' for model.attention_impl = impl on this backend and phase; 'auto'
-  picks cuDNN on GPUs in 16-bit floats where it takes the shapes (`cudnn_takes`), else XLA's."""
+  """'einsum', 'xla' or 'cudnn' for model.attention_impl = impl on the target platform
+  (`target_platform`) and phase; 'auto' picks cuDNN for GPUs in 16-bit floats where it takes the
+  shapes (`cudnn_takes`), else XLA's."""
   if impl != "auto":
     return impl
   if d_k != d_v or (train and dropout_rate > 0):
     return "einsum"
-  if (jax.default_backend() == "gpu" and dtype in ("bfloat16", "float16")
+  if (target_platform() == "gpu" and dtype in ("bfloat16", "float16")
       and cudnn_takes(d_k, q_length, kv_length, train)):
     return "cudnn"
   return "xla"
