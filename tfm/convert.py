@@ -8,7 +8,9 @@ Logs, TensorBoard events and evaluation results stay in A. A is only read.
 
 Each checkpoint is restored onto this machine's mesh (verified against its checksums), converted
 by one jit whose outputs are laid out on B's shardings (no host gathers the state), and saved before
-the next is read, so the peak is about two train states.
+the next is read, so the peak is about two train states. Where A's mesh does not fit the devices
+here (trained on a pod, converted on a laptop), the conversion runs data parallel over them
+(`mesh_here`; checkpoints restore onto any mesh) and B's config keeps A's mesh.
 """
 
 from __future__ import annotations
@@ -22,6 +24,7 @@ from etils import epath
 from tfm import storage
 from tfm.config import Config
 from tfm.data import tokenizer as tokenizer_lib
+from tfm.eval.restore import mesh_here
 from tfm.experiment import Experiment
 from tfm.model.scan_convert import convert_layers
 from tfm.train import checkpoint as ckpt_lib
@@ -35,10 +38,12 @@ def converted_config(config: Config, scan_layers: bool) -> Config:
   return config.replace(model=dataclasses.replace(config.model, scan_layers=scan_layers))
 
 
-def convert_workdir(workdir: str, out: str, scan_layers: bool, config: Config) -> list[int]:
+def convert_workdir(workdir: str, out: str, scan_layers: bool,
+                    config: Config) -> tuple[list[int], str | None]:
   """Writes workdir's checkpoints into the new workdir `out` with model.scan_layers = scan_layers.
 
-  config: workdir's own (validated) config. Returns the converted steps. Raises ValueError if the
+  config: workdir's own (validated) config. Returns the converted steps and mesh_here's note (None
+  when workdir's mesh fits the devices here). Raises ValueError if the
   layout is already scan_layers, if workdir has no checkpoint, or if out exists and is not empty;
   on any failure out is left as it was (a new directory is removed again).
   """
@@ -50,8 +55,8 @@ def convert_workdir(workdir: str, out: str, scan_layers: bool, config: Config) -
     raise ValueError(f"no checkpoint in {workdir}/checkpoints: nothing to convert")
   if epath.Path(out).exists() and any(epath.Path(out).iterdir()):
     raise ValueError(f"--out {out}: exists and is not empty; expected a new directory")
-  target = converted_config(config, scan_layers)
-  source, dest = Experiment(config), Experiment(target)
+  here, note = mesh_here(config)
+  source, dest = Experiment(here), Experiment(converted_config(here, scan_layers))
   convert = jax.jit(lambda state: convert_layers(state, scan_layers),
                     out_shardings=dest.state_shardings)
   with Workdir(out) as w:
@@ -71,5 +76,5 @@ def convert_workdir(workdir: str, out: str, scan_layers: bool, config: Config) -
       vocab = storage.path(workdir) / tokenizer_lib.vocab_filename(config.data)
       if vocab.exists() and jax.process_index() == 0:  # local or gs://
         storage.write_atomically(storage.path(out) / vocab.name, vocab.read_bytes())
-    w.commit(target.to_dict())
-  return steps
+    w.commit(converted_config(config, scan_layers).to_dict())  # A's mesh, whatever ran here
+  return steps, note

@@ -9,6 +9,7 @@ with dropout the curves agree in distribution only. Everything else is the same 
 import json
 import os
 import re
+import shutil
 
 import jax
 import numpy as np
@@ -71,6 +72,23 @@ def test_convert_a_workdir_and_train_on(experiment, tmp_path, capsys):
   _, log_b = run_train(experiment(*DEPTH, "train.steps=6", SCAN), b)
   assert "resumed from step 3" in log_b
   np.testing.assert_allclose(_losses(log_b)[6], _losses(log_a)[6], atol=2e-4)
+
+  # A workdir trained on fsdp x tensor = 2 x 2 devices converts on this one, data parallel, and B
+  # keeps that mesh for resuming where it ran.
+  moved = tmp_path / "moved"
+  shutil.copytree(a, moved)
+  config_json = json.loads((moved / "config.json").read_text())
+  config_json["mesh"].update(fsdp=2, tensor=2)
+  (moved / "config.json").write_text(json.dumps(config_json))
+  assert cli.main(["tfm", "convert", "--workdir", str(moved), "--out", str(tmp_path / "d"),
+                   "--scan_layers", "true"]) == 0
+  assert "does not fit the 1 device(s) here: data parallel" in capsys.readouterr().err
+  d_config = build(json.load(open(tmp_path / "d" / "config.json")))
+  assert (d_config.mesh.fsdp, d_config.mesh.tensor, d_config.model.scan_layers) == (2, 2, True)
+  moved_params = ckpt_lib.restore_params(str(tmp_path / "d"), 6, Experiment(config).abstract_params)
+  assert all(np.array_equal(x, y) for x, y in zip(jax.tree.leaves(moved_params),
+             jax.tree.leaves(stack_layers(ckpt_lib.restore_params(
+                 a, 6, Experiment(source_config).abstract_params)))))
 
   # Converting to the layout it has, or into a workdir that is in use, is refused in one line.
   assert cli.main(["tfm", "convert", "--workdir", b, "--out", str(tmp_path / "c"),

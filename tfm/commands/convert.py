@@ -7,6 +7,8 @@ see tfm/convert.py), so eval, translate and resumed training use B with that lay
 
 from __future__ import annotations
 
+import sys
+
 from absl import flags
 
 from tfm.commands import UsageError, refuse_config, require_workdir
@@ -31,7 +33,9 @@ def run(fv: flags.FlagValues, config):
   from tfm.convert import convert_workdir
   from tfm.eval.restore import read_workdir_config
 
-  steps = convert_workdir(fv.workdir, fv.out, fv.scan_layers == "true",
-                          read_workdir_config(fv.workdir))
+  steps, note = convert_workdir(fv.workdir, fv.out, fv.scan_layers == "true",
+                                read_workdir_config(fv.workdir))
+  if note:
+    print(f"tfm: {note}", file=sys.stderr)
   print(f"tfm convert: {len(steps)} checkpoint(s) {steps} of {fv.workdir} written to {fv.out} with "
         f"model.scan_layers={fv.scan_layers}")
