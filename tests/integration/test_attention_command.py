@@ -53,10 +53,13 @@ def test_a_panel_per_head_and_kind_labelled_with_pieces(trained, drawn, tmp_path
   (fig,) = drawn
   panels = _panels(fig)
   assert len(panels) == 3 * 2  # encoder, decoder, cross x 2 heads
-  assert [ax.get_title(loc="left") for ax in panels] == [
-      "encoder self-attention (layer 2 of 2), head 1", "head 2",
-      "decoder self-attention (layer 2 of 2), head 1", "head 2",
-      "encoder-decoder attention (layer 2 of 2), head 1", "head 2"]
+  assert [ax.get_title(loc="left") for ax in panels] == ["head 1", "head 2"] * 3
+  assert [ax.get_ylabel() for ax in panels[::2]] == [
+      "encoder self-attention (layer 2 of 2)", "decoder self-attention (layer 2 of 2)",
+      "encoder-decoder attention (layer 2 of 2)"]
+  fig.canvas.draw()  # no title runs into the next panel's
+  boxes = [ax._left_title.get_window_extent() for ax in panels]  # pylint: disable=protected-access
+  assert not any(a.overlaps(b) for a, b in zip(boxes[::2], boxes[1::2]))
   tokenizer = get_tokenizer(read_workdir_config(trained).data, trained)
   source = tokenizer.pieces(tokenizer.encode(TEXT))
   encoder, _, decoder, _, cross, _ = panels

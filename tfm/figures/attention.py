@@ -38,8 +38,8 @@ def cell_inches(rows: Sequence[Row]) -> float:
 
 
 def draw(rows: Sequence[Row], heads: Sequence[int], title: str):
-  """A matplotlib figure: len(rows) x len(heads) panels, headed 'head N' (heads are 1-based), each
-  row as high as its queries need, the columns as wide as the most keys need (cells about square
+  """A matplotlib figure: len(rows) x len(heads) panels, headed 'head N' (heads are 1-based) and
+  each row named beside its first panel, each row as high as its queries need, the columns as wide as the most keys need (cells about square
   when queries and keys are alike in number), tick labels on every panel's keys and on the first
   panel's queries of each row."""
   import matplotlib  # pylint: disable=import-outside-toplevel
@@ -48,7 +48,8 @@ def draw(rows: Sequence[Row], heads: Sequence[int], title: str):
 
   cell = cell_inches(rows)
   label = 0.07 * max(len(s) for r in rows for s in [*r.queries, *r.keys]) + 0.15  # tick labels
-  width = len(heads) * (cell * max(len(r.keys) for r in rows) + 0.1) + label + 1.0  # + colorbar
+  width = len(heads) * (cell * max(len(r.keys) for r in rows) + 0.1) + label + 1.3  # + colorbar,
+  # row titles
   height = sum(cell * len(r.queries) + label + 0.35 for r in rows) + 0.6  # + row and figure titles
   fig = plt.figure(figsize=(width, height), layout="constrained")
   grid = fig.add_gridspec(len(rows), len(heads), height_ratios=[len(r.queries) for r in rows])
@@ -62,8 +63,9 @@ def draw(rows: Sequence[Row], heads: Sequence[int], title: str):
       ax.set_xticks(range(len(row.keys)), row.keys, rotation=90, fontsize=FONT_POINTS)
       ax.set_yticks(range(len(row.queries)), row.queries if c == 0 else [], fontsize=FONT_POINTS)
       ax.tick_params(length=0)
-      ax.set_title(f"{row.title}, head {head}" if c == 0 else f"head {head}", fontsize=9,
-                   loc="left")
+      ax.set_title(f"head {head}", fontsize=9, loc="left")
+      if c == 0:  # the row's kind beside its queries: a title this long would run into the next
+        ax.set_ylabel(row.title, fontsize=9)
   fig.suptitle(textwrap.fill(title, max(40, int(width * 11))), fontsize=10)
   fig.colorbar(image, ax=axes, fraction=0.02, pad=0.01, label="attention weight")
   return fig
