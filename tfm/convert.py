@@ -43,9 +43,9 @@ def convert_workdir(workdir: str, out: str, scan_layers: bool,
   """Writes workdir's checkpoints into the new workdir `out` with model.scan_layers = scan_layers.
 
   config: workdir's own (validated) config. Returns the converted steps and mesh_here's note (None
-  when workdir's mesh fits the devices here). Raises ValueError if the
-  layout is already scan_layers, if workdir has no checkpoint, or if out exists and is not empty;
-  on any failure out is left as it was (a new directory is removed again).
+  when workdir's mesh fits the devices here). Raises ValueError if the layout is already
+  scan_layers, if workdir has no checkpoint, or if out exists and is not empty; on any failure out
+  is left as it was (a new directory is removed again).
   """
   if config.model.scan_layers == scan_layers:
     raise ValueError(f"--workdir {workdir}: its checkpoints already have model.scan_layers="
