@@ -38,18 +38,17 @@ def cell_inches(rows: Sequence[Row]) -> float:
 
 
 def draw(rows: Sequence[Row], heads: Sequence[int], title: str):
-  """A matplotlib figure: len(rows) x len(heads) panels, headed 'head N' (heads are 1-based) and
-  each row named beside its first panel, each row as high as its queries need, the columns as wide as the most keys need (cells about square
-  when queries and keys are alike in number), tick labels on every panel's keys and on the first
-  panel's queries of each row."""
+  """A matplotlib figure: len(rows) x len(heads) panels, headed 'head N' (heads are 1-based), each
+  row named beside its first panel and as high as its queries need, the columns as wide as the most
+  keys need (cells about square when queries and keys are alike in number), tick labels on every
+  panel's keys and on the first panel's queries of each row."""
   import matplotlib  # pylint: disable=import-outside-toplevel
   matplotlib.use("Agg")
   import matplotlib.pyplot as plt  # pylint: disable=import-outside-toplevel
 
   cell = cell_inches(rows)
   label = 0.07 * max(len(s) for r in rows for s in [*r.queries, *r.keys]) + 0.15  # tick labels
-  width = len(heads) * (cell * max(len(r.keys) for r in rows) + 0.1) + label + 1.3  # + colorbar,
-  # row titles
+  width = len(heads) * (cell * max(len(r.keys) for r in rows) + 0.1) + label + 1.3  # + bar, names
   height = sum(cell * len(r.queries) + label + 0.35 for r in rows) + 0.6  # + row and figure titles
   fig = plt.figure(figsize=(width, height), layout="constrained")
   grid = fig.add_gridspec(len(rows), len(heads), height_ratios=[len(r.queries) for r in rows])
