@@ -77,7 +77,8 @@ def test_the_chosen_layer_heads_and_kinds_are_drawn(trained, drawn, monkeypatch,
                    "--layer=1", "--heads=2", "--kinds=encoder,cross"]) == 0  # beam search (2)
   (result,) = computed
   encoder, cross = _panels(drawn[0])
-  assert encoder.get_title(loc="left") == "encoder self-attention (layer 1 of 2), head 2"
+  assert encoder.get_title(loc="left") == "head 2"
+  assert encoder.get_ylabel() == "encoder self-attention (layer 1 of 2)"
   assert result.weights["encoder"].shape[:2] == (2, 2)  # [layers, heads, q, k]
   np.testing.assert_array_equal(encoder.images[0].get_array(), result.weights["encoder"][0, 1])
   np.testing.assert_array_equal(cross.images[0].get_array(), result.weights["cross"][0, 1])
