@@ -113,6 +113,14 @@ def test_whole_model_same_logits_with_either_kernel(positions):
                              jax.jit(model_x.apply)(v, inputs, targets), atol=2e-5)
 
 
+def _pretend_gpu(capability: str | None):
+  """A stand-in for jax.devices()[0] on an NVIDIA GPU of this compute capability (None: a ROCm
+  GPU, whose client reports "rocm" and whose devices have no compute capability)."""
+  version = "rocm 60300" if capability is None else "cuda 12080"
+  client = type("Client", (), {"platform_version": version})()
+  return type("Gpu", (), {"compute_capability": capability, "client": client})()
+
+
 @pytest.mark.parametrize("d_k, lengths, train, dtype, capability, kernel", [
     (64, (64, 64), True, "bfloat16", "9.0", "cudnn"),  # the paper's heads on an H100
     (64, (17, 17), False, "bfloat16", "9.0", "cudnn"),  # odd lengths: no bias gradient to take
@@ -122,13 +130,14 @@ def test_whole_model_same_logits_with_either_kernel(positions):
     (256, (64, 64), True, "bfloat16", "8.0", "xla"),  # ... an A100 up to 128
     (4, (64, 64), True, "bfloat16", "9.0", "xla"),  # not a multiple of 8
     (64, (64, 64), True, "float32", "9.0", "xla"),  # cuDNN's fused attention is 16-bit only
+    (64, (64, 64), True, "bfloat16", None, "xla"),  # a ROCm GPU: no cuDNN
 ])
 def test_auto_picks_cudnn_only_for_shapes_it_takes(monkeypatch, d_k, lengths, train, dtype,
                                                    capability, kernel):
   """What model.attention_impl='auto' picks on a GPU, against the limits jax 0.10.2's cuDNN path
   checks (jax/_src/cudnn/fused_attention_stablehlo.py: head width, lengths with a bias)."""
   from tfm.model import attention  # pylint: disable=import-outside-toplevel
-  gpu = type("Gpu", (), {"compute_capability": capability})()
+  gpu = _pretend_gpu(capability)
   monkeypatch.setattr(attention.jax, "default_backend", lambda: "gpu")
   monkeypatch.setattr(attention.jax, "devices", lambda *a: [gpu])
   assert attention.choose_kernel("auto", d_k, d_k, 0.0, dtype, train, *lengths) == kernel
@@ -139,7 +148,7 @@ def test_auto_follows_the_mesh_devices_not_the_host(monkeypatch):
   chooses for the mesh's devices: a GPU host tracing for CPU (or TPU) devices gets XLA's kernel."""
   from tfm.model import attention  # pylint: disable=import-outside-toplevel
   mesh = jax.sharding.Mesh(np.array(jax.devices()[:1]), ("data",))
-  gpu = type("Gpu", (), {"compute_capability": "9.0"})()
+  gpu = _pretend_gpu("9.0")
   monkeypatch.setattr(attention.jax, "default_backend", lambda: "gpu")
   monkeypatch.setattr(attention.jax, "devices", lambda *a: [gpu])
   args = ("auto", 64, 64, 0.0, "bfloat16", True, 64, 64)

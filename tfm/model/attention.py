@@ -80,10 +80,14 @@ def target_platform() -> str:
 
 
 def cudnn_takes(d_k: int, q_length: int, kv_length: int, train: bool) -> bool:
-  """Whether jax's cuDNN fused attention takes these shapes on this host's GPU: its head width
-  (`cudnn_head_width`, at most 256 from compute capability 9, Hopper, 128 before) and, when
-  training with a bias (tfm passes its masks as one), even lengths."""
-  capability = float(getattr(jax.devices()[0], "compute_capability", 0) or 0)
+  """Whether jax's cuDNN fused attention takes these shapes on this host's GPU: an NVIDIA one (a
+  CUDA client; ROCm GPUs have no cuDNN), its head width (`cudnn_head_width`, at most 256 from
+  compute capability 9, Hopper, 128 before) and, when training with a bias (tfm passes its masks
+  as one), even lengths."""
+  device = jax.devices()[0]
+  if "cuda" not in device.client.platform_version:  # as jax's own cuDNN checks read it
+    return False
+  capability = float(getattr(device, "compute_capability", 0) or 0)
   return (cudnn_head_width(d_k, 256 if capability >= 9 else 128)
           and not (train and (q_length % 2 or kv_length % 2)))
 
