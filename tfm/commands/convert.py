@@ -7,11 +7,9 @@ see tfm/convert.py), so eval, translate and resumed training use B with that lay
 
 from __future__ import annotations
 
-import sys
-
 from absl import flags
 
-from tfm.commands import UsageError, refuse_config, require_workdir
+from tfm.commands import UsageError, announce_backend, refuse_config, require_workdir
 
 
 def define_flags(fv: flags.FlagValues):
@@ -35,7 +33,6 @@ def run(fv: flags.FlagValues, config):
 
   steps, note = convert_workdir(fv.workdir, fv.out, fv.scan_layers == "true",
                                 read_workdir_config(fv.workdir))
-  if note:
-    print(f"tfm: {note}", file=sys.stderr)
+  announce_backend(note)
   print(f"tfm convert: {len(steps)} checkpoint(s) {steps} of {fv.workdir} written to {fv.out} with "
         f"model.scan_layers={fv.scan_layers}")
