@@ -4,7 +4,7 @@ import dataclasses
 
 import pytest
 
-from configs import base, big, quickstart, table3
+from configs import base, bible_base, big, quickstart, table3
 from tfm.config import build
 from tfm.train.config import (DEFAULT_RULES, MeshConfig, TrainConfig, mesh_from_mapping,
                               train_from_mapping)
@@ -20,7 +20,8 @@ def test_defaults_are_the_papers():
 
 
 @pytest.mark.parametrize("config", [base.get_config(), big.get_config(), quickstart.get_config(),
-                                    table3.get_config("D3"), table3.get_config("big")])
+                                    bible_base.get_config(), table3.get_config("D3"),
+                                    table3.get_config("big")])
 def test_project_configs_validate(config):
   built = build(config)
   assert built.train == train_from_mapping(config.train)
@@ -79,3 +80,32 @@ def test_default_rules_cover_every_logical_axis():
   assert sorted(named) == sorted(PARAM_AXES + ACTIVATION_AXES)
   assert dict(DEFAULT_RULES)["act_batch"] == ("data", "fsdp")
   assert dict(DEFAULT_RULES)["embed"] == "fsdp"
+
+
+@pytest.mark.parametrize("steps", [32_000, 31_337, 2_000, 523])
+def test_bible_base_cadences_fit_the_run_they_are_sized_for(steps):
+  """gpu_table.py sizes configs/bible_base.py's run on the GPU at hand: whatever the steps, dev
+  loss every tenth of the run and BLEU every fifth (10 and 5 times, once more at the end when the
+  run does not divide), counted as the loop counts them, and the five averaged checkpoints are the
+  run's last fifth, ending at its last step."""
+  from tfm.loop import _evaluations_left  # pylint: disable=import-outside-toplevel
+  from tfm.train.checkpoint import periodic  # pylint: disable=import-outside-toplevel
+  c = bible_base.get_config()
+  run = bible_base.cadences(steps)
+  c.train.update({k: v for k, v in run.items() if k != "bleu_every"})
+  c.eval.bleu_every = run["bleu_every"]
+  built = build(c)
+  due = lambda every: sum(1 for s in range(1, steps + 1) if s % every == 0 or s == steps)
+  dev, bleu = due(built.train.eval_every), due(built.eval.bleu_every)
+  if steps % 20 == 0:
+    assert (dev, bleu) == (10, 5)
+  else:
+    assert 10 <= dev <= 11
+    assert 5 <= bleu <= 6
+  assert _evaluations_left(built, 0) == dev + bleu
+  series = periodic(range(1, steps + 1), built.train.checkpoint_every, steps)
+  kept = series[-built.train.keep_checkpoints:]
+  assert (len(kept), built.train.average_checkpoints, kept[-1]) == (5, 5, steps)
+  if steps % 20 == 0:
+    assert kept[0] == steps * 16 // 20
+  assert steps - kept[0] <= steps / 5
