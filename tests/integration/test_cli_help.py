@@ -51,3 +51,32 @@ def test_a_machine_without_accelerators_runs_jax_on_cpu_only():
     pytest.skip("this machine has an accelerator")
   assert _platforms_after_cli_start({}) == ["cpu", "cpu"]
   assert _platforms_after_cli_start({"JAX_PLATFORMS": "cpu,tpu"}) == ["cpu,tpu", "cpu,tpu"]
+
+
+def test_a_gpu_machine_runs_jax_on_its_gpu_and_cpu_only(tmp_path):
+  """A GPU machine (here: an nvidia-smi that lists one GPU) with libtpu installed: JAX must not try
+  libtpu there either. With jax's CUDA plugin installed (a jax_plugins module named like jax's own,
+  never loaded here) JAX may start the GPU and the CPU; without it the CPU alone, and
+  unused_accelerator says so."""
+  import os
+  fake_bin = tmp_path / "bin"
+  fake_bin.mkdir()
+  smi = fake_bin / "nvidia-smi"
+  smi.write_text("#!/bin/sh\necho 'GPU 0: NVIDIA H100 80GB HBM3 (UUID: GPU-0)'\n")
+  smi.chmod(0o755)
+  env = {"PATH": f"{fake_bin}{os.pathsep}{os.environ['PATH']}"}
+  assert _platforms_after_cli_start(env) == ["cpu", "cpu"]
+  plugin = tmp_path / "site" / "jax_plugins" / "xla_cuda12"
+  plugin.mkdir(parents=True)
+  (plugin / "__init__.py").write_text("raise RuntimeError('a plugin is never loaded here')\n")
+  env["PYTHONPATH"] = f"{tmp_path / 'site'}{os.pathsep}{os.environ.get('PYTHONPATH', '')}"
+  assert _platforms_after_cli_start(env) == ["cuda,cpu", "cuda,cpu"]
+
+
+def test_unused_gpu_is_named_with_its_remedy(monkeypatch):
+  """JAX on the CPU of a machine with GPUs: one warning naming the hardware and the install."""
+  from tfm.train import backend
+  monkeypatch.setattr(backend, "present_accelerator", lambda: "rocm")
+  assert "AMD GPUs" in backend.unused_accelerator() and "rocm7-local" in backend.unused_accelerator()
+  monkeypatch.setattr(backend, "present_accelerator", lambda: "cuda")
+  assert "NVIDIA GPUs" in backend.unused_accelerator() and "jax[cuda12]" in backend.unused_accelerator()

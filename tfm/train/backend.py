@@ -8,7 +8,9 @@ model prints `describe()` at start and the `unused_accelerator()` warning when t
 from __future__ import annotations
 
 import glob
+import importlib.metadata
 import os
+import pkgutil
 import shutil
 import subprocess
 
@@ -16,7 +18,9 @@ import jax
 
 # What `./launch.sh setup --accelerator X` installs, by the hardware found.
 SETUP = {"cuda": "./launch.sh setup --accelerator cuda (jax[cuda12])",
-         "tpu": "./launch.sh setup --accelerator tpu (jax[tpu] with the libtpu jax pins)"}
+         "tpu": "./launch.sh setup --accelerator tpu (jax[tpu] with the libtpu jax pins)",
+         "rocm": "pip install 'jax[rocm7-local]' into the environment, with ROCm 7 installed "
+                 "(launch.sh sets up CUDA and TPU only)"}
 
 
 def describe() -> str:
@@ -29,28 +33,47 @@ def describe() -> str:
 
 
 def present_accelerator() -> str | None:
-  """'cuda' if this machine has NVIDIA GPUs, 'tpu' if it is a TPU VM, else None."""
+  """'cuda' if this machine has NVIDIA GPUs, 'rocm' if AMD GPUs, 'tpu' if it is a TPU VM, else None."""
   if glob.glob("/dev/nvidia[0-9]*") or _nvidia_smi_lists_gpus():
     return "cuda"
+  if os.path.exists("/dev/kfd") and glob.glob("/dev/dri/renderD*"):
+    return "rocm"
   if glob.glob("/dev/accel[0-9]*") or glob.glob("/dev/vfio/[0-9]*") or os.environ.get("TPU_NAME"):
     return "tpu"
   return None
 
 
+def gpu_plugins() -> set[str]:
+  """The GPU platforms ('cuda', 'rocm') whose jax plugin is installed, found as jax finds plugins
+  (the `jax_plugins` entry points and namespace package), without starting any backend."""
+  names = {entry.name for entry in importlib.metadata.entry_points(group="jax_plugins")}
+  try:
+    import jax_plugins  # pylint: disable=import-outside-toplevel
+    names |= {module.name for module in pkgutil.iter_modules(jax_plugins.__path__)}
+  except ImportError:
+    pass
+  return {platform for platform in ("cuda", "rocm") if any(platform in n for n in names)}
+
+
 def cpu_only_without_accelerator() -> None:
-  """On a machine with neither GPUs nor TPU chips, runs JAX on its CPU backend only (call it before
-  JAX's first use: every tfm command and the experiments' scripts do).
+  """Names the platforms JAX may start (call it before JAX's first use: every tfm command and the
+  experiments' scripts do): the CPU only on a machine with neither GPUs nor TPU chips, the GPU and
+  the CPU on a GPU machine whose jax has that GPU's plugin, the CPU only on a GPU machine whose jax
+  has none (and `unused_accelerator` says so); a TPU VM is left to JAX.
 
   libtpu is installed for `tfm plan` (which loads it itself), and JAX would otherwise try to start
-  a TPU backend in every command: on a machine without TPU chips that prints libtpu's warnings to
-  the console and, while another process holds libtpu's lockfile, fails after a wait. A
-  JAX_PLATFORMS set by the user wins; the variable is set for child processes too.
+  a TPU backend in every command, GPU machines included: that prints libtpu's warnings to the
+  console and, while another process holds libtpu's lockfile, fails after a wait. A JAX_PLATFORMS
+  set by the user wins; the variable is set for child processes too.
   """
   if os.environ.get("JAX_PLATFORMS"):
     return
-  if present_accelerator() is None:
-    os.environ["JAX_PLATFORMS"] = "cpu"
-    jax.config.update("jax_platforms", "cpu")
+  found = present_accelerator()
+  if found == "tpu":
+    return
+  platforms = f"{found},cpu" if found in gpu_plugins() else "cpu"
+  os.environ["JAX_PLATFORMS"] = platforms
+  jax.config.update("jax_platforms", platforms)
 
 
 def _nvidia_smi_lists_gpus() -> bool:
@@ -70,7 +93,7 @@ def unused_accelerator() -> str | None:
   found = present_accelerator()
   if found is None:
     return None
-  what = {"cuda": "NVIDIA GPUs", "tpu": "TPU chips"}[found]
+  what = {"cuda": "NVIDIA GPUs", "rocm": "AMD GPUs", "tpu": "TPU chips"}[found]
   return (f"WARNING: this machine has {what} but JAX runs on the CPU (a CPU-only jax is "
           "installed, or JAX_PLATFORMS=cpu): training would be far slower than it should. "
           f"Install the matching jax with: {SETUP[found]}")
