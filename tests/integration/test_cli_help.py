@@ -55,10 +55,14 @@ def test_a_machine_without_accelerators_runs_jax_on_cpu_only():
 
 def test_a_gpu_machine_runs_jax_on_its_gpu_and_cpu_only(tmp_path):
   """A GPU machine (here: an nvidia-smi that lists one GPU) with libtpu installed: JAX must not try
-  libtpu there either. With jax's CUDA plugin installed (a jax_plugins module named like jax's own,
-  never loaded here) JAX may start the GPU and the CPU; without it the CPU alone, and
-  unused_accelerator says so."""
+  libtpu there either. Where jax's CUDA plugin registers a backend (a plugin module named like jax's
+  own, whose initialize() registers one that is never started here) JAX may start the GPU and the
+  CPU; without a plugin, or with one whose library does not load (its initialize() registers
+  nothing), the CPU alone, and unused_accelerator says so."""
   import os
+  from tfm.train import backend
+  if backend.gpu_plugins():
+    pytest.skip("this machine's jax has a GPU plugin")
   fake_bin = tmp_path / "bin"
   fake_bin.mkdir()
   smi = fake_bin / "nvidia-smi"
@@ -68,8 +72,15 @@ def test_a_gpu_machine_runs_jax_on_its_gpu_and_cpu_only(tmp_path):
   assert _platforms_after_cli_start(env) == ["cpu", "cpu"]
   plugin = tmp_path / "site" / "jax_plugins" / "xla_cuda12"
   plugin.mkdir(parents=True)
-  (plugin / "__init__.py").write_text("raise RuntimeError('a plugin is never loaded here')\n")
   env["PYTHONPATH"] = f"{tmp_path / 'site'}{os.pathsep}{os.environ.get('PYTHONPATH', '')}"
+  (plugin / "__init__.py").write_text("def initialize():\n  pass  # its library did not load\n")
+  assert _platforms_after_cli_start(env) == ["cpu", "cpu"]
+  (plugin / "__init__.py").write_text(
+      "def initialize():\n"
+      "  from jax._src import xla_bridge\n"
+      "  def never_started():\n"
+      "    raise RuntimeError('no backend is started here')\n"
+      "  xla_bridge.register_backend_factory('cuda', never_started, priority=500)\n")
   assert _platforms_after_cli_start(env) == ["cuda,cpu", "cuda,cpu"]
 
 

@@ -29,6 +29,7 @@ from typing import Callable, Sequence, TextIO
 
 from tfm import config as config_lib
 from tfm.sweep.runs import Run
+from tfm.train import backend
 from tfm.train.progress import duration
 
 RESULT = "sweep_result.json"
@@ -65,6 +66,10 @@ def device_shares(parallel: int) -> list[Share]:
     per = len(gpus) // parallel
     return [Share({"CUDA_VISIBLE_DEVICES": ",".join(gpus[i * per:(i + 1) * per])},
                   name=f"gpu {','.join(gpus[i * per:(i + 1) * per])}") for i in range(parallel)]
+  if parallel > 1 and backend.present_accelerator() == "rocm":
+    raise ValueError("--parallel > 1 on AMD GPUs: tfm gives each run its GPUs through "
+                     "CUDA_VISIBLE_DEVICES (NVIDIA) only, so the runs would share every GPU; run "
+                     "--parallel 1")
   if parallel > 1 and glob.glob("/dev/accel*"):
     raise ValueError("--parallel > 1 on a TPU VM: one process owns its TPU; run one row per slice "
                      "(see the README)")

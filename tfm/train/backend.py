@@ -44,14 +44,21 @@ def present_accelerator() -> str | None:
 
 
 def gpu_plugins() -> set[str]:
-  """The GPU platforms ('cuda', 'rocm') whose jax plugin is installed, found as jax finds plugins
-  (the `jax_plugins` entry points and namespace package), without starting any backend."""
-  names = {entry.name for entry in importlib.metadata.entry_points(group="jax_plugins")}
+  """The GPU platforms ('cuda', 'rocm') that an installed jax plugin registers. jax's own plugin
+  discovery decides: it imports the plugins and calls their initialize(), which registers a backend
+  only where the plugin's library loads; no backend is started. (A jax without these internals: the
+  plugins' names, from the `jax_plugins` entry points and namespace package.)"""
   try:
-    import jax_plugins  # pylint: disable=import-outside-toplevel
-    names |= {module.name for module in pkgutil.iter_modules(jax_plugins.__path__)}
-  except ImportError:
-    pass
+    from jax._src import xla_bridge  # pylint: disable=import-outside-toplevel
+    xla_bridge._discover_and_register_pjrt_plugins()  # pylint: disable=protected-access
+    names = set(xla_bridge._backend_factories)  # pylint: disable=protected-access
+  except (ImportError, AttributeError):
+    names = {entry.name for entry in importlib.metadata.entry_points(group="jax_plugins")}
+    try:
+      import jax_plugins  # pylint: disable=import-outside-toplevel
+      names |= {module.name for module in pkgutil.iter_modules(jax_plugins.__path__)}
+    except ImportError:
+      pass
   return {platform for platform in ("cuda", "rocm") if any(platform in n for n in names)}
 
 
@@ -71,7 +78,7 @@ def cpu_only_without_accelerator() -> None:
   found = present_accelerator()
   if found == "tpu":
     return
-  platforms = f"{found},cpu" if found in gpu_plugins() else "cpu"
+  platforms = f"{found},cpu" if found is not None and found in gpu_plugins() else "cpu"
   os.environ["JAX_PLATFORMS"] = platforms
   jax.config.update("jax_platforms", platforms)
 
