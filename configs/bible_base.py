@@ -10,14 +10,21 @@ per step (192 rows of 128: verses are short). Ours, for a corpus ~1/100 of WMT14
   - the token cache and two pipeline workers, so the host keeps up with the GPU.
 train.steps here is a projection, not a measurement: 7.4 model TFLOP a step (tfm/train/flops.py)
 at 40% MFU of an H100's 989 bf16 TFLOP/s is 19 ms a step, 32,000 steps in 10 minutes.
-experiments/gpu_table.py replaces it by 600 s / the step time it measures on the GPU at hand and
-sets the checkpoint and evaluation cadences from that (`cadences` below).
+experiments/gpu_table.py replaces it by 600 s / the step time it measures on the GPU at hand
+(`steps_for`) and sets the checkpoint and evaluation cadences from that (`cadences`). Warmup stays
+the paper's 4000 steps: a fifth of the run or less on a GPU that runs 20,000 steps in ten minutes.
 The whole dev split (953 verses) gives the dev loss and the dev BLEU (beam 4, alpha 0.6).
 """
 
 from configs import base
 
 STEPS = 32_000  # projected ten minutes on one H100 (see above); gpu_table.py measures its own
+
+
+def steps_for(seconds: float, step_seconds: float) -> int:
+  """The steps that fill `seconds` at `step_seconds` a step, a multiple of 20 (at least 20), so that
+  `cadences` divides the run evenly."""
+  return max(20, round(seconds / step_seconds / 20) * 20)
 
 
 def cadences(steps: int) -> dict[str, int]:

@@ -10,14 +10,16 @@ exits), its output kept in OUT/<job>.txt under the exact command. Rows:
   step_{base,big}_{cudnn,xla}  experiments/benchmark_step.py at the paper's batch (96 x 256 a side)
                                in bfloat16, cuDNN's attention kernel or XLA's; a step that runs out
                                of memory is retried with twice the microbatches (up to 8)
-  flax_{base,big}              experiments/compare_flax_wmt.py, the same batch, dtype and cuDNN
-                               attention on both sides (skipped without --flax_wmt_dir)
+  flax_{base,big}              experiments/compare_flax_wmt.py, the same batch and dtype on both
+                               sides, cuDNN attention on tfm's (the example has its own attention;
+                               skipped without --flax_wmt_dir)
   beam_base                    experiments/decode_speed.py: beam 4, batch 32, the paper's base
   bible_base                   configs/bible_base.py: its step timed on this GPU (20 steps), then
                                trained for --minutes of steps (600 s / step time), dev loss and
                                BLEU during training, then `tfm eval --average 5` on the whole dev
                                split
-OUT/table.md gathers the figures with the device's name (nvidia-smi); a job that fails is a row
+Every job sees one GPU (CUDA_VISIBLE_DEVICES=0 unless set): the table is a one-GPU table, whatever
+the host has. OUT/table.md gathers the figures with the device's name (nvidia-smi); a job that fails is a row
 saying so with its error line, and the others still run. `--jobs=step_base_cudnn,bible_base` runs
 some of them; rows of earlier calls into the same --out stay (OUT/rows.json), so the table can be
 filled over several sessions. The table is for the README; the job outputs stay beside it as the
@@ -34,6 +36,7 @@ from __future__ import annotations
 import dataclasses
 import datetime
 import json
+import os
 import re
 import shlex
 import shutil
@@ -96,8 +99,9 @@ def run(job: Job, out: Path) -> Job:
   """Runs the job from the repository root, keeping its command and output in out/<name>.txt."""
   print(f"[gpu_table] {job.name}: {shlex.join(job.argv)}", flush=True)
   start = time.perf_counter()
+  env = {"CUDA_VISIBLE_DEVICES": "0", **os.environ}  # one GPU, unless the caller chose
   done = subprocess.run(job.argv, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-                        text=True, check=False)
+                        text=True, check=False, env=env)
   job.seconds, job.output, job.returncode = time.perf_counter() - start, done.stdout, done.returncode
   (out / f"{job.name}.txt").write_text(
       f"$ {shlex.join(job.argv)}\n# exit {job.returncode} after {job.seconds:.0f} s\n\n{job.output}")
@@ -129,10 +133,11 @@ def step_row(job: Job) -> str:
   if not job.ok:
     return f"| {job.name} | failed: {job.last_line()} |"
   v = key_values(job.output)
-  return (f"| {job.name} | {v['batch']}, {v['dtype']}, microbatches {v['microbatches']}: "
-          f"{1e3 * float(v['step_seconds']):.1f} ms a step, {float(v['all_tokens_per_second']):,.0f}"
-          f" tokens/s (source + target), {v['tflops_per_step']} model TFLOP a step, MFU "
-          f"{v['mfu']} |")
+  mfu = v["mfu"] if v["mfu"].startswith("n/a") else f"{float(v['mfu']):.1%}"
+  return (f"| {job.name} | {v['devices']}, {v['batch']}, {v['dtype']}, microbatches "
+          f"{v['microbatches']}: {1e3 * float(v['step_seconds']):.1f} ms a step, "
+          f"{float(v['all_tokens_per_second']) / 1e3:.3g}k tokens/s (source + target), "
+          f"{v['tflops_per_step']} model TFLOP a step, MFU {mfu} |")
 
 
 def flax_rows(job: Job) -> list[str]:
@@ -159,7 +164,7 @@ def bible_jobs(minutes: float, quick: bool, out: Path) -> tuple[list[Job], dict]
   if not timing.ok:
     return [timing], {}
   step_s = float(key_values(timing.output)["step_seconds"])
-  run_of = bible_base.cadences(max(1, round(60 * minutes / step_s)))
+  run_of = bible_base.cadences(bible_base.steps_for(60 * minutes, step_s))
   workdir = out / "bible_base"
   shutil.rmtree(workdir, ignore_errors=True)  # a fresh run: never resume an older one
   overrides = [f"--config.train.{k}={v}" for k, v in run_of.items() if k != "bleu_every"]
@@ -178,7 +183,7 @@ def bible_row(jobs: list[Job], sizing: dict, workdir: Path) -> str:
   if failed:
     return f"| {failed[0].name} | failed: {failed[0].last_line()} |"
   _, train, _ = jobs
-  bleus = re.findall(r"\[dev\] step (\d+) \| bleu ([\d.]+)", train.output)
+  bleus = re.findall(r"\[dev\] step (\d+) \| bleu ([\d.]+(?:e[+-]\d+)?)", train.output)
   mfus = [float(m) for m in re.findall(r"^\[train\].*\| mfu ([\d.e+-]+)", train.output, re.M)]
   evaluated = sorted(workdir.glob("eval_dev_*.json"))
   final = json.loads(evaluated[-1].read_text()) if evaluated else {}

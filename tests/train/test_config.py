@@ -82,30 +82,26 @@ def test_default_rules_cover_every_logical_axis():
   assert dict(DEFAULT_RULES)["embed"] == "fsdp"
 
 
-@pytest.mark.parametrize("steps", [32_000, 31_337, 2_000, 523])
-def test_bible_base_cadences_fit_the_run_they_are_sized_for(steps):
-  """gpu_table.py sizes configs/bible_base.py's run on the GPU at hand: whatever the steps, dev
-  loss every tenth of the run and BLEU every fifth (10 and 5 times, once more at the end when the
-  run does not divide), counted as the loop counts them, and the five averaged checkpoints are the
-  run's last fifth, ending at its last step."""
+@pytest.mark.parametrize("step_seconds", [0.0187, 0.031, 0.29, 45.0])
+def test_bible_base_cadences_fit_the_run_they_are_sized_for(step_seconds):
+  """gpu_table.py sizes configs/bible_base.py's run to ten minutes of the GPU at hand: whatever the
+  step time, dev loss 10 times and dev BLEU 5 times (the last at the last step), counted as the loop
+  counts them, and the five checkpoints `tfm eval --average 5` takes are the run's last fifth,
+  evenly spaced, ending at its last step."""
   from tfm.loop import _evaluations_left  # pylint: disable=import-outside-toplevel
   from tfm.train.checkpoint import periodic  # pylint: disable=import-outside-toplevel
+  steps = bible_base.steps_for(600, step_seconds)
+  assert abs(steps * step_seconds - 600) <= 10 * step_seconds or steps == 20
   c = bible_base.get_config()
   run = bible_base.cadences(steps)
   c.train.update({k: v for k, v in run.items() if k != "bleu_every"})
   c.eval.bleu_every = run["bleu_every"]
   built = build(c)
-  due = lambda every: sum(1 for s in range(1, steps + 1) if s % every == 0 or s == steps)
-  dev, bleu = due(built.train.eval_every), due(built.eval.bleu_every)
-  if steps % 20 == 0:
-    assert (dev, bleu) == (10, 5)
-  else:
-    assert 10 <= dev <= 11
-    assert 5 <= bleu <= 6
-  assert _evaluations_left(built, 0) == dev + bleu
+  due = lambda every: [s for s in range(1, steps + 1) if s % every == 0 or s == steps]
+  assert len(due(built.train.eval_every)) == 10
+  assert len(due(built.eval.bleu_every)) == 5 and due(built.eval.bleu_every)[-1] == steps
+  assert _evaluations_left(built, 0) == 15
   series = periodic(range(1, steps + 1), built.train.checkpoint_every, steps)
   kept = series[-built.train.keep_checkpoints:]
-  assert (len(kept), built.train.average_checkpoints, kept[-1]) == (5, 5, steps)
-  if steps % 20 == 0:
-    assert kept[0] == steps * 16 // 20
-  assert steps - kept[0] <= steps / 5
+  assert built.train.average_checkpoints == 5
+  assert kept == [steps * k // 20 for k in (16, 17, 18, 19, 20)]
