@@ -128,6 +128,11 @@ def key_values(output: str) -> dict[str, str]:
   return {m.group(1): m.group(2).strip() for m in pairs if m}
 
 
+def rate(x: float) -> str:
+  """2.56M, 88.9k, 333 (benchmark_step.py prints four figures)."""
+  return f"{x / 1e6:.2f}M" if x >= 1e6 else f"{x / 1e3:.1f}k" if x >= 1e3 else f"{x:.0f}"
+
+
 def step_row(job: Job) -> str:
   """A table row from a benchmark_step.py job."""
   if not job.ok:
@@ -136,7 +141,7 @@ def step_row(job: Job) -> str:
   mfu = v["mfu"] if v["mfu"].startswith("n/a") else f"{float(v['mfu']):.1%}"
   return (f"| {job.name} | {v['devices']}, {v['batch']}, {v['dtype']}, microbatches "
           f"{v['microbatches']}: {1e3 * float(v['step_seconds']):.1f} ms a step, "
-          f"{float(v['all_tokens_per_second']) / 1e3:.3g}k tokens/s (source + target), "
+          f"{rate(float(v['all_tokens_per_second']))} tokens/s (source + target), "
           f"{v['tflops_per_step']} model TFLOP a step, MFU {mfu} |")
 
 
