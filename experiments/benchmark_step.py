@@ -100,7 +100,7 @@ def benchmark(config: config_lib.Config, rows: int | None, length: int | None, w
 
 def main(argv):
   del argv
-  backend.cpu_only_without_accelerator()
+  backend.limit_platforms()
   if FLAGS.config is None:
     raise app.UsageError("--config=FILE[:ARG] is required")
   result = benchmark(config_lib.build(FLAGS.config), FLAGS.rows, FLAGS.length, FLAGS.warmup, FLAGS.steps, FLAGS.seed)

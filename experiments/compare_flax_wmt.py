@@ -316,7 +316,7 @@ def main(argv):
   del argv
   if not FLAGS.flax_wmt_dir:
     raise app.UsageError("--flax_wmt_dir=/path/to/flax/examples/wmt is required (see the docstring)")
-  backend.cpu_only_without_accelerator()
+  backend.limit_platforms()
   jax.config.update("jax_enable_compilation_cache", False)  # compile times are compile times
   fx = load_flax_wmt(FLAGS.flax_wmt_dir)
   rows = []

@@ -63,7 +63,7 @@ def table(config: config_lib.Config, depths: list[int], rows: int, length: int, 
 
 def main(argv):
   del argv
-  backend.cpu_only_without_accelerator()
+  backend.limit_platforms()
   if FLAGS.config is None:
     raise app.UsageError("--config=FILE[:ARG] is required")
   jax.config.update("jax_enable_compilation_cache", False)

@@ -56,7 +56,7 @@ def main(argv):
   if not (FLAGS.workdir or FLAGS.config):
     raise app.UsageError("--config=FILE (random parameters) or --workdir=DIR (a trained model) is "
                          "required")
-  backend.cpu_only_without_accelerator()
+  backend.limit_platforms()
   if FLAGS.workdir:
     exp, params, tokens = _trained_setup(FLAGS.workdir)
   else:

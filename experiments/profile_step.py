@@ -148,7 +148,7 @@ def profile(run, compiled_text: str, steps: int) -> tuple[dict[str, float], list
 
 def main(argv):
   del argv
-  backend.cpu_only_without_accelerator()
+  backend.limit_platforms()
   rows, length = SHAPES[FLAGS.size]
   config = compare.tfm_config(FLAGS.size, FLAGS.tfm_overrides, FLAGS.dtype)
   sides = {}

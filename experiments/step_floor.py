@@ -90,7 +90,7 @@ def adam_seconds(parameters: int, repeats: int) -> float:
 
 def main(argv):
   del argv
-  backend.cpu_only_without_accelerator()
+  backend.limit_platforms()
   config = config_lib.build(FLAGS.config)
   cfg = config.model
   dtype = jnp.dtype(cfg.dtype if jax.default_backend() != "cpu" else "float32")  # as the comparison

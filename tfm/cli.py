@@ -84,7 +84,7 @@ def main(argv=None, run: bool = True) -> int:
     return 2
   module_name, _, needs_config = COMMANDS[name]
   from tfm.train import backend  # pylint: disable=import-outside-toplevel (jax: not for --help)
-  backend.cpu_only_without_accelerator()
+  backend.limit_platforms()
   logs.configure_console(info=name in PROGRESS_COMMANDS)
   command = importlib.import_module(f"tfm.commands.{module_name}")
   sub_argv = [f"tfm {name}"] + [_underscore_flag(a) for a in argv[2:]]

@@ -36,7 +36,7 @@ def _platforms_after_cli_start(env):
   import os
   import subprocess
   import sys
-  code = ("import os, jax; from tfm.train import backend; backend.cpu_only_without_accelerator(); "
+  code = ("import os, jax; from tfm.train import backend; backend.limit_platforms(); "
           "print(os.environ.get('JAX_PLATFORMS'), jax.config.jax_platforms)")
   env = {k: v for k, v in os.environ.items() if k != "JAX_PLATFORMS"} | env
   return subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True,

@@ -8,9 +8,7 @@ model prints `describe()` at start and the `unused_accelerator()` warning when t
 from __future__ import annotations
 
 import glob
-import importlib.metadata
 import os
-import pkgutil
 import shutil
 import subprocess
 
@@ -45,24 +43,16 @@ def present_accelerator() -> str | None:
 
 def gpu_plugins() -> set[str]:
   """The GPU platforms ('cuda', 'rocm') that an installed jax plugin registers. jax's own plugin
-  discovery decides: it imports the plugins and calls their initialize(), which registers a backend
-  only where the plugin's library loads; no backend is started. (A jax without these internals: the
-  plugins' names, from the `jax_plugins` entry points and namespace package.)"""
-  try:
-    from jax._src import xla_bridge  # pylint: disable=import-outside-toplevel
-    xla_bridge._discover_and_register_pjrt_plugins()  # pylint: disable=protected-access
-    names = set(xla_bridge._backend_factories)  # pylint: disable=protected-access
-  except (ImportError, AttributeError):
-    names = {entry.name for entry in importlib.metadata.entry_points(group="jax_plugins")}
-    try:
-      import jax_plugins  # pylint: disable=import-outside-toplevel
-      names |= {module.name for module in pkgutil.iter_modules(jax_plugins.__path__)}
-    except ImportError:
-      pass
-  return {platform for platform in ("cuda", "rocm") if any(platform in n for n in names)}
+  discovery decides (internals of the pinned jax 0.10.2): it imports the plugins and calls their
+  initialize(), which registers a backend only where the plugin's library loads; no backend is
+  started."""
+  from jax._src import xla_bridge  # pylint: disable=import-outside-toplevel
+  xla_bridge._discover_and_register_pjrt_plugins()  # pylint: disable=protected-access
+  registered = set(xla_bridge._backend_factories)  # pylint: disable=protected-access
+  return {platform for platform in ("cuda", "rocm") if platform in registered}
 
 
-def cpu_only_without_accelerator() -> None:
+def limit_platforms() -> None:
   """Names the platforms JAX may start (call it before JAX's first use: every tfm command and the
   experiments' scripts do): the CPU only on a machine with neither GPUs nor TPU chips, the GPU and
   the CPU on a GPU machine whose jax has that GPU's plugin, the CPU only on a GPU machine whose jax
