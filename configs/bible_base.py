@@ -27,14 +27,15 @@ def steps_for(seconds: float, step_seconds: float) -> int:
   return max(20, round(seconds / step_seconds / 20) * 20)
 
 
-def cadences(steps: int) -> dict[str, int]:
+def cadences(steps: int) -> dict[str, dict[str, int]]:
   """train/eval settings for a run of `steps`: dev loss every tenth of the run, dev BLEU every fifth
   (both also at the end), a checkpoint every twentieth, of which `tfm eval --average 5` averages the
   last five, as the paper averaged its last five 10-minute checkpoints (section 6.1): here the last
-  fifth of the run."""
+  fifth of the run. By config section: {"train": {...}, "eval": {...}}."""
   every = lambda n: max(1, steps // n)
-  return dict(steps=steps, log_every=min(100, every(20)), eval_every=every(10),
-              checkpoint_every=every(20), bleu_every=every(5))
+  return {"train": dict(steps=steps, log_every=min(100, every(20)), eval_every=every(10),
+                        checkpoint_every=every(20)),
+          "eval": dict(bleu_every=every(5))}
 
 
 def get_config():
@@ -46,9 +47,7 @@ def get_config():
       max_length=128, tokens_per_batch=24576,  # 192 rows of 128, the paper's ~25k tokens a side
       cache=True, num_workers=2)
   run = cadences(STEPS)
-  c.train.update(steps=run["steps"], log_every=run["log_every"], eval_every=run["eval_every"],
-                 checkpoint_every=run["checkpoint_every"], keep_checkpoints=5,
-                 average_checkpoints=5)
-  c.eval.update(bleu_every=run["bleu_every"], bleu_examples=0,  # 0: every dev verse
+  c.train.update(**run["train"], keep_checkpoints=5, average_checkpoints=5)
+  c.eval.update(**run["eval"], bleu_examples=0,  # 0: every dev verse
                 batch_size=128)  # sentences decoded together on the GPU
   return c

@@ -170,17 +170,18 @@ def bible_jobs(minutes: float, quick: bool, out: Path) -> tuple[list[Job], dict]
     return [timing], {}
   step_s = float(key_values(timing.output)["step_seconds"])
   run_of = bible_base.cadences(bible_base.steps_for(60 * minutes, step_s))
+  sizing = {"steps": run_of["train"]["steps"], "step_s": step_s}
   workdir = out / "bible_base"
   shutil.rmtree(workdir, ignore_errors=True)  # a fresh run: never resume an older one
-  overrides = [f"--config.train.{k}={v}" for k, v in run_of.items() if k != "bleu_every"]
-  overrides.append(f"--config.eval.bleu_every={run_of['bleu_every']}")
+  overrides = [f"--config.{section}.{k}={v}" for section, values in run_of.items()
+               for k, v in values.items()]
   train = run(Job("bible_base_train", [sys.executable, "-m", "tfm.cli", "train", *config,
                                        *overrides, f"--workdir={workdir}"]), out)
   if not train.ok:
-    return [timing, train], {"steps": run_of["steps"], "step_s": step_s}
+    return [timing, train], sizing
   evaluate = run(Job("bible_base_eval", [sys.executable, "-m", "tfm.cli", "eval",
                                          f"--workdir={workdir}", "--average=5"]), out)
-  return [timing, train, evaluate], {"steps": run_of["steps"], "step_s": step_s}
+  return [timing, train, evaluate], sizing
 
 
 def bible_row(jobs: list[Job], sizing: dict, workdir: Path) -> str:

@@ -94,8 +94,8 @@ def test_bible_base_cadences_fit_the_run_they_are_sized_for(step_seconds):
   assert abs(steps * step_seconds - 600) <= 10 * step_seconds or steps == 20
   c = bible_base.get_config()
   run = bible_base.cadences(steps)
-  c.train.update({k: v for k, v in run.items() if k != "bleu_every"})
-  c.eval.bleu_every = run["bleu_every"]
+  c.train.update(run["train"])
+  c.eval.update(run["eval"])
   built = build(c)
   due = lambda every: [s for s in range(1, steps + 1) if s % every == 0 or s == steps]
   assert len(due(built.train.eval_every)) == 10
