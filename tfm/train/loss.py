@@ -24,6 +24,13 @@ import functools
 import jax
 import jax.numpy as jnp
 
+from tfm.model.attention import target_platform
+
+# The longest row XLA:CPU reduces at full speed when the reduction has an elementwise prologue
+# (exp(l - m), a masked max): over rows of 37000 such reductions ran at ~2.5 ns an element, ~7x
+# slower than over rows of 18500 or less (experiments/SPEED.md, thirteenth pass).
+CPU_ROW = 16384
+
 
 def target_weights(targets: jax.Array, segmentation: jax.Array | None = None) -> jax.Array:
   """1.0 on real target tokens, 0.0 on padding. targets, segmentation [b, t] -> float32 [b, t]."""
@@ -33,20 +40,39 @@ def target_weights(targets: jax.Array, segmentation: jax.Array | None = None) ->
   return real.astype(jnp.float32)
 
 
+def row_chunks(vocab: int, platform: str | None = None) -> int:
+  """Into how many equal parts the loss cuts a vocabulary row for its reductions: on CPUs the fewest
+  whose width is at most CPU_ROW; 1 elsewhere (a TPU would relayout the split logits), for rows
+  that short already, and where no such part divides the row."""
+  if (platform or target_platform()) != "cpu" or vocab <= CPU_ROW:
+    return 1
+  return next((c for c in range(2, 65) if vocab % c == 0 and vocab // c <= CPU_ROW), 1)
+
+
 def _vocab_statistics(logits: jax.Array, targets: jax.Array):
   """Reductions over the vocabulary: (log-sum-exp, sum_v l_v, l_y, correct), each [b, t].
 
+  Each row of V logits is reduced as `row_chunks(V)` parts of V / c (c = 1: the row whole, the same
+  arithmetic as a plain reduction): chunk maxima m_c and m = max_c m_c, and
+  sum_v exp(l_v - m) = sum_c exp(m_c - m) sum_{v in c} exp(l_v - m_c), the same sum to float rounding.
   correct is 1.0 where argmax_v l_v == y with argmax's tie rule (the lowest index of the maximum):
   l_y == m and every v < y has l_v < l_y, a max over the masked logits. argmax's (value, index)
   reduction, or a min over the indices of the maximum, cost more on CPUs (an int32 [b, t, V]
   materialised and reduced: 83 vs 68 ms for these statistics at the base step's [8, 64, 37000]).
   """
-  m = jnp.max(logits, axis=-1)
-  lse = m + jnp.log(jnp.sum(jnp.exp(logits - m[..., None]), axis=-1))
-  total = jnp.sum(logits, axis=-1)
+  vocab = logits.shape[-1]
+  c = row_chunks(vocab)
+  chunks = logits.reshape(*logits.shape[:-1], c, vocab // c)
+  chunk_max = jnp.max(chunks, axis=-1)
+  m = jnp.max(chunk_max, axis=-1)
+  chunk_sums = jnp.sum(jnp.exp(chunks - chunk_max[..., None]), axis=-1)
+  lse = m + jnp.log(jnp.sum(jnp.exp(chunk_max - m[..., None]) * chunk_sums, axis=-1))
+  total = jnp.sum(jnp.sum(chunks, axis=-1), axis=-1)
   target_logit = jnp.take_along_axis(logits, targets[..., None], axis=-1)[..., 0]
-  index = jax.lax.broadcasted_iota(jnp.int32, logits.shape, logits.ndim - 1)
-  earlier = jnp.max(jnp.where(index < targets[..., None], logits, -jnp.inf), axis=-1)
+  index = (jax.lax.broadcasted_iota(jnp.int32, chunks.shape, chunks.ndim - 1)
+           + jax.lax.broadcasted_iota(jnp.int32, chunks.shape, chunks.ndim - 2) * (vocab // c))
+  masked = jnp.where(index < targets[..., None, None], chunks, -jnp.inf)
+  earlier = jnp.max(jnp.max(masked, axis=-1), axis=-1)
   correct = ((target_logit == m) & (earlier < target_logit)).astype(jnp.float32)
   return lse, total, target_logit, correct
 
