@@ -42,8 +42,8 @@ def target_weights(targets: jax.Array, segmentation: jax.Array | None = None) ->
 
 def row_chunks(vocab: int, platform: str | None = None) -> int:
   """Into how many equal parts the loss cuts a vocabulary row for its reductions: on CPUs the fewest
-  whose width is at most CPU_ROW; 1 elsewhere (a TPU would relayout the split logits), for rows
-  that short already, and where no such part divides the row."""
+  (at most 64) whose width is at most CPU_ROW; 1 elsewhere (a TPU would relayout the split
+  logits), for rows that short already, and where no such part divides the row."""
   if (platform or target_platform()) != "cpu" or vocab <= CPU_ROW:
     return 1
   return next((c for c in range(2, 65) if vocab % c == 0 and vocab // c <= CPU_ROW), 1)
