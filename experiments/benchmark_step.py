@@ -10,11 +10,14 @@ every row filled with 1-4 packed examples, so all tokens
 are real. After `warmup` steps (the first one compiles) it times `steps` steps and prints the mean
 step time, target tokens/s (source + target tokens/s too for encoder-decoder models), the model
 FLOPs of a step (tfm/train/flops.py) and the MFU against the devices' bf16 peak; on CPUs, which have no
-peak in the table, only throughput.
+peak in the table, only throughput. It also prints the host's minor page faults and system CPU seconds a
+timed step: on CPUs, XLA's scratch buffer for a step is fresh memory every call, and first touching
+its pages costs the kernel time (launch.sh's allocator setting, experiments/SPEED.md, fourteenth pass).
 """
 
 from __future__ import annotations
 
+import resource
 import sys
 import time
 
@@ -76,11 +79,12 @@ def benchmark(config: config_lib.Config, rows: int | None, length: int | None, w
     state, metrics = step(state, batch)
   jax.block_until_ready(metrics)
   warmup_seconds = time.perf_counter() - start
-  start = time.perf_counter()
+  usage, start = resource.getrusage(resource.RUSAGE_SELF), time.perf_counter()
   for _ in range(steps):
     state, metrics = step(state, batch)
   jax.block_until_ready(metrics)
   step_seconds = (time.perf_counter() - start) / steps
+  after = resource.getrusage(resource.RUSAGE_SELF)
 
   flops = rows * train_flops(cfg, length, length)
   peak = peak_flops()
@@ -94,6 +98,8 @@ def benchmark(config: config_lib.Config, rows: int | None, length: int | None, w
       "target_tokens_per_second": rows * length / step_seconds,
       "all_tokens_per_second": sides * rows * length / step_seconds,
       "tflops_per_step": flops / 1e12, "mfu": mfu(flops, step_seconds, jax.device_count(), peak),
+      "minor_page_faults_per_step": (after.ru_minflt - usage.ru_minflt) / steps,
+      "system_cpu_seconds_per_step": (after.ru_stime - usage.ru_stime) / steps,
       "loss": float(metrics["loss"]),
   }
 

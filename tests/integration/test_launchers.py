@@ -106,3 +106,25 @@ def test_tpu_slice_gets_uncommitted_changes_and_untracked_files(tmp_path):
     assert sent.extractfile("configs/mine.py").read() == b"# a new config\n"
     assert sent.extractfile("configs/base.py").read().endswith(b"# an edit\n")
   assert not any(n.startswith(".venv") for n in names)
+
+
+def test_runs_get_huge_pages_for_large_blocks_unless_the_user_chose(tmp_path):
+  """launch.sh adds glibc.malloc.hugetlb=1 to GLIBC_TUNABLES for the tfm it runs, after the user's
+  own tunables, and leaves a hugetlb the user set alone (tfm here is a stand-in printing it)."""
+  venv = tmp_path / "venv"
+  (venv / "bin").mkdir(parents=True)
+  (venv / "bin" / "tfm").write_text('#!/usr/bin/env bash\nprintf "%s" "${GLIBC_TUNABLES-unset}"\n')
+  (venv / "bin" / "tfm").chmod(0o755)
+
+  def tunables(given):
+    env = {k: v for k, v in os.environ.items() if k != "GLIBC_TUNABLES"}
+    env["TFM_VENV"] = str(venv)
+    if given is not None:
+      env["GLIBC_TUNABLES"] = given
+    return subprocess.run([str(ROOT / "launch.sh"), "train"], env=env, capture_output=True,
+                          text=True, check=True).stdout
+
+  assert tunables(None) == "glibc.malloc.hugetlb=1"
+  assert tunables("") == "glibc.malloc.hugetlb=1"
+  assert tunables("glibc.malloc.arena_max=2") == "glibc.malloc.arena_max=2:glibc.malloc.hugetlb=1"
+  assert tunables("glibc.malloc.hugetlb=0") == "glibc.malloc.hugetlb=0"
