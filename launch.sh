@@ -120,7 +120,7 @@ fi
 [ -x "$VENV/bin/tfm" ] || { echo "launch.sh: run './launch.sh setup' first" >&2; exit 1; }
 [ $# -gt 0 ] || { "$VENV/bin/tfm" --help; exit 0; }
 # glibc (2.35+) backs its large blocks with transparent huge pages: XLA:CPU's scratch buffer for a
-# step is fresh memory every call, and first touching it 4 KiB at a time took 11-17% of a CPU train
+# step is fresh memory every call, and first touching it 4 KiB at a time took 10-17% of a CPU train
 # step (experiments/SPEED.md, fourteenth pass). Ignored by older glibc and with THP off; yours wins.
 case "${GLIBC_TUNABLES:-}" in
   *glibc.malloc.hugetlb=*) ;;
