@@ -7,20 +7,12 @@ pre-LN:  x = x + Dropout(Sublayer(LayerNorm(x)))       (stacks then end in a fin
 from __future__ import annotations
 
 import flax.linen as nn
-import jax
-import jax.numpy as jnp
 
 from tfm.model import partitioning as P
 from tfm.model.attention import Attention
 from tfm.model.config import ModelConfig
 from tfm.model.ffn import FeedForward
-
-
-def layer_norm(epsilon: float, dtype: str, name: str) -> nn.LayerNorm:
-  """LayerNorm over d_model, statistics in float32, scale and bias on the `embed` axis."""
-  return nn.LayerNorm(epsilon=epsilon, dtype=jnp.dtype(dtype), param_dtype=jnp.float32,
-                      scale_init=P.with_axes(nn.initializers.ones, ("embed",)),
-                      bias_init=P.with_axes(nn.initializers.zeros, ("embed",)), name=name)
+from tfm.model.layer_norm import LayerNorm
 
 
 def residual(x, sublayer, norm, *, dropout_rate: float, pre_norm: bool, train: bool):
@@ -45,8 +37,9 @@ def feed_forward(cfg: ModelConfig) -> FeedForward:
   return FeedForward(cfg.d_ff, cfg.ffn, cfg.dtype, cfg.use_bias, cfg.ffn_dropout_rate, name="ffn")
 
 
-def norm(cfg: ModelConfig, name: str) -> nn.LayerNorm:
-  return layer_norm(cfg.norm_epsilon, cfg.dtype, name)
+def norm(cfg: ModelConfig, name: str) -> LayerNorm:
+  """LayerNorm over d_model (tfm/model/layer_norm.py), statistics in float32."""
+  return LayerNorm(cfg.norm_epsilon, cfg.dtype, name=name)
 
 
 def add(cfg: ModelConfig, x, sublayer, norm_layer, train: bool):
