@@ -27,6 +27,7 @@ import jax.numpy as jnp
 from tfm.model import partitioning as P
 from tfm.model.config import cudnn_head_width
 from tfm.model.dense import Dense
+from tfm.model.platform import target_platform
 from tfm.model.positions import apply_rope
 
 
@@ -69,14 +70,6 @@ def library_attention(q, k, v, mask=None, bias=None, implementation=None):
   if bias is not None:
     bias = bias.astype(q.dtype)
   return jax.nn.dot_product_attention(q, k, v, bias=bias, mask=mask, implementation=implementation)
-
-
-def target_platform() -> str:
-  """The platform a traced computation is for: that of the current mesh's devices while a step is
-  traced under its mesh (OnMesh; a TPU topology's devices when tfm plan compiles ahead of time on
-  another host), the default backend's outside one."""
-  device = jax.sharding.get_abstract_mesh().abstract_device
-  return device.platform if device is not None else jax.default_backend()
 
 
 def cudnn_takes(d_k: int, q_length: int, kv_length: int, train: bool) -> bool:

@@ -42,4 +42,6 @@ class Embed(nn.Module):
 
   def attend(self, x: jax.Array) -> jax.Array:
     """Pre-softmax projection with the same matrix: x [b, l, d_model] -> logits [b, l, vocab]."""
-    return token_matmul(x, self.embedding.astype(self.dtype).T, 1)  # see tfm/model/dense.py
+    # See tfm/model/dense.py. Not its CPU backward: this kernel's gradient goes back into the
+    # embedding's layout, [vocab, d_model], where XLA folds that transpose into the product.
+    return token_matmul(x, self.embedding.astype(self.dtype).T, 1, cpu_backward=False)

@@ -24,7 +24,7 @@ import functools
 import jax
 import jax.numpy as jnp
 
-from tfm.model.attention import target_platform
+from tfm.model.platform import target_platform
 
 # The longest row XLA:CPU reduces at full speed when the reduction has an elementwise prologue
 # (exp(l - m), a masked max): over rows of 37000 such reductions ran at ~2.5 ns an element, ~7x
