@@ -41,11 +41,11 @@ def _statistics(x, epsilon: float):
 @functools.partial(jax.custom_vjp, nondiff_argnums=(3,))
 def layer_norm(x, scale, bias, epsilon: float):
   """x float32 [..., d], scale and bias float32 [d] -> float32 [..., d]."""
-  mean, r = _statistics(x, epsilon)
-  return (x - mean) * (r * scale) + bias
+  return _forward(x, scale, bias, epsilon)[0]  # XLA drops the unused residuals
 
 
 def _forward(x, scale, bias, epsilon):
+  """(y, the residuals of `_backward`): flax's arithmetic for y, to the bit."""
   mean, r = _statistics(x, epsilon)
   return (x - mean) * (r * scale) + bias, ((x - mean) * r, r, scale)
 
