@@ -211,24 +211,44 @@ def test_length_limit_helpers():
     common.infer_batch_size({}, None, None)
 
 
-@pytest.mark.parametrize("n,k,chunk", [(1000, 8, 16), (1003, 8, 16), (32000, 8, 128), (300, 3, 7)])
-def test_top_k_chunked_is_lax_top_k_ties_and_infinities_included(n, k, chunk):
-  """Same values and indices as jax.lax.top_k: few distinct values (many ties across chunks),
-  rows of -inf, rows with fewer than k finite values, a length that is no multiple of the chunk."""
-  rng = np.random.RandomState(n)
-  x = rng.randint(0, 6, (6, n)).astype(np.float32)
-  x[1] = -np.inf
-  x[2] = -np.inf
-  x[2, [5, n - 1]] = 3.0
-  x[3, rng.rand(n) < 0.5] = -np.inf
-  x[4] = rng.randn(n)
-  x[5, -chunk:] = 9.0  # the best elements in the last, padded chunk
-  x[0] = -np.inf  # a tie at the k-th value between a chunk with a high maximum and an earlier one
-  x[0, 3 * chunk:3 * chunk + k] = 1.0
-  x[0, 3 * chunk] = 9.0
-  x[0, :k] = 1.0
-  x[0, 0] = 2.0
-  got = jax.jit(lambda a: beam.top_k_chunked(a, k, chunk))(x)
-  want = jax.lax.top_k(x, k)
-  np.testing.assert_array_equal(np.asarray(got[0]), np.asarray(want[0]))
-  np.testing.assert_array_equal(np.asarray(got[1]), np.asarray(want[1]))
+def _flat_top_k(logits, live_logp, done, pad_id, n):
+  """The definition best_extensions implements: log_softmax, pad and finished rows -inf, one top_k
+  over each row's beam * vocab candidates."""
+  batch, beams, vocab = logits.shape
+  logp = jax.nn.log_softmax(logits, axis=-1)
+  if pad_id is not None:
+    logp = logp.at[:, :, pad_id].set(-jnp.inf)
+  cand = jnp.where(done[:, None, None], -jnp.inf, live_logp[:, :, None] + logp)
+  values, index = jax.lax.top_k(cand.reshape(batch, beams * vocab), n)
+  return values, index // vocab, index % vocab
+
+
+@pytest.mark.parametrize("vocab,chunk,pad_id", [(1003, 16, 0), (1024, 16, None), (1003, 7, 5),
+                                                (20, 128, 0)])
+def test_best_extensions_is_one_top_k_over_all_candidates(vocab, chunk, pad_id):
+  """Same values as one jax.lax.top_k over log_softmax's candidates, and the same parents and
+  tokens wherever the value is finite: few distinct logits (ties within and across chunks and
+  beams), beams with equal log P, empty beams, a finished row, the best logits in a beam's last,
+  padded chunk, a tie at the n-th value between a chunk with a higher maximum and an earlier one,
+  a vocabulary that is no multiple of the chunk, and (20, 128) the short path without chunks."""
+  beams, n = 4, 8
+  rng = np.random.RandomState(vocab + chunk)
+  x = rng.randint(0, 6, (6, beams, vocab)).astype(np.float32)
+  x[1] = rng.randn(beams, vocab)
+  x[2, 1, -3:] = 40.0  # beam 1's best in its last chunk
+  x[3] = 0.0  # every logit equal: a tie across all chunks
+  x[4, :, min(3 * chunk, vocab - 1)] = 9.0  # a high chunk maximum; the other picks tie at 1 earlier
+  x[4, :, :n] = 1.0
+  live = np.array([[-1.0, -1.0, -np.inf, -2.0], [0.0, -np.inf, -np.inf, -np.inf],
+                   [-3.0, -0.5, -0.5, -7.0], [-1.0, -1.0, -1.0, -1.0], [-2.0, -2.0, -2.0, -2.0],
+                   [-1.0, -2.0, -3.0, -4.0]], np.float32)
+  done = np.array([False, False, False, False, False, True])
+  got = jax.jit(lambda *a: beam.best_extensions(*a, pad_id, n, chunk))(x, live, done)
+  want = jax.jit(lambda *a: _flat_top_k(*a, pad_id, n))(x, live, done)
+  got, want = [np.asarray(a) for a in got], [np.asarray(a) for a in want]
+  np.testing.assert_array_equal(got[0], want[0])
+  finite = np.isfinite(want[0])
+  assert finite[:5].all() and not finite[5].any()
+  for g, w in zip(got[1:], want[1:]):
+    np.testing.assert_array_equal(g[finite], w[finite])
+  assert ((got[1] >= 0) & (got[1] < beams) & (got[2] >= 0) & (got[2] < vocab)).all()

@@ -54,29 +54,55 @@ def length_penalty(length: jax.Array | int, alpha: float | jax.Array) -> jax.Arr
   return ((5.0 + jnp.asarray(length, jnp.float32)) / 6.0) ** alpha
 
 
-def top_k_chunked(x: jax.Array, k: int, chunk: int = 128) -> tuple[jax.Array, jax.Array]:
-  """Exactly `jax.lax.top_k(x, k)` for x [rows, n]: values and indices [rows, k], best first, ties
-  to the lower index; in two small passes instead of one sort over n.
+def best_extensions(logits: jax.Array, live_logp: jax.Array, done: jax.Array, pad_id: int | None,
+                    n: int, chunk: int = 128) -> tuple[jax.Array, jax.Array, jax.Array]:
+  """The n best one-token extensions of every row's beams: log P, parent beam and token, [batch, n].
 
-  Order the elements of a row by (value desc, index asc). Cut the row into chunks of `chunk`
-  elements; each of the k best elements lies in a chunk whose own best element is at least as
-  good, and fewer than k chunks have a better best element (each holds an element better than it,
-  a different one). So the k best elements lie in the k chunks with the best maxima (ties to the
-  lower chunk, which is the lower index). Those chunks, gathered in index order, hold
-  k * chunk candidates; top_k over them is the answer. The beam search takes the 2 * beam best of
-  beam * vocab candidates every step: XLA:CPU's TopK sorts the whole row, this reads it once.
+  logits [batch, beam, vocab] (the model's, any float dtype); live_logp float32[batch, beam], the
+  beams' log P (-inf for empty beams); done bool[batch]. An extension's log P is
+    cand[b, j, v] = live_logp[b, j] + log_softmax(logits[b, j])[v],
+  -inf for v = pad_id and in finished rows. The result is exactly
+  `jax.lax.top_k(cand.reshape(batch, beam * vocab), n)` (best first, ties to the lower index) with
+  the flat index split into (parent, token), except that where fewer than n extensions of a row
+  are finite, which of its -inf ones fill the rest is left open (their tokens are valid ids).
+
+  XLA:CPU's TopK sorts a whole row; this one never writes `cand`. Adding or subtracting a row
+  constant rounds monotonically, so the best candidate of a set of logits is cand
+  of their largest logit. Each beam's vocabulary is cut into chunks of `chunk` logits (the last
+  padded with -inf). Order candidates by (value desc, index asc): each of the n best lies in a chunk
+  whose own best is at least as good, and fewer than n chunks have a better best (each holds a
+  candidate better than it, a different one), so the n best lie in the n chunks with the best
+  maxima (ties to the lower chunk, which holds the lower indices). Those chunks, in index order,
+  hold n * chunk candidates, computed by log_softmax's own arithmetic, so their values are the
+  ones the [batch, beam, vocab] array would hold; top_k over them is the answer.
   """
-  rows, n = x.shape
-  if n <= 2 * k * chunk:
-    return jax.lax.top_k(x, k)
-  pad = -n % chunk  # at the end, -inf: never ahead of a real element in the order above
-  chunks = jnp.pad(x, ((0, 0), (0, pad)), constant_values=NEG_INF).reshape(rows, -1, chunk)
-  _, which = jax.lax.top_k(jnp.max(chunks, axis=-1), k)  # [rows, k]
-  which = jnp.sort(which, axis=-1)  # index order, so top_k's tie rule below is the flat one
-  picked = jnp.take_along_axis(chunks, which[:, :, None], axis=1).reshape(rows, k * chunk)
-  values, pos = jax.lax.top_k(picked, k)
-  index = jnp.take_along_axis(which, pos // chunk, axis=1) * chunk + pos % chunk
-  return values, index
+  batch, k, vocab = logits.shape
+  x = logits.astype(jnp.float32)
+  x_max = jnp.max(x, axis=-1, keepdims=True)  # log_softmax's: (x - max) - log(sum(exp(x - max)))
+  lse = jnp.log(jnp.sum(jnp.exp(x - x_max), axis=-1, keepdims=True))
+  cand_of = lambda values, live, top, norm: jnp.where(  # values [batch, m, c]; the rest [batch, m, 1]
+      done[:, None, None], NEG_INF, live + ((values - top) - norm))
+  token_id = jnp.arange(vocab)
+  if pad_id is not None:
+    x = jnp.where(token_id == pad_id, NEG_INF, x)  # only for picking: lse above includes it
+  if k * vocab <= 2 * n * chunk:
+    cand = cand_of(x, live_logp[:, :, None], x_max, lse).reshape(batch, k * vocab)
+    values, index = jax.lax.top_k(cand, n)
+    return values, index // vocab, index % vocab
+  per_beam = -(-vocab // chunk)
+  chunks = jnp.pad(x, ((0, 0), (0, 0), (0, per_beam * chunk - vocab)), constant_values=NEG_INF)
+  chunks = chunks.reshape(batch, k, per_beam, chunk)
+  best = cand_of(jnp.max(chunks, axis=-1), live_logp[:, :, None], x_max, lse)  # cand's chunk maxima
+  _, which = jax.lax.top_k(best.reshape(batch, k * per_beam), n)
+  which = jnp.sort(which, axis=-1)  # [batch, n] chunk ids in index order: top_k's tie rule
+  parent, first = which // per_beam, which % per_beam * chunk
+  picked = jnp.take_along_axis(chunks.reshape(batch, k * per_beam, chunk), which[:, :, None], 1)
+  of_parent = lambda a: jnp.take_along_axis(a, parent[:, :, None], axis=1)  # [batch, n, 1]
+  picked = cand_of(picked, of_parent(live_logp[:, :, None]), of_parent(x_max), of_parent(lse))
+  values, pos = jax.lax.top_k(picked.reshape(batch, n * chunk), n)
+  slot = pos // chunk
+  tokens = jnp.take_along_axis(first, slot, axis=1) + pos % chunk
+  return values, jnp.take_along_axis(parent, slot, axis=1), jnp.minimum(tokens, vocab - 1)
 
 
 def _per_example(beam_invariant: Callable | None, path) -> bool:
@@ -179,14 +205,8 @@ def beam_search_result(tokens_to_logits: TokensToLogits, cache: PyTree, *, beam_
   def body(s: _State) -> _State:
     t = s.step
     logits, new_cache = tokens_to_logits(s.live_last.reshape(batch * k, 1), s.cache)
-    vocab = logits.shape[-1]
-    logp = jax.nn.log_softmax(logits.astype(jnp.float32), axis=-1).reshape(batch, k, vocab)
-    if pad_id is not None:
-      logp = logp.at[:, :, pad_id].set(NEG_INF)
-    cand = s.live_logp[:, :, None] + logp
-    cand = jnp.where(s.done[:, None, None], NEG_INF, cand)  # finished rows stop changing
-    top_logp, top_idx = top_k_chunked(cand.reshape(batch, k * vocab), 2 * k)  # [batch, 2k]
-    parents, tokens = top_idx // vocab, top_idx % vocab
+    top_logp, parents, tokens = best_extensions(  # [batch, 2k] each
+        logits.reshape(batch, k, -1), s.live_logp, s.done, pad_id, 2 * k)
     seqs = gather_beams(s.live_seqs, parents).at[:, :, t].set(tokens)  # [batch, 2k, len]
     length = t + 1
     is_eos = tokens == eos_id
