@@ -6,12 +6,17 @@ no test depends on what an earlier session compiled.
 """
 
 import os
+import shutil
 import tempfile
 
 import pytest
 
 os.environ.setdefault("JAX_PLATFORMS", "cpu")
-os.environ.setdefault("JAX_COMPILATION_CACHE_DIR", tempfile.mkdtemp(prefix="tfm-xla-cache-"))
+# Made by the process that starts the session (pytest-xdist's workers inherit the variable) and
+# removed by it when the session ends: each session's cache holds ~40 MB of compiled programs.
+_OWN_CACHE = None
+if "JAX_COMPILATION_CACHE_DIR" not in os.environ:
+  _OWN_CACHE = os.environ["JAX_COMPILATION_CACHE_DIR"] = tempfile.mkdtemp(prefix="tfm-xla-cache-")
 # 0.1 s: tests recompile the same small programs (a tiny model's init, ~0.3 s) many times over;
 # caching them took test_scan_layers + test_transformer_decoding from 105-108 s to 101 s.
 os.environ.setdefault("JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS", "0.1")
@@ -20,6 +25,11 @@ os.environ.setdefault("JAX_PERSISTENT_CACHE_MIN_ENTRY_SIZE_BYTES", "0")
 _FAST_COMPILE = "--xla_backend_optimization_level=0 --xla_llvm_disable_expensive_passes=true"
 if "xla_backend_optimization_level" not in os.environ.get("XLA_FLAGS", ""):
   os.environ["XLA_FLAGS"] = (os.environ.get("XLA_FLAGS", "") + " " + _FAST_COMPILE).strip()
+
+
+def pytest_unconfigure(config):  # pylint: disable=unused-argument
+  if _OWN_CACHE is not None:
+    shutil.rmtree(_OWN_CACHE, ignore_errors=True)
 
 
 def pytest_collection_modifyitems(items):
