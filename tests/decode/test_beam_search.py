@@ -223,32 +223,45 @@ def _flat_top_k(logits, live_logp, done, pad_id, n):
   return values, index // vocab, index % vocab
 
 
-@pytest.mark.parametrize("vocab,chunk,pad_id", [(1003, 16, 0), (1024, 16, None), (1003, 7, 5),
-                                                (20, 128, 0)])
-def test_best_extensions_is_one_top_k_over_all_candidates(vocab, chunk, pad_id):
+@pytest.mark.parametrize("vocab,chunk,pad_id,beams,n", [
+    (1003, 16, 0, 4, 8), (1024, 16, None, 4, 8), (1003, 7, 5, 4, 8), (20, 128, 0, 4, 8),
+    (9, 2, 0, 5, 10), (12, 4, -1, 4, 8)])
+def test_best_extensions_is_one_top_k_over_all_candidates(vocab, chunk, pad_id, beams, n):
   """Same values as one jax.lax.top_k over log_softmax's candidates, and the same parents and
-  tokens wherever the value is finite: few distinct logits (ties within and across chunks and
-  beams), beams with equal log P, empty beams, a finished row, the best logits in a beam's last,
-  padded chunk, a tie at the n-th value between a chunk with a higher maximum and an earlier one,
-  a vocabulary that is no multiple of the chunk, and (20, 128) the short path without chunks."""
-  beams, n = 4, 8
+  tokens wherever the value is finite. Rows: few distinct logits (ties within and across chunks
+  and beams), random logits, the best logits in a beam's last (padded) chunk, every logit equal,
+  a tie at the n-th value between a chunk with a higher maximum and an earlier one, the padding
+  token as every beam's largest logit, only negative logits (a chunk padded with 0 would win),
+  fewer than n finite candidates, and a finished row. Vocabularies that are no multiple of the
+  chunk, (20, 128) the short path without chunks, (9, 2) n larger than the vocabulary (the -inf
+  picks of a finished row include padded slots: their tokens must still be ids), pad_id -1 the
+  last id."""
+  ends = -1 if pad_id is None else pad_id % vocab
   rng = np.random.RandomState(vocab + chunk)
-  x = rng.randint(0, 6, (6, beams, vocab)).astype(np.float32)
+  x = rng.randint(0, 6, (9, beams, vocab)).astype(np.float32)
   x[1] = rng.randn(beams, vocab)
   x[2, 1, -3:] = 40.0  # beam 1's best in its last chunk
   x[3] = 0.0  # every logit equal: a tie across all chunks
-  x[4, :, min(3 * chunk, vocab - 1)] = 9.0  # a high chunk maximum; the other picks tie at 1 earlier
+  x[4] = -20.0  # one high chunk maximum, and the other picks tie at 1 with an earlier chunk
+  edge = min(3 * chunk, vocab - n)
+  x[4, :, edge:edge + n] = 1.0
+  x[4, :, edge] = 9.0
   x[4, :, :n] = 1.0
-  live = np.array([[-1.0, -1.0, -np.inf, -2.0], [0.0, -np.inf, -np.inf, -np.inf],
-                   [-3.0, -0.5, -0.5, -7.0], [-1.0, -1.0, -1.0, -1.0], [-2.0, -2.0, -2.0, -2.0],
-                   [-1.0, -2.0, -3.0, -4.0]], np.float32)
-  done = np.array([False, False, False, False, False, True])
+  x[5, :, max(ends, 0)] = 50.0  # the padding token (or id 0 without one) is every beam's largest
+  x[6] = -10.0 - rng.randint(0, 6, (beams, vocab))
+  x[7] = -np.inf  # beam 0 alone is live, and only two of its tokens are finite candidates
+  x[7, 0, [max(ends, 0), 3, vocab - 1]] = [2.0, 1.0, 0.5]
+  live = np.tile(np.linspace(-1.0, -4.0, beams, dtype=np.float32), (9, 1))
+  live[0, :2], live[0, 2] = -1.0, -np.inf  # equal log P, an empty beam
+  live[[1, 7], 1:] = -np.inf  # the first step: beam 0 alone
+  live[[3, 4]] = -1.0
+  done = np.arange(9) == 8
   got = jax.jit(lambda *a: beam.best_extensions(*a, pad_id, n, chunk))(x, live, done)
   want = jax.jit(lambda *a: _flat_top_k(*a, pad_id, n))(x, live, done)
   got, want = [np.asarray(a) for a in got], [np.asarray(a) for a in want]
   np.testing.assert_array_equal(got[0], want[0])
   finite = np.isfinite(want[0])
-  assert finite[:5].all() and not finite[5].any()
+  assert finite[[0, 2, 3, 4, 5, 6]].all() and 0 < finite[7].sum() < n and not finite[8].any()
   for g, w in zip(got[1:], want[1:]):
     np.testing.assert_array_equal(g[finite], w[finite])
   assert ((got[1] >= 0) & (got[1] < beams) & (got[2] >= 0) & (got[2] < vocab)).all()

@@ -160,7 +160,8 @@ def test_logits_far_apart_in_different_parts_stay_exact():
   logits[1, :, 9] = 500.0
   logits[1, 1, 3] = 499.0
   targets = np.array([[2, 3, 9], [9, 3, 0]])
-  smoothed, nll = smoothed_cross_entropy(jnp.asarray(logits, jnp.float32), jnp.asarray(targets), 0.1)
+  smoothed, nll = smoothed_cross_entropy(jnp.asarray(logits, jnp.float32), jnp.asarray(targets),
+                                         0.1)
   np.testing.assert_allclose(smoothed, numpy_smoothed(logits, targets, 0.1), rtol=1e-6)
   expected_nll = -np.take_along_axis(numpy_log_softmax(logits), targets[..., None], -1)[..., 0]
   np.testing.assert_allclose(nll, expected_nll, rtol=1e-6, atol=1e-6)

@@ -56,7 +56,8 @@ def length_penalty(length: jax.Array | int, alpha: float | jax.Array) -> jax.Arr
 
 def best_extensions(logits: jax.Array, live_logp: jax.Array, done: jax.Array, pad_id: int | None,
                     n: int, chunk: int = 128) -> tuple[jax.Array, jax.Array, jax.Array]:
-  """The n best one-token extensions of every row's beams: log P, parent beam and token, [batch, n].
+  """The n best one-token extensions of every row's beams: log P float32, parent beam int32 and
+  token int32, each [batch, n], best first.
 
   logits [batch, beam, vocab] (the model's, any float dtype); live_logp float32[batch, beam], the
   beams' log P (-inf for empty beams); done bool[batch]. An extension's log P is
@@ -66,25 +67,27 @@ def best_extensions(logits: jax.Array, live_logp: jax.Array, done: jax.Array, pa
   the flat index split into (parent, token), except that where fewer than n extensions of a row
   are finite, which of its -inf ones fill the rest is left open (their tokens are valid ids).
 
-  XLA:CPU's TopK sorts a whole row; this one never writes `cand`. Adding or subtracting a row
-  constant rounds monotonically, so the best candidate of a set of logits is cand
-  of their largest logit. Each beam's vocabulary is cut into chunks of `chunk` logits (the last
-  padded with -inf). Order candidates by (value desc, index asc): each of the n best lies in a chunk
-  whose own best is at least as good, and fewer than n chunks have a better best (each holds a
-  candidate better than it, a different one), so the n best lie in the n chunks with the best
-  maxima (ties to the lower chunk, which holds the lower indices). Those chunks, in index order,
-  hold n * chunk candidates, computed by log_softmax's own arithmetic, so their values are the
-  ones the [batch, beam, vocab] array would hold; top_k over them is the answer.
+  XLA:CPU's TopK sorts a whole row; this one never writes `cand`. cand of a logit adds and subtracts
+  constants of its beam, each rounding non-decreasing in the logit, so the best candidate of a set
+  of one beam's logits is cand of their largest logit (equal values, if rounding makes some, are
+  ordered by index in the final top_k). Each beam's vocabulary is cut into chunks of `chunk` logits
+  (the last padded with -inf). Order candidates by (value desc, index asc): each of the n best lies
+  in a chunk whose own best is at least as good, and fewer than n chunks have a better best (each
+  holds a candidate better than it, a different one), so the n best lie in the n chunks with the
+  best maxima (ties to the lower chunk, which holds the lower indices). Those chunks, in index
+  order, hold n * chunk candidates, computed by log_softmax's own arithmetic, so their values are
+  the ones the [batch, beam, vocab] array would hold; top_k over them is the answer.
   """
   batch, k, vocab = logits.shape
   x = logits.astype(jnp.float32)
   x_max = jnp.max(x, axis=-1, keepdims=True)  # log_softmax's: (x - max) - log(sum(exp(x - max)))
   lse = jnp.log(jnp.sum(jnp.exp(x - x_max), axis=-1, keepdims=True))
-  cand_of = lambda values, live, top, norm: jnp.where(  # values [batch, m, c]; the rest [batch, m, 1]
+  # values [batch, m, c]; live, top, norm [batch, m, 1]
+  cand_of = lambda values, live, top, norm: jnp.where(
       done[:, None, None], NEG_INF, live + ((values - top) - norm))
   token_id = jnp.arange(vocab)
-  if pad_id is not None:
-    x = jnp.where(token_id == pad_id, NEG_INF, x)  # only for picking: lse above includes it
+  if pad_id is not None:  # only for picking: lse above includes it; negative ids count from the end
+    x = jnp.where(token_id == pad_id % vocab, NEG_INF, x)
   if k * vocab <= 2 * n * chunk:
     cand = cand_of(x, live_logp[:, :, None], x_max, lse).reshape(batch, k * vocab)
     values, index = jax.lax.top_k(cand, n)
