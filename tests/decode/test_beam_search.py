@@ -236,7 +236,7 @@ def test_best_extensions_is_one_top_k_over_all_candidates(vocab, chunk, pad_id, 
   chunk, (20, 128) the short path without chunks, (9, 2) n larger than the vocabulary (the -inf
   picks of a finished row include padded slots: their tokens must still be ids), pad_id -1 the
   last id."""
-  ends = -1 if pad_id is None else pad_id % vocab
+  pad = 0 if pad_id is None else pad_id % vocab  # the padding token's id (0 without one)
   rng = np.random.RandomState(vocab + chunk)
   x = rng.randint(0, 6, (9, beams, vocab)).astype(np.float32)
   x[1] = rng.randn(beams, vocab)
@@ -247,10 +247,10 @@ def test_best_extensions_is_one_top_k_over_all_candidates(vocab, chunk, pad_id, 
   x[4, :, edge:edge + n] = 1.0
   x[4, :, edge] = 9.0
   x[4, :, :n] = 1.0
-  x[5, :, max(ends, 0)] = 50.0  # the padding token (or id 0 without one) is every beam's largest
+  x[5, :, pad] = 50.0  # the padding token (or id 0 without one) is every beam's largest
   x[6] = -10.0 - rng.randint(0, 6, (beams, vocab))
   x[7] = -np.inf  # beam 0 alone is live, and only two of its tokens are finite candidates
-  x[7, 0, [max(ends, 0), 3, vocab - 1]] = [2.0, 1.0, 0.5]
+  x[7, 0, [pad, 3, vocab - 1]] = [2.0, 1.0, 0.5]
   live = np.tile(np.linspace(-1.0, -4.0, beams, dtype=np.float32), (9, 1))
   live[0, :2], live[0, 2] = -1.0, -np.inf  # equal log P, an empty beam
   live[[1, 7], 1:] = -np.inf  # the first step: beam 0 alone
