@@ -6,6 +6,7 @@ import io
 import time
 import types
 
+import jax
 import numpy as np
 import pytest
 
@@ -42,7 +43,7 @@ class Recorder:
 
 
 def run(tmp_path, monkeypatch, *, steps, log_every, eval_every, checkpoint_every, bleu_every=0,
-        stop_at=None, skipped=(), nonfinite="stop"):
+        stop_at=None, skipped=(), nonfinite="stop", start=0, profile_steps=()):
   monkeypatch.setattr(loop.flops_lib, "batch_flops", lambda model, batch: 1.0)
   rec = Recorder()
 
@@ -65,14 +66,14 @@ def run(tmp_path, monkeypatch, *, steps, log_every, eval_every, checkpoint_every
       return {"nll": 1.0}
     return evaluate
 
-  calls = iter(range(1, steps + 1))
+  calls = iter(range(start + 1, steps + 1))
   preemption = types.SimpleNamespace(stop=lambda: next(calls) == stop_at)
-  tc = types.SimpleNamespace(steps=steps, profile_steps=(), log_every=log_every,
+  tc = types.SimpleNamespace(steps=steps, profile_steps=profile_steps, log_every=log_every,
                              eval_every=eval_every, checkpoint_every=checkpoint_every,
                              nonfinite=nonfinite, curves=False)
   config = types.SimpleNamespace(train=tc, eval=types.SimpleNamespace(bleu_every=bleu_every),
                                  model=None)
-  loop._run_steps(config, train_step, types.SimpleNamespace(params=None), 0, rec, rec, rec,
+  loop._run_steps(config, train_step, types.SimpleNamespace(params=None), start, rec, rec, rec,
                   evaluation("dev loss"), evaluation("dev bleu") if bleu_every else None,
                   preemption, Progress(steps, 0, io.StringIO(), tty=False), str(tmp_path))
   return rec
@@ -114,3 +115,27 @@ def test_a_skipped_step_is_counted_and_left_out_of_the_window_means(tmp_path, mo
   assert second["loss"] == 5.0 and second["nonfinite_count"] == 1  # steps 4 and 6
   assert second["perplexity"] == pytest.approx(np.exp(5.0))
   assert second["tokens"] == 3 * TOKENS  # the skipped step's batch was read all the same
+
+
+def traces(tmp_path):
+  return sorted(p.name for p in (tmp_path / "tensorboard").glob("plugins/profile/*/*.xplane.pb"))
+
+
+@pytest.mark.parametrize("start, stop_at, line, traced", [
+    (0, None, "tfm: profiler trace of steps 3-5 in", True),
+    (0, 4, "tfm: profiler trace of steps 3-4 in", True),  # preempted inside the window
+    (3, None, "tfm: train.profile_steps=(2, 5): this run resumed at step 3, inside the window, "
+              "so it writes no trace", False),
+    (5, None, None, False),  # resumed after the window
+])
+def test_profile_steps_across_resumes_and_preemptions(tmp_path, monkeypatch, start, stop_at, line,
+                                                      traced):
+  """train.profile_steps=(2, 5) traces steps 3-5 with the real jax.profiler; a run resumed inside
+  the window does not stop a trace it never started, and a preempted one stops the trace it did."""
+  rec = run(tmp_path, monkeypatch, steps=6, log_every=10, eval_every=10, checkpoint_every=10,
+            stop_at=stop_at, start=start, profile_steps=(2, 5))
+  said = [e for e in rec.events if "profile" in e]
+  assert [e[:len(line)] for e in said] == ([line] if line else [])
+  assert bool(traces(tmp_path)) == traced
+  jax.profiler.start_trace(str(tmp_path / "again"))  # no trace was left running
+  jax.profiler.stop_trace()

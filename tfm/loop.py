@@ -40,6 +40,7 @@ from tfm.train.preemption import Preemption
 from tfm.train.progress import Progress
 from tfm.train.state import parameter_count
 from tfm.train.step import check_nonfinite
+from tfm.train.trace import ProfileTrace
 from tfm.train.workdir import Workdir
 
 # Input-pipeline figures logged beside the train metrics (TrainIterator.stats()).
@@ -170,75 +171,70 @@ def _run_steps(config, train_step, state, step, batches, checkpointer, writer, e
   """Steps from `step` to train.steps (or a preemption); returns the last state."""
   tc, bleu_every = config.train, config.eval.bleu_every
   peak, devices = flops_lib.peak_flops(), jax.device_count()
-  profile = tuple(tc.profile_steps)
-  trace_dir = os.fspath(storage.path(workdir) / "tensorboard")
   window, window_flops, window_start, compile_s = [], 0, time.perf_counter(), None
   untimed = 0  # steps at the window's start whose time is not in it (the compiling step)
-  while step < tc.steps:
-    if profile and step == profile[0]:
-      jax.profiler.start_trace(trace_dir)
-    batch = next(batches)
-    window_flops += flops_lib.batch_flops(config.model, batch)  # shapes only, no device sync
-    if compile_s is None:  # the first step of this process compiles (or loads the cached step)
-      with progress.timed("compiling the train step") as compiled:
+  with ProfileTrace(tc.profile_steps, step, workdir, writer.text) as trace:
+    while step < tc.steps:
+      trace.before(step)
+      batch = next(batches)
+      window_flops += flops_lib.batch_flops(config.model, batch)  # shapes only, no device sync
+      if compile_s is None:  # the first step of this process compiles (or loads the cached step)
+        with progress.timed("compiling the train step") as compiled:
+          state, metrics = train_step(state, batch)
+          jax.block_until_ready(metrics)
+        compile_s = compiled["seconds"]
+        untimed, window_flops = 1, 0  # its time is the compile's, not in the window's rates
+        writer.text(f"tfm: train step compiled (or loaded from the compilation cache) in "
+                    f"{compile_s:.1f} s")
+        window_start = time.perf_counter()
+      else:
         state, metrics = train_step(state, batch)
-        jax.block_until_ready(metrics)
-      compile_s = compiled["seconds"]
-      untimed, window_flops = 1, 0  # its time is the compile's, not in the window's rates
-      writer.text(f"tfm: train step compiled (or loaded from the compilation cache) in "
-                  f"{compile_s:.1f} s")
-      window_start = time.perf_counter()
-    else:
-      state, metrics = train_step(state, batch)
-    step += 1
-    progress.dispatched(step)
-    window.append(metrics)
-    done = step == tc.steps
-    stop = preemption.stop()
-    evaluate = step % tc.eval_every == 0 or done
-    decode = evaluate_bleu is not None and (step % bleu_every == 0 or done)
-    save = step % tc.checkpoint_every == 0 or done or stop
-    if profile and step == profile[1]:
-      jax.block_until_ready(state)
-      jax.profiler.stop_trace()
-      writer.text(f"tfm: profiler trace of steps {profile[0] + 1}-{step} in {trace_dir}")
-    # The window ends before anything that is not a train step (an evaluation, a save), so its
-    # seconds are its steps' alone.
-    flush = step % tc.log_every == 0 or evaluate or decode or save
-    if flush:
-      window = jax.device_get(window)  # the one host sync: this window's metrics
-      for offset, m in enumerate(window):
-        check_nonfinite(m, step - len(window) + offset + 1, tc.nonfinite)
-      seconds, timed_steps = time.perf_counter() - window_start, len(window) - untimed
-      summary = _window_summary(window, seconds, timed_steps)
-      utilisation = (flops_lib.mfu(window_flops / timed_steps, seconds / timed_steps, devices,
-                                   peak) if timed_steps else None)
-      if utilisation is not None:
-        summary["mfu"] = utilisation
-      progress.window(timed_steps, seconds, {
-          "loss": f"{summary['loss']:.3f}", "lr": f"{summary['learning_rate']:.2e}",
-          **({"tok/s": f"{summary['target_tokens_per_s']:,.0f}"} if timed_steps else {}),
-          **({"mfu": f"{summary['mfu']:.1%}"} if "mfu" in summary else {})})
-      writer.write(step, {**summary, "eta": progress.eta_text()})
-      window, window_flops, untimed = [], 0, 0
-    # Saved before any evaluation: after SIGTERM an evaluation could outlast the grace period.
-    if save:
-      checkpointer.save(step, state, batches.get_state())
-    if stop and not done:
-      writer.text(f"tfm: SIGTERM: saved step {step}, exiting")
-      break
-    if evaluate:
-      stats = batches.stats()  # this host's pipeline so far (it reads a few batches ahead)
-      writer.write(step, {k: stats[k] for k in DATA_STATS if k in stats}, prefix="data")
-      with progress.timed("evaluating dev loss", evaluation=True) as timed:
-        dev = evaluate_dev(state.params)
-      writer.write(step, {**dev, "eval_s": timed["seconds"]}, prefix="dev")
-    if decode:
-      with progress.timed("decoding dev BLEU", evaluation=True) as timed:
-        bleu = evaluate_bleu(state.params)
-      writer.write(step, {**bleu, "eval_s": timed["seconds"]}, prefix="dev")
-    if tc.curves and (evaluate or decode):
-      _draw_curves(writer, workdir)
-    if flush:
-      window_start = time.perf_counter()
+      step += 1
+      progress.dispatched(step)
+      window.append(metrics)
+      done = step == tc.steps
+      stop = preemption.stop()
+      evaluate = step % tc.eval_every == 0 or done
+      decode = evaluate_bleu is not None and (step % bleu_every == 0 or done)
+      save = step % tc.checkpoint_every == 0 or done or stop
+      trace.after(step, state)
+      # The window ends before anything that is not a train step (an evaluation, a save), so its
+      # seconds are its steps' alone.
+      flush = step % tc.log_every == 0 or evaluate or decode or save
+      if flush:
+        window = jax.device_get(window)  # the one host sync: this window's metrics
+        for offset, m in enumerate(window):
+          check_nonfinite(m, step - len(window) + offset + 1, tc.nonfinite)
+        seconds, timed_steps = time.perf_counter() - window_start, len(window) - untimed
+        summary = _window_summary(window, seconds, timed_steps)
+        utilisation = (flops_lib.mfu(window_flops / timed_steps, seconds / timed_steps, devices,
+                                     peak) if timed_steps else None)
+        if utilisation is not None:
+          summary["mfu"] = utilisation
+        progress.window(timed_steps, seconds, {
+            "loss": f"{summary['loss']:.3f}", "lr": f"{summary['learning_rate']:.2e}",
+            **({"tok/s": f"{summary['target_tokens_per_s']:,.0f}"} if timed_steps else {}),
+            **({"mfu": f"{summary['mfu']:.1%}"} if "mfu" in summary else {})})
+        writer.write(step, {**summary, "eta": progress.eta_text()})
+        window, window_flops, untimed = [], 0, 0
+      # Saved before any evaluation: after SIGTERM an evaluation could outlast the grace period.
+      if save:
+        checkpointer.save(step, state, batches.get_state())
+      if stop and not done:
+        writer.text(f"tfm: SIGTERM: saved step {step}, exiting")
+        break
+      if evaluate:
+        stats = batches.stats()  # this host's pipeline so far (it reads a few batches ahead)
+        writer.write(step, {k: stats[k] for k in DATA_STATS if k in stats}, prefix="data")
+        with progress.timed("evaluating dev loss", evaluation=True) as timed:
+          dev = evaluate_dev(state.params)
+        writer.write(step, {**dev, "eval_s": timed["seconds"]}, prefix="dev")
+      if decode:
+        with progress.timed("decoding dev BLEU", evaluation=True) as timed:
+          bleu = evaluate_bleu(state.params)
+        writer.write(step, {**bleu, "eval_s": timed["seconds"]}, prefix="dev")
+      if tc.curves and (evaluate or decode):
+        _draw_curves(writer, workdir)
+      if flush:
+        window_start = time.perf_counter()
   return state
