@@ -11,6 +11,7 @@ import numpy as np
 import pytest
 
 from tfm import loop
+from tfm.train.step import NonFiniteError
 from tfm.train.progress import Progress
 
 STEP_S, EVAL_S, TOKENS = 0.05, 0.5, 100
@@ -43,9 +44,9 @@ class Recorder:
 
 
 def run(tmp_path, monkeypatch, *, steps, log_every, eval_every, checkpoint_every, bleu_every=0,
-        stop_at=None, skipped=(), nonfinite="stop", start=0, profile_steps=()):
+        stop_at=None, skipped=(), nonfinite="stop", start=0, profile_steps=(), rec=None):
   monkeypatch.setattr(loop.flops_lib, "batch_flops", lambda model, batch: 1.0)
-  rec = Recorder()
+  rec = rec or Recorder()
 
   steps_run = []
 
@@ -139,3 +140,13 @@ def test_profile_steps_across_resumes_and_preemptions(tmp_path, monkeypatch, sta
   assert bool(traces(tmp_path)) == traced
   jax.profiler.start_trace(str(tmp_path / "again"))  # no trace was left running
   jax.profiler.stop_trace()
+
+
+def test_nonfinite_stop_raises_at_the_windows_end_before_any_later_save(tmp_path, monkeypatch):
+  """train.nonfinite='stop', a NaN loss at step 3, log lines every 4, checkpoints every 2: step 2
+  is saved, the run stops at step 4's flush naming step 3, and step 4 is never saved."""
+  rec = Recorder()
+  with pytest.raises(NonFiniteError, match=r"non-finite update at step 3 \(loss=nan"):
+    run(tmp_path, monkeypatch, steps=8, log_every=4, eval_every=100, checkpoint_every=2,
+        skipped=(3,), nonfinite="stop", rec=rec)
+  assert [e for e in rec.events if e.startswith("save")] == ["save 2"]

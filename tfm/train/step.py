@@ -64,7 +64,11 @@ def batch_loss_sums(model: nn.Module, params: Any, batch: Batch, label_smoothing
 
 
 class NonFiniteError(ValueError):
-  """Training stopped on a non-finite update (train.nonfinite='stop'); the state was not changed."""
+  """Training stopped on a non-finite update (train.nonfinite='stop').
+
+  Metrics reach the host only at a log window's end, so the run stops there, up to
+  train.log_every - 1 (finite) updates after the bad step. No checkpoint holds the bad step or any
+  later one: a window ending at a checkpoint step is checked before it is saved."""
 
 
 def train_step(state: TrainState, batch: Batch, *, model: nn.Module, tx: optax.GradientTransformation,
@@ -152,8 +156,8 @@ def make_eval_step(model: nn.Module, label_smoothing: float, mesh: Mesh, rules: 
 
 def check_nonfinite(metrics: Mapping[str, Any], step: int, policy: str) -> None:
   """Host side, after fetching a step's metrics: with train.nonfinite='stop', raises
-  NonFiniteError on a skipped update, naming the step and the values (the state itself is still
-  the last finite one)."""
+  NonFiniteError on a skipped update, naming the step and the values (the update itself was not
+  applied; see NonFiniteError for what the run did after it)."""
   if policy == "stop" and int(metrics["nonfinite"]):
     raise NonFiniteError(
         f"non-finite update at step {step} (loss={float(metrics['loss'])}, "
