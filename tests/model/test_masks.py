@@ -51,3 +51,17 @@ def test_packed_segments_do_not_see_each_other(positions):
   # Packed example 2 equals the same example run alone, unpacked.
   alone = np.asarray(apply(v, jnp.array([[7, 8, 9, 1]]), jnp.array([[11, 12, 13, 1]])))
   np.testing.assert_allclose(base[0, 2:6], alone[0], atol=1e-4)
+  # Positions left out follow from the segment ids: the same outputs.
+  derived = np.asarray(apply(v, inputs, targets, inputs_segmentation=in_seg,
+                             targets_segmentation=tg_seg))
+  np.testing.assert_allclose(derived[0, :6], base[0, :6], atol=1e-6)
+
+
+def test_positions_from_segments_restart_with_each_segment():
+  from tfm.model.masks import positions_from_segments
+  segments = np.array([[1, 1, 1, 2, 2, 3, 0, 0], [1, 1, 1, 1, 1, 1, 1, 1], [1, 2, 2, 2, 0, 0, 0, 0]])
+  expected = np.zeros_like(segments)
+  for row, ids in enumerate(segments):  # a loop over the rows, independently
+    for i in range(1, len(ids)):
+      expected[row, i] = expected[row, i - 1] + 1 if ids[i] == ids[i - 1] else 0
+  np.testing.assert_array_equal(positions_from_segments(jnp.asarray(segments)), expected)

@@ -34,3 +34,13 @@ def segments_from_tokens(tokens: jax.Array) -> jax.Array:
 def positions_from_tokens(tokens: jax.Array) -> jax.Array:
   """Positions 0..length-1 for an unpacked batch. tokens [b, l] -> [b, l]."""
   return jnp.broadcast_to(jnp.arange(tokens.shape[1], dtype=jnp.int32), tokens.shape)
+
+
+def positions_from_segments(segmentation: jax.Array) -> jax.Array:
+  """Positions that restart at 0 with each segment of a packed row (segments are contiguous runs of
+  one id, as the data pipelines pack them). segmentation [b, l] -> [b, l]; padding positions count
+  on from where the padding starts, and nothing reads them."""
+  index = jnp.arange(segmentation.shape[1], dtype=jnp.int32)
+  previous = jnp.pad(segmentation, ((0, 0), (1, 0)), constant_values=-1)[:, :-1]
+  starts = jnp.where(segmentation != previous, index, 0)
+  return index - jax.lax.cummax(starts, axis=1)

@@ -2,12 +2,13 @@
 
 Token conventions: pad = 0 (also the decoder's start token), eos = 1. Batches may be packed: several
 examples per row, told apart by segment ids (1, 2, ... per example, 0 on padding) with positions that
-restart at 0 for each example. Unpacked batches may omit segmentation and positions.
+restart at 0 for each example. Unpacked batches may omit segmentation and positions; packed ones
+may omit the positions (they follow from the segment ids).
 
 Decoding with a cache:
   encoded = model.apply(v, inputs, method=Transformer.encode)
-  _, vs = model.apply(v, encoded, inputs_segmentation, max_len, method=Transformer.init_cache,
-                      mutable=["cache"])
+  _, vs = model.apply(v, encoded, inputs_segmentation, batch_size, max_len,
+                      method=Transformer.init_cache, mutable=["cache"])
   logits, vs = model.apply({**v, **vs}, token, method=Transformer.decode_step, mutable=["cache"])
 Every cache leaf has a leading batch dimension, so beam search can tile and reorder it (with
 model.scan_layers the per-layer leaves are [b, N, ...]: tfm/model/layer_stack.py).
@@ -41,10 +42,13 @@ def shift_right(targets: jax.Array, segmentation: jax.Array | None = None) -> ja
 
 
 def _defaults(tokens, segmentation, positions):
+  """Segment ids and positions where a batch leaves them out: one segment per row (id 1 on real
+  tokens), and positions from the segment ids, restarting with each packed segment."""
+  if positions is None:
+    positions = (masks.positions_from_tokens(tokens) if segmentation is None
+                 else masks.positions_from_segments(segmentation))
   if segmentation is None:
     segmentation = masks.segments_from_tokens(tokens)
-  if positions is None:
-    positions = masks.positions_from_tokens(tokens)
   return segmentation, positions
 
 
