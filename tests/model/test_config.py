@@ -18,6 +18,9 @@ CASES = [
     (dict(attention_impl="cudnn", d_k=512, d_v=512, num_heads=1), "model.attention_impl"),  # A1
     (dict(attention_impl="cudnn", d_k=12, d_v=12), "model.attention_impl"),
     (dict(dtype="float8"), "model.dtype"),
+    (dict(dtype="float16"), "model.dtype"),  # no loss scaling
+    (dict(attention_impl="cudnn", dtype="float32"), "model.attention_impl"),
+    (dict(vocab_size=2), "model.vocab_size"),  # label smoothing spreads eps over vocab - 1 words
     (dict(scan_layers="yes"), "model.scan_layers"),
     (dict(remat="selective"), "model.remat"),
 ]

@@ -37,6 +37,7 @@ def test_project_configs_validate(config):
     (dict(microbatches=0), "train.microbatches"),
     (dict(nonfinite="ignore"), "train.nonfinite"),
     (dict(adam_b2=1.0), "train.adam_b2"),
+    (dict(adam_eps=0.0), "train.adam_eps"),  # 0/0 for a zero gradient
     (dict(learning_rate=0), "train.learning_rate"),
     (dict(grad_clip_norm=-1.0), "train.grad_clip_norm"),
     (dict(steps=1.5), "train.steps"),

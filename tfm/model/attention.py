@@ -88,13 +88,13 @@ def cudnn_takes(d_k: int, q_length: int, kv_length: int, train: bool) -> bool:
 def choose_kernel(impl: str, d_k: int, d_v: int, dropout_rate: float, dtype: str, train: bool,
                   q_length: int, kv_length: int) -> str:
   """'einsum', 'xla' or 'cudnn' for model.attention_impl = impl on the target platform
-  (`target_platform`) and phase; 'auto' picks cuDNN for GPUs in 16-bit floats where it takes the
+  (`target_platform`) and phase; 'auto' picks cuDNN for GPUs in bfloat16 where it takes the
   shapes (`cudnn_takes`), else XLA's."""
   if impl != "auto":
     return impl
   if d_k != d_v or (train and dropout_rate > 0):
     return "einsum"
-  if (target_platform() == "gpu" and dtype in ("bfloat16", "float16")
+  if (target_platform() == "gpu" and dtype == "bfloat16"
       and cudnn_takes(d_k, q_length, kv_length, train)):
     return "cudnn"
   return "xla"

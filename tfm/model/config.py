@@ -19,7 +19,7 @@ NORMS = ("post", "pre")
 POSITIONS = ("sinusoidal", "learned", "rope", "alibi", "relative")
 FFNS = ("relu", "gelu", "swiglu")
 ATTENTION_IMPLS = ("auto", "einsum", "xla", "cudnn")
-DTYPES = ("float32", "bfloat16", "float16")
+DTYPES = ("float32", "bfloat16")  # no float16: it would need loss scaling, which tfm has not
 REMAT = ("none", "full", "dots", "offload")  # policies: tfm/model/remat.py
 
 
@@ -124,6 +124,11 @@ def validate(cfg: ModelConfig) -> None:
     if cfg.attention_dropout_rate:
       _fail("attention_impl", "'auto' or 'einsum' with attention dropout "
             "(jax.nn.dot_product_attention has no dropout)", cfg.attention_impl)
+  if cfg.attention_impl == "cudnn" and cfg.dtype != "bfloat16":
+    _fail("attention_impl", "'auto', 'xla' or 'einsum' unless model.dtype='bfloat16' (cuDNN's fused "
+          f"attention takes no {cfg.dtype})", cfg.attention_impl)
+  if cfg.vocab_size < 3:
+    _fail("vocab_size", "at least 3 (pad 0, end 1 and a word)", cfg.vocab_size)
   if cfg.attention_impl == "cudnn" and not cudnn_head_width(cfg.d_k):
     _fail("attention_impl", "'auto', 'xla' or 'einsum' when model.d_k is not a multiple of 8 up "
           "to 256 (cuDNN's fused attention takes no other head width)", cfg.attention_impl)

@@ -150,8 +150,8 @@ def validate_train_config(train: TrainConfig) -> None:
   for key in ("adam_b1", "adam_b2"):
     if not is_number(getattr(train, key)) or not 0 <= getattr(train, key) < 1:
       fail(f"train.{key}", "a number in [0, 1)", getattr(train, key))
-  if not is_number(train.adam_eps) or train.adam_eps < 0:
-    fail("train.adam_eps", "a non-negative finite number", train.adam_eps)
+  if not is_number(train.adam_eps) or train.adam_eps <= 0:  # 0 gives 0/0 for a zero gradient
+    fail("train.adam_eps", "a positive finite number", train.adam_eps)
   for key in ("weight_decay", "grad_clip_norm"):
     if not is_number(getattr(train, key)) or getattr(train, key) < 0:
       fail(f"train.{key}", "a non-negative finite number (0 = off)", getattr(train, key))
