@@ -4,6 +4,7 @@
 import json
 import os
 import pathlib
+import re
 import subprocess
 import sys
 
@@ -31,8 +32,9 @@ def test_three_random_kills_resume_bit_exact(corpus, tmp_path):
   assert "BIT-EXACT" in proc.stdout
 
 
-def _attempt(corpus, workdir, log):
-  argv = soak.launch_argv(2, tiny_flags(corpus, "train.steps=8", "train.log_every=1"), workdir)
+def _attempt(corpus, workdir, log, *extra):
+  argv = soak.launch_argv(2, tiny_flags(corpus, "train.steps=8", "train.log_every=1", *extra),
+                          workdir)
   return soak.Attempt(argv, log, ENV)
 
 
@@ -41,9 +43,28 @@ def test_two_processes_stopped_twice_resume_bit_exact(corpus, tmp_path, capsys):
   """SIGTERM to launch.sh reaches both workers, which agree on a step and save it, also while a
   resumed run is still compiling (JAX's sync point counts calls, not steps); the resumed run ends
   bit-identical to an uninterrupted one: every host's data position is restored. Resuming it on
-  one host is refused."""
-  reference = _attempt(corpus, tmp_path / "a", tmp_path / "a.log")
+  one host is refused. The uninterrupted run also decodes dev BLEU at its last step, on both hosts,
+  and gets the scores one process gets from the same checkpoint."""
+  reference = _attempt(corpus, tmp_path / "a", tmp_path / "a.log", "eval.bleu_every=8",
+                       "eval.bleu_examples=8")
   assert reference.wait(300) == 0
+  logged = [re.search(r"\| bleu ([0-9.]+) \| tokenized_bleu ([0-9.]+) \|", line)
+            for _, line in reference.lines if line.startswith("[dev] step 8 ")]
+  logged = [m.groups() for m in logged if m]
+  assert len(logged) == 1, reference.lines[-10:]
+  capsys.readouterr()
+  assert cli.main(["tfm", "eval", f"--workdir={tmp_path / 'a'}", "--average=1", "--limit=8"]) == 0
+  alone = json.loads((tmp_path / "a" / "eval_dev_8.json").read_text())
+  assert [float(v) for v in logged[0]] == pytest.approx([alone["bleu"], alone["tokenized_bleu"]],
+                                                        abs=1e-4)
+  (tmp_path / "a" / "eval_dev_8.json").unlink()  # `tfm eval` on both hosts, as one cluster
+  proc = subprocess.run(["bash", str(ROOT / "launch.sh"), "--processes", "2", "eval",
+                         f"--workdir={tmp_path / 'a'}", "--average=1", "--limit=8"], env=ENV,
+                        cwd=ROOT, capture_output=True, text=True, timeout=300)
+  assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-2000:]
+  together = json.loads((tmp_path / "a" / "eval_dev_8.json").read_text())
+  assert {k: together[k] for k in ("bleu", "tokenized_bleu", "perplexity")} == pytest.approx(
+      {k: alone[k] for k in ("bleu", "tokenized_bleu", "perplexity")}, rel=1e-5)
   stopped = tmp_path / "b"
   saved = []
   for ready in (lambda a: a.last_step() >= 2,  # in training

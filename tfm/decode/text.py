@@ -3,6 +3,7 @@
 Inputs are padded to a multiple of 16 tokens (a few shapes, so the decoder compiles a few times)
 and cut at `max_input_length`. Sentences are sorted by length into batches and returned in the
 original order. Every batch has the same number of rows (empty rows finish at the first step).
+On several hosts every host passes the same texts and gets every translation back.
 """
 
 from __future__ import annotations
@@ -12,6 +13,7 @@ from typing import Callable, Sequence
 
 import jax
 import numpy as np
+from jax.experimental import multihost_utils
 
 from tfm.data.examples import fit_length
 
@@ -20,6 +22,14 @@ LENGTH_STEP = 16
 
 def _padded_length(n: int, max_input_length: int) -> int:
   return min(max_input_length, -(-n // LENGTH_STEP) * LENGTH_STEP)
+
+
+def _host(tokens: jax.Array) -> np.ndarray:
+  """The whole [batch, length] array on this host. On several hosts the search's rows lie on every
+  host's devices (the batch is split over the mesh), so each host gathers the others' rows."""
+  if tokens.is_fully_addressable:
+    return np.asarray(jax.device_get(tokens))
+  return np.asarray(multihost_utils.process_allgather(tokens, tiled=True))
 
 
 def translate_texts(translate: Callable, params, tokenizer, texts: Sequence[str], *,
@@ -58,7 +68,7 @@ def translate_texts(translate: Callable, params, tokenizer, texts: Sequence[str]
   output_tokens, start, done = 0, time.perf_counter(), 0
   for index, (chunk, inputs) in enumerate(batches):
     rng = jax.random.fold_in(key, index)
-    tokens, _ = jax.device_get(compiled[inputs.shape](params, inputs, rng))
+    tokens = _host(compiled[inputs.shape](params, inputs, rng)[0])
     for row, i in enumerate(chunk):
       ids = [int(t) for t in tokens[row] if t != 0]
       output_tokens += len(ids)

@@ -12,6 +12,7 @@ from tfm.data import tokenizer as tokenizer_lib
 from tfm.eval.averaging import average_params
 from tfm.experiment import Experiment
 from tfm.train import checkpoint as ckpt_lib
+from tfm.train import distributed
 from tfm.train import mesh as mesh_lib
 
 
@@ -64,7 +65,9 @@ def mesh_here(config: config_lib.Config) -> tuple[config_lib.Config, str | None]
 def load_trained(workdir: str, average: int | None = None) -> Trained:
   """Loads workdir/config.json, the vocabulary and the mean of the last `average` checkpoints
   (default train.average_checkpoints; 1 = the latest only), sharded on this machine's mesh
-  (`mesh_here`)."""
+  (`mesh_here`). Under launch.sh's multi-host modes the processes first join one JAX cluster, as
+  `tfm train`'s do, so they evaluate together (the lead host writes the results)."""
+  distributed.initialize_from_env()
   config, note = mesh_here(read_workdir_config(workdir))
   if not ckpt_lib.available_steps(workdir):
     raise ValueError(f"no checkpoint in {workdir}/checkpoints: train first (`tfm train --workdir {workdir}`)")
