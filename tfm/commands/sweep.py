@@ -58,6 +58,8 @@ def _runs(fv: flags.FlagValues, config: config_lib.Config) -> list[Run]:
     if fv.rows:
       raise UsageError(f"--rows: {path} is not a table config (it has no rows)")
     rows = [None]
+    if config.row is not None:  # FILE:ROW, one row of a table: the run is named after it
+      path, rows = path.rpartition(":")[0], [config.row]
   else:
     unknown = [r for r in fv.rows or () if r not in config.rows]
     if unknown:
@@ -107,12 +109,12 @@ def run(fv: flags.FlagValues, config: config_lib.Config | None):
   runs = _runs(fv, config)
   vocab_dir = os.path.join(root, "vocab") if config.data.vocab_dir is None else None
   configs = {r: r.load(vocab_dir) for r in runs}  # every config validated before anything runs
-  eval_limit = config.eval.bleu_examples if fv.eval_limit is None else fv.eval_limit
+  eval_limit = lambda r: configs[r].eval.bleu_examples if fv.eval_limit is None else fv.eval_limit
   if fv.dry_run:
     for r in runs:
       workdir = os.path.join(root, r.name)
       print(f"# {r.name}\ntfm {' '.join(r.train_argv(workdir, vocab_dir))}\n"
-            f"tfm eval --workdir={workdir} --split=dev --limit={eval_limit}")
+            f"tfm eval --workdir={workdir} --split=dev --limit={eval_limit(r)}")
     return
   reference = config_lib.load_config(config_lib.config_file(fv))
   index = {r: i for i, r in enumerate(runs)}
@@ -135,12 +137,13 @@ def run(fv: flags.FlagValues, config: config_lib.Config | None):
       with open(os.path.join(workdir, evals[-1]), encoding="utf-8") as f:
         e = json.load(f)
       out.update(dev_ppl=e["perplexity"], bleu=e["bleu"], tokenized_bleu=e["tokenized_bleu"],
+                 bleu_sentences=e.get("sentences"),
                  compounds=e.get("compounds"), tokens_seen=e.get("train_target_tokens"),
                  trained_steps=e["checkpoints"][-1])
     return out
 
   try:
-    execute.run_all(runs, root, shares=shares, vocab_dir=vocab_dir, eval_limit=eval_limit,
+    execute.run_all(runs, root, shares=shares, vocab_dir=vocab_dir, eval_limit_of=eval_limit,
                     steps_of=lambda r: configs[r].train.steps, describe=describe)
   finally:
     results = execute.collect(root)

@@ -30,6 +30,7 @@ from typing import Callable, Sequence, TextIO
 from tfm import config as config_lib
 from tfm.sweep.runs import Run
 from tfm.train import backend
+from tfm.train import checkpoint as ckpt_lib
 from tfm.train.progress import duration
 
 RESULT = "sweep_result.json"
@@ -116,9 +117,9 @@ class Job:
   """One run in one share: `tfm train`, then `tfm eval`; poll() advances it."""
 
   def __init__(self, run: Run, workdir: str, vocab_dir: str | None, share: Share, eval_limit: int,
-               describe: Callable[[Run, str, float], dict]):
+               describe: Callable[[Run, str, float], dict], steps: int):
     self.run, self.workdir, self.vocab_dir, self.share = run, workdir, vocab_dir, share
-    self.eval_limit, self.describe = eval_limit, describe
+    self.eval_limit, self.describe, self.steps = eval_limit, describe, steps
     self.start = time.time()
     self.phase, self.proc, self.log = None, None, None
     os.makedirs(workdir, exist_ok=True)
@@ -145,6 +146,10 @@ class Job:
       return self._finish("failed", f"tfm {self.phase} exited with {code}: "
                           f"{_last_error_line(os.path.join(self.workdir, LOG))}")
     if self.phase == "train":
+      reached = max(ckpt_lib.available_steps(self.workdir), default=0)
+      if reached < self.steps:  # `tfm train` exits 0 after a SIGTERM's save too
+        return self._finish("stopped", f"tfm train stopped at step {reached} of {self.steps}; "
+                            "run the sweep again to resume it")
       argv = ["eval", f"--workdir={self.workdir}", "--split=dev", f"--limit={self.eval_limit}"]
       self._launch("eval", argv)
       return None
@@ -162,7 +167,7 @@ class Job:
 
 
 def run_all(runs: Sequence[Run], root: str, *, shares: Sequence[Share], vocab_dir: str | None,
-            eval_limit: int, steps_of: Callable[[Run], int],
+            eval_limit_of: Callable[[Run], int], steps_of: Callable[[Run], int],
             describe: Callable[[Run, str, float], dict], stream: TextIO | None = None) -> list[dict]:
   """Runs every unfinished run, len(shares) at a time; returns the results of this session.
   stream: where progress goes (default: sys.stdout as it is when called)."""
@@ -185,7 +190,8 @@ def run_all(runs: Sequence[Run], root: str, *, shares: Sequence[Share], vocab_di
       for slot, share in enumerate(shares):
         if slot not in active and pending and not stop:
           run = pending.pop(0)
-          active[slot] = Job(run, workdir(run), vocab_dir, share, eval_limit, describe)
+          active[slot] = Job(run, workdir(run), vocab_dir, share, eval_limit_of(run), describe,
+                             steps_of(run))
           print(f"[sweep] start {run.name} on {share.name}", file=stream, flush=True)
       time.sleep(0.5)
       for slot, job in list(active.items()):

@@ -127,6 +127,16 @@ def _common(rows: Sequence[dict]) -> dict:
   return common if len(rows) > 1 else {}
 
 
+def _bleu_sentences(results: Sequence[dict]) -> str:
+  """How many dev sentences the runs' BLEU was scored on (`tfm eval --limit`), or '' where their
+  results do not say."""
+  counts = sorted({r["bleu_sentences"] for r in results if r.get("bleu_sentences")})
+  if not counts:
+    return ""
+  return (f"; both BLEUs over the first {' / '.join(map(str, counts))} dev sentences (dev PPL over "
+          "the whole split)")
+
+
 def table_markdown(results: Sequence[dict], command: str | None = None) -> str:
   rows = groups(results)
   common = _common(rows)
@@ -160,7 +170,8 @@ def table_markdown(results: Sequence[dict], command: str | None = None) -> str:
   wall = sum(r.get("wall_s", 0.0) for r in results)
   out += ["", f"{len(done)} of {len(results)} runs finished; their wall time adds up to "
           f"{wall / 3600:.2f} h. dev PPL is per word-piece without label smoothing; BLEU is "
-          "sacreBLEU, tok. BLEU the paper's tokenized BLEU (tensor2tensor's recipe)."]
+          "sacreBLEU, tok. BLEU the paper's tokenized BLEU (tensor2tensor's recipe)"
+          + _bleu_sentences(done) + "."]
   if has_paper:
     c = comparison(rows)
     moved = len(c["same_direction"]) + len(c["other_direction"])

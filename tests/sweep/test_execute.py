@@ -1,0 +1,61 @@
+"""A sweep job's verdict when `tfm train` exits 0 before its last step (after a SIGTERM's save):
+recorded as stopped, not evaluated, and run again by the next sweep. The children are stand-ins
+(`python -c`); the checkpoints are directories named by step, as Orbax lists them."""
+
+import os
+import subprocess
+import sys
+
+from tfm.sweep import execute
+from tfm.sweep.runs import Run
+
+
+def _sweep(root, reached: int, steps: int = 6):
+  launched = []
+
+  def launch(self, phase, argv):  # the real one runs `python -m tfm.cli train|eval ...`
+    launched.append(phase)
+    self.phase = phase
+    self.log = open(os.path.join(self.workdir, execute.LOG), "a", encoding="utf-8")
+    if phase == "train":
+      os.makedirs(os.path.join(self.workdir, "checkpoints", str(reached)), exist_ok=True)
+    self.proc = subprocess.Popen([sys.executable, "-c", "pass"])
+
+  def describe(run, workdir, wall_s):
+    return dict(name=run.name, group=run.group, row=run.row, seed=run.seed, steps=steps,
+                wall_s=wall_s)
+
+  run = Run("configs/table3_mini.py", "base", (), 0)
+  original = execute.Job._launch
+  execute.Job._launch = launch
+  try:
+    results = execute.run_all([run], str(root), shares=execute.device_shares(1), vocab_dir=None,
+                              eval_limit_of=lambda r: 8, steps_of=lambda r: steps,
+                              describe=describe, stream=open(os.devnull, "w", encoding="utf-8"))
+  finally:
+    execute.Job._launch = original
+  return results, launched, execute.is_finished(str(root / run.name), steps)
+
+
+def test_a_run_stopped_before_its_last_step_is_not_evaluated_and_runs_again(tmp_path):
+  results, launched, finished = _sweep(tmp_path, reached=3)
+  assert launched == ["train"] and not finished
+  assert results[0]["status"] == "stopped"
+  assert results[0]["error"] == "tfm train stopped at step 3 of 6; run the sweep again to resume it"
+
+
+def test_a_run_that_reached_its_last_step_is_evaluated(tmp_path):
+  results, launched, finished = _sweep(tmp_path, reached=6)
+  assert launched == ["train", "eval"] and finished and results[0]["status"] == "ok"
+
+
+def test_one_row_of_a_table_is_a_run_named_after_the_row(tmp_path, capsys):
+  """--config=FILE:ROW: the workdir is ROOT/ROW-s0 (two rows swept into one root do not share a
+  workdir), and BLEU is scored on that row's eval.bleu_examples (all of newstest2013 for Table 3)."""
+  from tfm import cli  # pylint: disable=import-outside-toplevel
+  for row in ("C5", "C3"):
+    assert cli.main(["tfm", "sweep", f"--config=configs/table3.py:{row}", f"--root={tmp_path}",
+                     "--dry_run"]) == 0
+    out = capsys.readouterr().out
+    assert f"--config=configs/table3.py:{row} " in out
+    assert f"tfm eval --workdir={tmp_path}/{row}-s0 --split=dev --limit=0" in out
