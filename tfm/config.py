@@ -61,6 +61,10 @@ class Config:
                        f"data.max_length + eval.max_extra_length = {longest} with learned "
                        "positions: the table needs a row for every source position and every "
                        "decoded one")
+    if self.eval.bleu_every and m.architecture != "encoder_decoder":
+      raise ValueError(f"config key eval.bleu_every ({self.eval.bleu_every}) must be 0 with "
+                       f"model.architecture={m.architecture!r}: dev BLEU translates, which needs "
+                       "'encoder_decoder'")
 
   def replace(self, **sections_changes) -> "Config":
     """A copy with whole sections (or extras) replaced, validated again."""

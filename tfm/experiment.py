@@ -117,6 +117,10 @@ class _Built:
                           self.abstract_params[1], self.compiler_options)
 
   def translate_fn(self, **settings: Any) -> OnMesh:
+    architecture = self.config.model.architecture
+    if architecture != "encoder_decoder":
+      raise ValueError(f"model.architecture={architecture!r}: translating (dev BLEU, tfm eval, tfm "
+                       "translate) needs 'encoder_decoder'; train it with eval.bleu_every=0")
     key = tuple(sorted(settings.items()))
     if key not in self._translate_fns:
       self._translate_fns[key] = OnMesh(make_translate_fn(self.model, **settings), self.mesh,

@@ -60,7 +60,9 @@ def prepare_data(config: Config, workdir: str):
   lead = distributed.is_lead_host()
   if lead:
     sources.prepare(config.data)
-    tokenizer_lib.get_tokenizer(config.data, workdir)
+    # A resumed run's model learned the vocabulary already there: never train another one.
+    tokenizer_lib.get_tokenizer(config.data, workdir,
+                                train=not ckpt_lib.available_steps(workdir))
   distributed.barrier("tfm-data-ready")
   if not lead:
     sources.prepare(config.data, create_data_dir=True)  # the lead checked that the path exists

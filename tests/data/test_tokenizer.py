@@ -53,6 +53,15 @@ def test_cached_file_is_reused(cfg, tok, monkeypatch):
   assert again.encode("good bread.") == tok.encode("good bread.")
 
 
+def test_a_trained_models_missing_vocabulary_is_an_error_not_retrained(cfg, tmp_path, monkeypatch):
+  """train=False (tfm eval / translate, a resumed run): one line naming the file, nothing written."""
+  monkeypatch.setattr(tokenizer_lib, "train_vocab", lambda *a, **k: pytest.fail("retrained"))
+  missing = cfg.replace(vocab_dir=str(tmp_path))
+  with pytest.raises(FileNotFoundError, match=f"{tmp_path}/.*vocabulary this model was trained"):
+    tokenizer_lib.get_tokenizer(missing, train=False)
+  assert not list(tmp_path.iterdir())
+
+
 def test_cache_key_depends_on_dataset_and_size(cfg):
   base = tokenizer_lib.vocab_filename(cfg)
   assert tokenizer_lib.vocab_filename(cfg.replace(vocab_size=301)) != base

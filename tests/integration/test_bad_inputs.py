@@ -180,6 +180,14 @@ CASES = {
     "sweep_report_of_nothing": Case(["sweep", "--report", "--root=WORK"], 1, "no run results found",
                                     lambda work: work.mkdir()),
     "params_zero_vocab": Case(["params", QS, "--vocab_size=0"], 1, "config key model.vocab_size"),
+    "train_decoder_only_with_dev_bleu": Case(
+        ["train", "--config.model.architecture=decoder_only",
+         "--config.model.num_encoder_layers=0", "--config.eval.bleu_every=3", "--workdir=WORK"], 1,
+        "config key eval.bleu_every (3) must be 0 with model.architecture='decoder_only'",
+        corpus=True),
+    "eval_without_the_trained_vocabulary": Case(
+        ["eval", "--workdir=WORK"], 1, "the vocabulary this model was trained with is missing",
+        _copy_trained_with(lambda c: c["data"].update(vocab_dir="/nonexistent/vocab"))),
     "train_without_config": Case(["train", "--workdir=WORK"], 2, "--config=FILE[:ARG] is required"),
     "unknown_subcommand": Case(["trian"], 2, "unknown subcommand 'trian'"),
     "unknown_flag": Case(["eval", "--workdir=TRAINED", "--averag=2"], 2,

@@ -48,7 +48,9 @@ def test_eval_uses_the_averaged_parameters(trained):
 
 def test_translate_reads_a_file_and_prints_one_line_each(trained, tmp_path, capsys):
   source = tmp_path / "in.txt"
-  source.write_text("in the beginning god made the light\nthe word of life\n", encoding="utf-8")
+  # One input per \n: U+2028 and a form feed inside a line, and a CRLF ending, do not cut it.
+  source.write_text("in the beginning god made the light\r\nthe word\u2028of\x0clife\n",
+                    encoding="utf-8")
   assert cli.main(["tfm", "translate", f"--workdir={trained}", f"--input={source}", "--beam-size=1"]) == 0
   out = capsys.readouterr()
   assert len(out.out.splitlines()) == 2

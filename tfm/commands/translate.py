@@ -41,6 +41,15 @@ def _check_flags(fv: flags.FlagValues):
     raise UsageError("--temperature, --top_k, --top_p and --seed apply with --sample only")
 
 
+def _lines(text: str) -> list[str]:
+  """One input per '\n' (or '\r\n'), as line-aligned corpora count them: str.splitlines() would
+  also cut a line at U+2028, form feeds and the like, and the outputs would lose their alignment."""
+  lines = text.split("\n")
+  if lines and lines[-1] == "":
+    lines.pop()
+  return [line[:-1] if line.endswith("\r") else line for line in lines]
+
+
 def run(fv: flags.FlagValues, config):
   refuse_config(config)
   require_workdir(fv)
@@ -51,7 +60,7 @@ def run(fv: flags.FlagValues, config):
 
   if fv.input:
     try:
-      lines = epath.Path(fv.input).read_text(encoding="utf-8").splitlines()
+      lines = _lines(epath.Path(fv.input).read_text(encoding="utf-8"))
     except (OSError, UnicodeDecodeError) as e:
       raise ValueError(f"--input {fv.input}: cannot read it as UTF-8 text ({e})") from None
   else:
@@ -60,7 +69,7 @@ def run(fv: flags.FlagValues, config):
       text = stdin.read().decode("utf-8") if stdin is not None else sys.stdin.read()
     except UnicodeDecodeError as e:
       raise ValueError(f"stdin: not UTF-8 text ({e})") from None
-    lines = text.splitlines()
+    lines = _lines(text)
   t = load_trained(fv.workdir, fv.average)
   announce_backend(t.note)
   exp = t.experiment

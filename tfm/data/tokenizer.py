@@ -152,9 +152,10 @@ def train_vocab(sentences: list[str], vocab_size: int, path: str | epath.Path) -
 
 
 def get_tokenizer(cfg, vocab_dir: str | None = None, *,
-                  max_sentences: int = DEFAULT_MAX_SENTENCES) -> Tokenizer:
+                  max_sentences: int = DEFAULT_MAX_SENTENCES, train: bool = True) -> Tokenizer:
   """Loads the cached vocabulary for (data.dataset, languages, data.vocab_size), training it
-  from the training split first if it is missing.
+  from the training split first if it is missing (train=False: a missing one is an error, for
+  a trained model, whose vocabulary must be the one it learned).
 
   The directory is data.vocab_dir if set, else `vocab_dir` (the caller's workdir).
   """
@@ -164,5 +165,8 @@ def get_tokenizer(cfg, vocab_dir: str | None = None, *,
                      "expected a directory to cache the SentencePiece model in")
   path = epath.Path(directory) / vocab_filename(cfg)
   if not path.exists():
+    if not train:
+      raise FileNotFoundError(f"{path}: the vocabulary this model was trained with is missing; "
+                              "restore it there, or point data.vocab_dir at it")
     train_vocab(training_sentences(cfg, max_sentences), cfg.vocab_size, path)
   return Tokenizer.load(path)

@@ -75,5 +75,5 @@ def load_trained(workdir: str, average: int | None = None) -> Trained:
   experiment = Experiment(config)
   params, steps = average_params(workdir, experiment.abstract_params, average,
                                  period=config.train.checkpoint_every, final_step=config.train.steps)
-  tokenizer = tokenizer_lib.get_tokenizer(config.data, workdir)
+  tokenizer = tokenizer_lib.get_tokenizer(config.data, workdir, train=False)
   return Trained(experiment, params, tokenizer, steps, note)
