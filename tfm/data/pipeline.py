@@ -35,6 +35,7 @@ from __future__ import annotations
 
 import math
 import sys
+import threading
 from typing import Any
 
 import grain
@@ -136,13 +137,15 @@ class ShuffledPositions:
     self.total = sys.maxsize if num_epochs is None else n * num_epochs  # as grain's repeat(None)
     self.num_chunks = -(-self.total // chunk_size)
     self._epochs: dict[int, np.ndarray] = {}
+    self._lock = threading.Lock()  # grain's read threads call this map concurrently
 
   def _epoch(self, epoch: int) -> np.ndarray:
-    if epoch not in self._epochs:
-      if len(self._epochs) >= 2:
-        del self._epochs[min(self._epochs)]
-      self._epochs[epoch] = shuffle.epoch_permutation(self.n, (self.seed + epoch) % 2**32)
-    return self._epochs[epoch]
+    with self._lock:
+      if epoch not in self._epochs:
+        if len(self._epochs) >= 2:
+          del self._epochs[min(self._epochs)]
+        self._epochs[epoch] = shuffle.epoch_permutation(self.n, (self.seed + epoch) % 2**32)
+      return self._epochs[epoch]
 
   def __call__(self, k: int) -> np.ndarray:
     start = int(k) * self.chunk_size
@@ -156,7 +159,10 @@ class ShuffledPositions:
     return np.concatenate(parts) if parts else np.zeros((0,), np.int64)
 
   def __getstate__(self):  # worker processes compute their own epochs
-    return {**self.__dict__, "_epochs": {}}
+    return {k: v for k, v in self.__dict__.items() if k not in ("_epochs", "_lock")}
+
+  def __setstate__(self, state):
+    self.__dict__.update(state, _epochs={}, _lock=threading.Lock())
 
 
 def train_iterator(cfg: DataConfig, tokenizer, *, process_index: int = 0, process_count: int = 1,

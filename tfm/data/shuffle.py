@@ -10,9 +10,10 @@ small ones (B is at least 16, so an epoch of 250 examples walks ~260 steps per e
 `epoch_permutation(n, seed)` returns the n numbers at once, bit for bit grain's (the tests compare
 them): the cipher runs on numpy arrays, and for B = 16 it is tabulated over all 2^16 blocks, whose
 walks are then followed by pointer doubling (log2 of the longest walk passes over the table).
-An epoch of 4.5M examples (WMT14 en-de) takes ~1.4 s on one core instead of ~30 s. Like grain's,
-it is not quite a permutation when n - 1 is a power of two >= 2^16 (B is then one bit short and
-index n - 1 encrypts as index 0 does).
+An epoch of 4.5M examples (WMT14 en-de) takes ~1.4 s on one core instead of ~30 s. One exception:
+when n - 1 is 2^16, 2^18, 2^20, ..., grain's B is one bit short (index n - 1 encrypts as index 0
+does, so one example comes twice an epoch and another never); there B is taken for n itself, two
+bits more, and the result is a permutation, not grain's.
 
 The cipher, with W = B / 2 and x = (left, right) in two W-bit words:
   keys k_0..k_3 = std::seed_seq{seed}.generate(4) (C++ [rand.util.seedseq]), truncated to W bits
@@ -81,13 +82,14 @@ def encrypt(blocks: np.ndarray, seed: int, bits: int) -> np.ndarray:
 
 
 def epoch_permutation(n: int, seed: int) -> np.ndarray:
-  """int64 [n]: out[i] = grain index_shuffle(i, max_index=n - 1, seed=seed, rounds=4)."""
+  """int64 [n], a permutation of 0..n-1: out[i] = grain index_shuffle(i, max_index=n - 1,
+  seed=seed, rounds=4) (but for the n of the module docstring)."""
   if n < 1:
     raise ValueError(f"cannot shuffle {n} elements")
   if n == 1:
     return np.zeros((1,), np.int64)
   max_index, seed = n - 1, seed % 2**32
-  bits = block_bits(max_index)
+  bits = block_bits(n)  # = grain's block_bits(max_index) unless max_index is 2^16, 2^18, ...
   out = encrypt(np.arange(n, dtype=np.uint64), seed, bits)
   if bits == _MIN_BLOCK_BITS:  # possibly many steps a walk: tabulate the 2^16 blocks
     nxt = encrypt(np.arange(1 << bits, dtype=np.uint64), seed, bits).astype(np.int64)
