@@ -2,6 +2,7 @@
 
 import gc
 import logging
+import time
 
 import jax
 import numpy as np
@@ -139,3 +140,24 @@ def test_config_json(tmp_path):
 def test_keep_must_be_positive(tmp_path):
   with pytest.raises(ValueError, match=r"train\.keep_checkpoints"):
     Checkpointer(tmp_path, keep=0)
+
+
+def test_a_save_killed_midway_leaves_nothing_after_the_next_run(tmp_path):
+  """A process killed while its async save runs leaves checkpoints/<step>.orbax-checkpoint-tmp (a
+  partial copy of the state); the next Checkpointer on the workdir removes it."""
+  import subprocess  # pylint: disable=import-outside-toplevel
+  import sys  # pylint: disable=import-outside-toplevel
+  child = ("import os, jax.numpy as jnp\n"
+           "from tfm.train.checkpoint import Checkpointer\n"
+           f"c = Checkpointer({str(tmp_path)!r}, keep=2)\n"
+           "c.save(1234, {'w': jnp.ones((2048, 2048), jnp.float32)}, {})\n"
+           "os._exit(9)\n")  # killed (a grace period over, the OOM killer) while the save runs
+  subprocess.run([sys.executable, "-c", child], check=False, timeout=120)
+  left = sorted(p.name for p in (tmp_path / "checkpoints").iterdir())
+  assert left and all(".orbax-checkpoint-tmp" in name for name in left), left
+  Checkpointer(str(tmp_path), keep=2).close()  # Orbax removes it in a background thread
+  for _ in range(100):
+    if not list((tmp_path / "checkpoints").iterdir()):
+      break
+    time.sleep(0.1)
+  assert not list((tmp_path / "checkpoints").iterdir())

@@ -126,8 +126,11 @@ class Checkpointer:
       raise ValueError(f"config key train.keep_checkpoints: expected >= 1, got {keep}")
     self.keep, self.period, self.final_step = keep, period, final_step
     self.directory = checkpoint_dir(workdir)
+    # cleanup_tmp_directories: a save cut short (a process killed mid-save) leaves a partial
+    # <step>.orbax-checkpoint-tmp* copy of the state; the next run's Checkpointer removes it. Only
+    # writers make one: `tfm train`, which holds the workdir's lock, and `tfm convert`, into its own.
     options = ocp.CheckpointManagerOptions(max_to_keep=None, enable_async_checkpointing=async_save,
-                                           create=True)
+                                           create=True, cleanup_tmp_directories=True)
     self.manager = ocp.CheckpointManager(self.directory, options=options,
                                          item_names=(STATE, DATA, MANIFEST))
 
