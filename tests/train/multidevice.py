@@ -149,7 +149,7 @@ def main(out: str, kind: str):
         "update_size": max_diff(ref_final, ref_initial),
         "shapes": {w: leaf(state.params, p).shape for w, p in WEIGHTS[kind].items()},
         "shard_shapes": {w: shard_shape(leaf(state.params, p)) for w, p in WEIGHTS[kind].items()},
-        "adam_mu_shard_shape": shard_shape(leaf(state.opt_state[0].mu, WEIGHTS[kind]["wi"])),
+        "adam_mu_shard_shape": shard_shape(leaf(state.opt_state["adam"].mu, WEIGHTS[kind]["wi"])),
         "batch_shard_shape": shard_shape(device_batch["targets"]),
         "mesh": dict(setup.mesh.shape),
     }

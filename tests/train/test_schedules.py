@@ -1,11 +1,13 @@
 """Learning-rate schedules against their formulas, and the paper's schedule inside the optimizer."""
 
+import jax
 import jax.numpy as jnp
 import numpy as np
+import optax
 import pytest
 
 from tfm.train.config import SCHEDULES, TrainConfig, step_fields
-from tfm.train.optimizer import make_optimizer
+from tfm.train.optimizer import decay_mask, make_optimizer
 from tfm.train.schedules import constant, linear_cosine, make_schedule, rsqrt, rsqrt_warmup
 from tests.train.helpers import train_cfg
 
@@ -77,9 +79,35 @@ def test_clipping_and_weight_decay():
   np.testing.assert_allclose(updates["b"], -0.1, rtol=1e-6)
   # Clipping shows in Adam's first moment: (1 - b1) * g / global norm.
   _, state = tx.update(grads, tx.init(params), params)
-  adam_state = state[1]
+  adam_state = state["adam"]
   np.testing.assert_allclose(adam_state.mu["w"], 0.1 * 30.0 / norm, rtol=1e-5)
   np.testing.assert_allclose(adam_state.mu["b"], 0.1 * 40.0 / norm, rtol=1e-5)
+
+
+def test_the_state_is_the_same_tree_whichever_optional_parts_are_on():
+  """A resume may turn clipping or weight decay on or off: the optimizer state (what a checkpoint
+  holds) has the same structure and array names either way, and the update is optax.chain's."""
+  params = {"w": jnp.ones((2, 2)), "b": jnp.ones(2)}
+  grads = {"w": jnp.array([[3.0, -1.0], [0.5, 2.0]]), "b": jnp.array([4.0, -2.0])}
+  trees = []
+  for clip, decay in ((0.0, 0.0), (1.0, 0.0), (0.0, 0.1), (1.0, 0.1)):
+    train = train_cfg(schedule="constant", learning_rate=0.1, warmup_steps=0,
+                      grad_clip_norm=clip, weight_decay=decay)
+    tx, _ = make_optimizer(train, d_model=64)
+    state = tx.init(params)
+    trees.append(jax.tree_util.tree_structure(state))
+    parts = ([optax.clip_by_global_norm(clip)] if clip else []) + [
+        optax.scale_by_adam(b1=0.9, b2=0.98, eps=1e-9)] + (
+        [optax.add_decayed_weights(decay, mask=decay_mask)] if decay else []) + [
+        optax.scale_by_learning_rate(0.1)]
+    chain = optax.chain(*parts)
+    reference = chain.init(params)
+    for _ in range(3):
+      update, state = tx.update(grads, state, params)
+      expected, reference = chain.update(grads, reference, params)
+      for key in params:
+        np.testing.assert_array_equal(update[key], expected[key])
+  assert all(tree == trees[0] for tree in trees), trees
 
 
 @pytest.mark.parametrize("schedule", SCHEDULES)

@@ -20,7 +20,7 @@ def test_bfloat16_model_keeps_float32_state():
   assert {x.dtype for x in floats if jnp.issubdtype(x.dtype, jnp.floating)} == {np.dtype("float32")}
   assert abstract.step.dtype == np.int32 and abstract.nonfinite_count.dtype == np.int32
   assert abstract.rng.shape == (2,)
-  adam = abstract.opt_state[0]
+  adam = abstract.opt_state["adam"]
   assert parameter_count(adam.mu) == parameter_count(abstract.params) == parameter_count(adam.nu)
   # Every leaf carries the sharding it will be created (or restored) with.
   assert jax.tree_util.tree_all(jax.tree_util.tree_map(lambda x, s: x.sharding == s, abstract, shardings))
