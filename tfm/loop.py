@@ -27,7 +27,7 @@ import numpy as np
 
 from tfm import logs, storage
 from tfm.config import Config
-from tfm.data import pipeline, prefetch, sources, tokenizer as tokenizer_lib
+from tfm.data import bucketing, pipeline, prefetch, sources, tokenizer as tokenizer_lib
 from tfm.eval.dev_bleu import DevBleu
 from tfm.eval.dev_loss import DevLoss
 from tfm.experiment import Experiment
@@ -105,6 +105,18 @@ def train(config: Config, workdir: str, stream=None):
     preemption.restore()
 
 
+def _data_position(iterator):
+  """Checkpointer.restore's accept: puts the data iterator at the checkpoint's position; a position
+  this run's batches cannot continue from refuses the resume (every older checkpoint would too)."""
+  def accept(state, data_state):
+    del state
+    try:
+      iterator.set_state(data_state)
+    except bucketing.LayoutChanged as error:
+      raise ckpt_lib.ResumeRefused(str(error)) from None
+  return accept
+
+
 def _train(config: Config, held: Workdir, log: logs.WorkdirLog, stream, preemption: Preemption):
   workdir = os.fspath(held.path)
   held.check_config(config.to_dict())  # before anything is written: a resume is the same model
@@ -120,8 +132,7 @@ def _train(config: Config, held: Workdir, log: logs.WorkdirLog, stream, preempti
                                          period=tc.checkpoint_every, final_step=tc.steps)
     cleanup.callback(checkpointer.close)
     cleanup.callback(checkpointer.wait)
-    restored = checkpointer.restore(exp.abstract_state,
-                                    accept=lambda state, data_state: iterator.set_state(data_state))
+    restored = checkpointer.restore(exp.abstract_state, accept=_data_position(iterator))
     state, start = (exp.init_state(), 0) if restored is None else (restored[0], restored[2])
     held.commit(config.to_dict())  # config.json only now that the state is known to fit it
     log.publish(held.path)  # and the log file (every host's, into WORKDIR/logs/)

@@ -7,7 +7,7 @@ import pytest
 
 import tfm_data_testlib as testlib
 
-from tfm.data import pipeline
+from tfm.data import bucketing, pipeline
 from tfm.data.examples import chunk_examples
 
 
@@ -80,3 +80,25 @@ def test_worker_processes_same_data_and_resumable(cfg, tok):
   cfg = cfg.replace(num_workers=0)
   in_process = _take(pipeline.train_iterator(cfg, tok), 7)
   assert _same(in_process[3:], expected)  # one worker sees the same order as no worker
+
+
+def test_bucketed_resume_refuses_a_window_cut_into_other_rows(cfg, tok):
+  """Bucket rows follow the step's batch split (row_multiple): `emitted` batches of a window cut
+  for 8-row batches are not the same examples as that many batches of a window cut for 5-row ones."""
+  cfg = cfg.replace(packing=False)
+  it = pipeline.train_iterator(cfg, tok)
+  start = json.loads(json.dumps(it.get_state()))
+  _take(it, 3)
+  mid_window = json.loads(json.dumps(it.get_state()))
+  assert mid_window["batcher"]["emitted"] == 3 and mid_window["batcher"]["window"] == 0
+  other_rows = pipeline.train_iterator(cfg, tok, row_multiple=5)
+  with pytest.raises(bucketing.LayoutChanged, match=r"mesh\.\* and train\.microbatches"):
+    other_rows.set_state(mid_window)
+  other_rows.set_state(start)  # at a window's start nothing was cut yet: any rows continue it
+  assert _same(_take(other_rows, 2), _take(pipeline.train_iterator(cfg, tok, row_multiple=5), 2))
+  # A state from before the layout was recorded is taken as it is.
+  old = json.loads(json.dumps(mid_window))
+  del old["batcher"]["layout"]
+  same_rows = pipeline.train_iterator(cfg, tok)
+  same_rows.set_state(old)
+  assert _same(_take(same_rows, 2), _take(it, 2))

@@ -219,3 +219,13 @@ def test_another_model_cannot_resume_and_config_json_stays(experiment, tmp_path)
   # Changing what a resume may change (steps, logging) is fine.
   state, log = run_train(experiment("train.steps=6", "train.log_every=2"), tmp_path)
   assert "resumed from step 3" in log and int(state.step) == 6
+
+
+def test_bucketed_resume_with_another_batch_split_is_refused_and_keeps_the_checkpoints(
+    experiment, tmp_path):
+  run_train(experiment("train.steps=3", "data.packing=False"), tmp_path)
+  with pytest.raises(ckpt_lib.CheckpointError, match=r"rows .*train\.microbatches.*data\.packing=True"):
+    run_train(experiment("train.steps=6", "data.packing=False", "train.microbatches=3"), tmp_path)
+  assert ckpt_lib.available_steps(tmp_path) == [3]  # refused, not set aside as unreadable
+  state, log = run_train(experiment("train.steps=6", "data.packing=False"), tmp_path)
+  assert "resumed from step 3" in log and int(state.step) == 6

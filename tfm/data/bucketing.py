@@ -12,7 +12,9 @@ Examples are read in windows of about `window_tokens` token slots; inside a wind
 rows (segmentation 0). The window's batches are emitted in a seeded random order. The state is
 (cursor state at the window start, window number, batches already emitted from the window):
 restoring re-reads the window and skips what was emitted, so resumption is exact and the state
-stays small.
+stays small. It also records the layout (boundaries, rows per bucket, window size): the rows follow
+the step's batch split (mesh.*, train.microbatches), and a window re-cut into other batches would
+make `emitted` count other examples, so a mid-window state refuses another layout (LayoutChanged).
 """
 
 from __future__ import annotations
@@ -23,6 +25,10 @@ from typing import Any
 import numpy as np
 
 from tfm.data.batching import pad_examples
+
+
+class LayoutChanged(ValueError):
+  """A mid-window data state saved with other bucket rows than this iterator makes."""
 
 
 class BucketBatcher:
@@ -89,10 +95,24 @@ class BucketBatcher:
     self._emitted += 1
     return batch
 
+  def _layout(self) -> dict[str, Any]:
+    return {"boundaries": [int(b) for b in self._boundaries],
+            "rows": [int(self._rows_for[b]) for b in self._boundaries],
+            "window_tokens": self._window_tokens}
+
   def get_state(self) -> dict[str, Any]:
-    return {"cursor": self._window_start, "window": self._window, "emitted": self._emitted}
+    return {"cursor": self._window_start, "window": self._window, "emitted": self._emitted,
+            "layout": self._layout()}
 
   def set_state(self, state: dict[str, Any]) -> None:
+    saved = state.get("layout")  # absent in states written before tfm recorded it
+    if saved is not None and int(state["emitted"]) > 0 and saved != self._layout():
+      raise LayoutChanged(
+          f"the data position (data.packing=False) was saved {state['emitted']} batches into a "
+          f"window cut into batches of {saved['rows']} rows for buckets {saved['boundaries']}, and "
+          f"this run cuts {self._layout()['rows']} rows (the rows follow mesh.* and "
+          "train.microbatches): resume with the mesh and train.microbatches it was saved with, or "
+          "use data.packing=True, whose position survives a new batch split")
     self.cursor.set_state(state["cursor"])
     self._window_start = state["cursor"]
     self._window = int(state["window"])
