@@ -86,13 +86,13 @@ def test_wrong_language_names_key(cfg):
 
 
 @pytest.mark.parametrize("key,value,message", [
-    ("overlong", "x", "data.overlong must be 'filter' or 'truncate', got 'x'"),
-    ("max_length", 0, "data.max_length must be an integer >= 2"),
-    ("num_workers", -1, "data.num_workers must be an integer >= 0"),
-    ("cache", "yes", "data.cache must be True or False, got 'yes'"),
-    ("cache_dir", "gs://bucket/cache", "data.cache_dir must be a local directory"),
-    ("shuffle_seed", -1, "data.shuffle_seed must be an integer in [0, 2**32)"),
-    ("eval_max_examples", 0, "data.eval_max_examples must be a positive integer or None"),
+    ("overlong", "x", "config key data.overlong: expected 'filter' or 'truncate', got 'x'"),
+    ("max_length", 0, "config key data.max_length: expected an integer >= 2"),
+    ("num_workers", -1, "config key data.num_workers: expected an integer >= 0"),
+    ("cache", "yes", "config key data.cache: expected True or False, got 'yes'"),
+    ("cache_dir", "gs://bucket/cache", "config key data.cache_dir: expected a local directory"),
+    ("shuffle_seed", -1, "config key data.shuffle_seed: expected an integer in [0, 2**32)"),
+    ("eval_max_examples", 0, "config key data.eval_max_examples: expected a positive integer or None"),
 ])
 def test_bad_values_name_key(key, value, message):
   with pytest.raises(ValueError, match=re.escape(message)):

@@ -106,3 +106,14 @@ def test_bible_base_cadences_fit_the_run_they_are_sized_for(step_seconds):
   kept = series[-built.train.keep_checkpoints:]
   assert built.train.average_checkpoints == 5
   assert kept == [steps * k // 20 for k in (16, 17, 18, 19, 20)]
+
+
+def test_a_compilation_cache_dir_that_cannot_be_made_names_the_key(tmp_path):
+  from tfm.train import compile_cache  # pylint: disable=import-outside-toplevel
+  blocker = tmp_path / "a_file"
+  blocker.write_text("")
+  before = compile_cache.jax.config.jax_compilation_cache_dir
+  with pytest.raises(ValueError, match=r"^config key train\.compilation_cache_dir: expected a "
+                     r"directory .* got '.*a_file/xla' \(.*\); set another, or \"\" to turn"):
+    compile_cache.enable(str(blocker / "xla"))
+  assert compile_cache.jax.config.jax_compilation_cache_dir == before  # left as it was

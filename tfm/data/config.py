@@ -71,7 +71,7 @@ def from_mapping(values) -> DataConfig:
 
 
 def _fail(key: str, expected: str, got) -> None:
-  raise ValueError(f"data.{key} must be {expected}, got {got!r}")
+  sections.fail(f"data.{key}", expected, got)
 
 
 def validate_data_config(cfg: DataConfig) -> None:

@@ -29,6 +29,16 @@ def enable(configured: str | None) -> str | None:
   directory = resolve(configured)
   if directory is not None and directory != jax.config.jax_compilation_cache_dir:
     if "://" not in directory:
-      os.makedirs(directory, exist_ok=True)
+      try:
+        os.makedirs(directory, exist_ok=True)
+        problem = None if os.access(directory, os.W_OK) else "not writable"
+      except OSError as error:
+        problem = error.strerror or str(error)
+      if problem:
+        given = (repr(configured) if configured is not None
+                 else f"None ($JAX_COMPILATION_CACHE_DIR or {DEFAULT_DIR})")
+        raise ValueError(f"config key train.compilation_cache_dir: expected a directory this "
+                         f"process can create and write, got {given} ({directory}: {problem}); "
+                         "set another, or \"\" to turn the cache off")
     jax.config.update("jax_compilation_cache_dir", directory)
   return directory
