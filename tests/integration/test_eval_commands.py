@@ -23,7 +23,7 @@ def trained(experiment_module, tmp_path_factory):
 
 def test_eval_writes_bleu_perplexity_and_signature(trained, capsys):
   assert cli.main(["tfm", "eval", f"--workdir={trained}", "--limit=6"]) == 0
-  (path,) = glob.glob(f"{trained}/eval_dev_6.json")
+  (path,) = glob.glob(f"{trained}/eval_dev_6_avg2_first6.json")
   result = json.load(open(path))
   assert result["checkpoints"] == [3, 6] and result["averaged"] == 2  # train.average_checkpoints=2
   assert 0.0 <= result["bleu"] <= 100.0 and 0.0 <= result["tokenized_bleu"] <= 100.0

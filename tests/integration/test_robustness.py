@@ -94,7 +94,7 @@ def test_a_preemption_save_does_not_evict_the_averaged_series(experiment, tmp_pa
   results = []
   for name in ("a", "b"):
     assert cli.main(["tfm", "eval", f"--workdir={tmp_path / name}", "--limit=2"]) == 0
-    results.append(json.loads((tmp_path / name / "eval_dev_12.json").read_text()))
+    results.append(json.loads((tmp_path / name / "eval_dev_12_avg3_first2.json").read_text()))
   assert results[0]["checkpoints"] == results[1]["checkpoints"] == [6, 9, 12]
   assert results[0]["perplexity"] == results[1]["perplexity"]
   capsys.readouterr()
@@ -185,7 +185,7 @@ def test_eval_falls_back_past_a_corrupt_checkpoint(experiment, tmp_path, caplog,
   _perturb_one_array(tmp_path, 6)
   with caplog.at_level(logging.WARNING):
     assert cli.main(["tfm", "eval", f"--workdir={tmp_path}", "--limit=2"]) == 0
-  assert json.loads((tmp_path / "eval_dev_3.json").read_text())["checkpoints"] == [3]
+  assert json.loads((tmp_path / "eval_dev_3_avg1_first2.json").read_text())["checkpoints"] == [3]
   assert "checkpoints/6 cannot be restored for averaging" in caplog.text
   assert "do not match their checksums" in caplog.text
   capsys.readouterr()

@@ -54,15 +54,15 @@ def test_two_processes_stopped_twice_resume_bit_exact(corpus, tmp_path, capsys):
   assert len(logged) == 1, reference.lines[-10:]
   capsys.readouterr()
   assert cli.main(["tfm", "eval", f"--workdir={tmp_path / 'a'}", "--average=1", "--limit=8"]) == 0
-  alone = json.loads((tmp_path / "a" / "eval_dev_8.json").read_text())
+  alone = json.loads((tmp_path / "a" / "eval_dev_8_avg1_first8.json").read_text())
   assert [float(v) for v in logged[0]] == pytest.approx([alone["bleu"], alone["tokenized_bleu"]],
                                                         abs=1e-4)
-  (tmp_path / "a" / "eval_dev_8.json").unlink()  # `tfm eval` on both hosts, as one cluster
+  (tmp_path / "a" / "eval_dev_8_avg1_first8.json").unlink()  # `tfm eval` on both hosts, as one cluster
   proc = subprocess.run(["bash", str(ROOT / "launch.sh"), "--processes", "2", "eval",
                          f"--workdir={tmp_path / 'a'}", "--average=1", "--limit=8"], env=ENV,
                         cwd=ROOT, capture_output=True, text=True, timeout=300)
   assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-2000:]
-  together = json.loads((tmp_path / "a" / "eval_dev_8.json").read_text())
+  together = json.loads((tmp_path / "a" / "eval_dev_8_avg1_first8.json").read_text())
   assert {k: together[k] for k in ("bleu", "tokenized_bleu", "perplexity")} == pytest.approx(
       {k: alone[k] for k in ("bleu", "tokenized_bleu", "perplexity")}, rel=1e-5)
   stopped = tmp_path / "b"

@@ -1,11 +1,14 @@
 """`tfm eval --workdir DIR [--split dev|test] [--average N] [--limit K]`: BLEU and perplexity.
 
-Prints and writes workdir/eval_<split>_<step>.json with sacreBLEU (and its signature), the paper's
-tokenized BLEU, dev perplexity per target token (no smoothing) and decoding speed.
+Prints and writes workdir/eval_<split>_<step>_avg<N>[_first<K>].json (step: the last checkpoint
+averaged; N: how many were; K: --limit) with sacreBLEU (and its signature), the paper's tokenized
+BLEU, dev perplexity per target token (no smoothing) and decoding speed. Another --average or
+--limit writes another file, so no result overwrites a differently computed one.
 """
 
 from __future__ import annotations
 
+import re
 import sys
 
 from absl import flags
@@ -19,8 +22,17 @@ def define_flags(fv: flags.FlagValues):
   define_trained_flags(fv)
   flags.DEFINE_enum("split", "dev", ["dev", "test"], "dev = newstest2013, test = newstest2014",
                     flag_values=fv)
-  flags.DEFINE_integer("limit", None, "score only the first K sentence pairs (0 = all)",
-                       lower_bound=0, flag_values=fv)
+  flags.DEFINE_integer("limit", None, "BLEU over only the first K sentence pairs (0 = all); "
+                       "perplexity always covers the whole split", lower_bound=0, flag_values=fv)
+
+
+RESULT = re.compile(r"eval_(?P<split>dev|test)_(?P<step>\d+)_avg(?P<averaged>\d+)"
+                    r"(?:_first(?P<limit>\d+))?\.json")
+
+
+def result_name(split: str, steps: list[int], limit: int) -> str:
+  """The file `tfm eval` writes for checkpoints `steps` averaged and BLEU over `limit` pairs."""
+  return f"eval_{split}_{steps[-1]}_avg{len(steps)}" + (f"_first{limit}" if limit else "") + ".json"
 
 
 def run(fv: flags.FlagValues, config):
@@ -51,7 +63,7 @@ def run(fv: flags.FlagValues, config):
                 target_tokens=losses["tokens"], beam_size=c.eval.beam_size,
                 length_penalty=c.eval.length_penalty, max_extra_length=c.eval.max_extra_length,
                 train_source_tokens=tokens("real_inputs"), train_target_tokens=tokens("real_targets"))
-  path = epath.Path(fv.workdir) / f"eval_{fv.split}_{t.steps[-1]}.json"
+  path = epath.Path(fv.workdir) / result_name(fv.split, t.steps, fv.limit or 0)
   if jax.process_index() == 0:
     storage.write_json(path, result)
   for key, value in result.items():

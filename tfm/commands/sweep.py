@@ -23,6 +23,7 @@ from ml_collections import config_flags
 from tfm import config as config_lib
 from tfm import storage
 from tfm.commands import UsageError
+from tfm.commands import eval as eval_command
 from tfm.sweep import execute, report
 from tfm.sweep.runs import Run, expand, parse_grid
 
@@ -131,10 +132,12 @@ def run(fv: flags.FlagValues, config: config_lib.Config | None):
                changes=execute.changed_keys(c, reference), params=params[r], steps=c.train.steps,
                paper=c.paper, wall_s=wall_s, dev_ppl=None, bleu=None, tokenized_bleu=None,
                tokens_seen=None)
-    evals = sorted((f for f in os.listdir(workdir) if f.startswith("eval_dev_")),
-                   key=lambda f: int(f[len("eval_dev_"):-len(".json")]))
-    if evals:
-      with open(os.path.join(workdir, evals[-1]), encoding="utf-8") as f:
+    evals = [(int(m["step"]), int(m["limit"] or 0) == eval_limit(r),
+              os.path.getmtime(os.path.join(workdir, name)), name)
+             for name in os.listdir(workdir)
+             if (m := eval_command.RESULT.fullmatch(name)) and m["split"] == "dev"]
+    if evals:  # the last step's, scored as this sweep scores it (a hand-run eval may sit beside it)
+      with open(os.path.join(workdir, max(evals)[-1]), encoding="utf-8") as f:
         e = json.load(f)
       out.update(dev_ppl=e["perplexity"], bleu=e["bleu"], tokenized_bleu=e["tokenized_bleu"],
                  bleu_sentences=e.get("sentences"),
