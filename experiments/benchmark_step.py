@@ -27,10 +27,10 @@ from absl import app, flags
 
 from tfm import config as config_lib
 from tfm.data.batching import round_up_rows
+from tfm.data.prefetch import to_device
 from tfm.experiment import Experiment
 from tfm.train import backend
 from tfm.train.flops import mfu, peak_flops, train_flops
-from tfm.train.sharding import shard_batch
 from tfm.train.state import parameter_count
 
 FLAGS = flags.FLAGS
@@ -72,7 +72,7 @@ def benchmark(config: config_lib.Config, rows: int | None, length: int | None, w
   rows = rows or round_up_rows(config.data.tokens_per_batch // length, exp.batch_row_multiple)
   state, step = exp.init_state(), exp.train_step
   host = synthetic_batch(rows, length, cfg.vocab_size, cfg.has_encoder, seed)
-  batch = shard_batch(process_rows(host), exp.batch_sharding)
+  batch = to_device(process_rows(host), exp.batch_sharding)
 
   start = time.perf_counter()
   for _ in range(max(1, warmup)):

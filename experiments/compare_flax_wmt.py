@@ -73,10 +73,10 @@ sys.path.insert(0, str(ROOT / "experiments"))
 
 from benchmark_step import synthetic_batch  # noqa: E402
 from tfm import config as config_lib  # noqa: E402
+from tfm.data.prefetch import to_device  # noqa: E402
 from tfm.experiment import Experiment  # noqa: E402
 from tfm.train import backend  # noqa: E402
 from tfm.train.flops import mfu, peak_flops, train_flops  # noqa: E402
-from tfm.train.sharding import shard_batch  # noqa: E402
 
 FLAGS = flags.FLAGS
 flags.DEFINE_string("flax_wmt_dir", None, "the example's directory: .../flax/examples/wmt")
@@ -164,7 +164,7 @@ class TfmTrain:
     self.exp = Experiment(config)
     cfg = config.model
     host = synthetic_batch(rows, length, cfg.vocab_size, True, 0)
-    self.batch = shard_batch(host, self.exp.batch_sharding)
+    self.batch = to_device(host, self.exp.batch_sharding)
     self.state = self.exp.init_state()
 
   def lower(self):

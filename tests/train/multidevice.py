@@ -30,7 +30,8 @@ from tests.train import helpers  # noqa: E402
 from tfm.model.config import ModelConfig  # noqa: E402
 from tests.train.tiny_model import TinySeq2Seq, tiny_config  # noqa: E402
 from tfm.train.checkpoint import Checkpointer  # noqa: E402
-from tfm.train.sharding import batch_sharding, shard_batch  # noqa: E402
+from tfm.data.prefetch import to_device  # noqa: E402
+from tfm.train.sharding import batch_sharding  # noqa: E402
 
 # name: (data, fsdp, tensor), microbatches
 MESHES = {
@@ -84,7 +85,7 @@ def shard_shape(x) -> list[int]:
 def train(setup, batch):
   """STEPS updates; returns (initial params, per-step losses, final state) as host copies."""
   initial = jax.device_get(setup.state.params)
-  device_batch = shard_batch(batch, batch_sharding(setup.mesh, setup.rules))
+  device_batch = to_device(batch, batch_sharding(setup.mesh, setup.rules))
   state, losses = setup.state, []
   for _ in range(STEPS):
     state, metrics = setup.step(state, device_batch)

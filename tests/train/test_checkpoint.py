@@ -11,7 +11,8 @@ import pytest
 from tfm.config import build
 from tfm.train.checkpoint import (CheckpointError, Checkpointer, available_steps, read_config, restore_params,
                                   write_config)
-from tfm.train.sharding import batch_sharding, shard_batch
+from tfm.data.prefetch import to_device
+from tfm.train.sharding import batch_sharding
 from tests.train import helpers
 
 
@@ -110,7 +111,7 @@ def test_donating_step_right_after_an_async_save(tiny_setup, tmp_path):
   before = jax.device_get(state)
   checkpointer.save(0, state)
   batch = helpers.packed_batch(8, 12, tiny_setup.model.cfg.vocab_size)
-  tiny_setup.step(state, shard_batch(batch, batch_sharding(tiny_setup.mesh, tiny_setup.rules)))
+  tiny_setup.step(state, to_device(batch, batch_sharding(tiny_setup.mesh, tiny_setup.rules)))
   restored, _, _ = checkpointer.restore(abstract(tiny_setup))
   checkpointer.close()
   assert identical(jax.device_get(restored), before)

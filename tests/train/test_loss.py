@@ -5,7 +5,7 @@ import numpy as np
 import pytest
 
 from tfm.train import loss
-from tfm.train.loss import loss_sums, per_token, row_chunks, smoothed_cross_entropy, target_weights
+from tfm.train.loss import loss_sums, per_token, row_chunks, target_weights, token_losses
 
 
 @pytest.fixture(autouse=True, params=["whole rows", "rows in parts"])
@@ -53,7 +53,7 @@ def example():
 @pytest.mark.parametrize("eps", [0.0, 0.1, 0.2])
 def test_matches_numpy(example, eps):
   logits, targets = example
-  smoothed, nll = smoothed_cross_entropy(jnp.asarray(logits, jnp.float32), jnp.asarray(targets), eps)
+  smoothed, nll, _ = token_losses(jnp.asarray(logits, jnp.float32), jnp.asarray(targets), eps)
   np.testing.assert_allclose(smoothed, numpy_smoothed(logits, targets, eps), rtol=1e-5)
   expected_nll = -np.take_along_axis(numpy_log_softmax(logits), targets[..., None], -1)[..., 0]
   np.testing.assert_allclose(nll, expected_nll, rtol=1e-5)
@@ -98,7 +98,7 @@ def test_smoothed_loss_minimum_is_the_entropy_of_q():
   vocab, eps = 5, 0.1
   q = np.full(vocab, eps / (vocab - 1))
   q[2] = 1 - eps
-  smoothed, _ = smoothed_cross_entropy(jnp.log(jnp.asarray(q, jnp.float32))[None, None],
+  smoothed, _, _ = token_losses(jnp.log(jnp.asarray(q, jnp.float32))[None, None],
                                        jnp.array([[2]]), eps)
   assert float(smoothed[0, 0]) == pytest.approx(-(q * np.log(q)).sum(), rel=1e-5)
 
@@ -160,7 +160,7 @@ def test_logits_far_apart_in_different_parts_stay_exact():
   logits[1, :, 9] = 500.0
   logits[1, 1, 3] = 499.0
   targets = np.array([[2, 3, 9], [9, 3, 0]])
-  smoothed, nll = smoothed_cross_entropy(jnp.asarray(logits, jnp.float32), jnp.asarray(targets),
+  smoothed, nll, _ = token_losses(jnp.asarray(logits, jnp.float32), jnp.asarray(targets),
                                          0.1)
   np.testing.assert_allclose(smoothed, numpy_smoothed(logits, targets, 0.1), rtol=1e-6)
   expected_nll = -np.take_along_axis(numpy_log_softmax(logits), targets[..., None], -1)[..., 0]

@@ -13,7 +13,8 @@ from tfm.model.config import ModelConfig
 from tfm.model.scan_convert import stack_layers, unstack_layers
 from tfm.model.transformer import Transformer
 from tfm.train.optimizer import decay_mask
-from tfm.train.sharding import batch_sharding, shard_batch
+from tfm.data.prefetch import to_device
+from tfm.train.sharding import batch_sharding
 
 # No projection biases: a key bias has gradient 0 in exact arithmetic (softmax ignores it), and Adam
 # turns the rounding noise of such a gradient into a full-size update, which no model can reproduce.
@@ -31,7 +32,7 @@ def setups():
 
 def _batch(setup, seed):
   batch = helpers.packed_batch(8, 10, CFG.vocab_size, seed)
-  return shard_batch(batch, batch_sharding(setup.mesh, setup.rules))
+  return to_device(batch, batch_sharding(setup.mesh, setup.rules))
 
 
 def _assert_close(got, want, what):

@@ -8,7 +8,8 @@ import pytest
 from tests.train import helpers
 from tests.train.conftest import LABEL_SMOOTHING
 from tests.train.tiny_model import TinySeq2Seq, tiny_config
-from tfm.train.sharding import batch_sharding, shard_batch
+from tfm.data.prefetch import to_device
+from tfm.train.sharding import batch_sharding
 from tfm.train.step import NonFiniteError, check_nonfinite, train_step
 
 ROWS, LENGTH = 8, 12
@@ -34,7 +35,7 @@ def micro(tiny_model):
 
 def device_batch(setup, seed=0, rows=ROWS):
   batch = helpers.packed_batch(rows, LENGTH, setup.model.cfg.vocab_size, seed)
-  return batch, shard_batch(batch, batch_sharding(setup.mesh, setup.rules))
+  return batch, to_device(batch, batch_sharding(setup.mesh, setup.rules))
 
 
 def reference_loss(params, model, batch):

@@ -18,6 +18,7 @@ import jax.numpy as jnp
 from tfm.decode.beam import beam_search
 from tfm.decode.common import cache_lengths, input_length_limits
 from tfm.decode.sampling import greedy, sample
+from tfm.model import masks
 from tfm.model.attention import grow_cache
 from tfm.model.scan_convert import unstack_layers
 from tfm.model.transformer import Transformer
@@ -36,7 +37,7 @@ def cached_step(model: Transformer, params) -> Callable:
 
 def init_cache(model: Transformer, params, inputs: jax.Array, max_decode_len: int):
   """Encodes inputs [b, s] and builds the decode cache for outputs of up to max_decode_len tokens."""
-  segmentation = (inputs != 0).astype(jnp.int32)
+  segmentation = masks.segments_from_tokens(inputs)
   encoded = model.apply({"params": params}, inputs, segmentation, method=Transformer.encode)
   _, state = model.apply({"params": params}, encoded, segmentation, inputs.shape[0], max_decode_len,
                          method=Transformer.init_cache, mutable=["cache"])
@@ -50,7 +51,7 @@ def uncached_step(model: Transformer, params) -> tuple[Callable, Callable]:
   """
 
   def make_state(inputs, max_decode_len):
-    segmentation = (inputs != 0).astype(jnp.int32)
+    segmentation = masks.segments_from_tokens(inputs)
     encoded = model.apply({"params": params}, inputs, segmentation, method=Transformer.encode)
     b = inputs.shape[0]
     return dict(prefix=jnp.zeros((b, max_decode_len), jnp.int32), index=jnp.zeros((b,), jnp.int32),

@@ -11,7 +11,8 @@ when d_k != d_v or attention dropout is active, which the library kernel does no
 
 Attention weights: applied with mutable=["intermediates"], every Attention sub-layer sows its
 softmax probabilities (before attention dropout) as `intermediates/.../attention_weights`, a
-1-tuple holding float32 [batch, heads, q_length, kv_length]; the masked keys get weight 0. The
+1-tuple holding float32 [batch, heads, q_length, kv_length]; masked keys get weight 0 (a query
+with every key masked, a padding position, gets uniform weights, and its output is unused). The
 fused kernels never expose the probabilities, so while weights are requested the einsum path runs
 whatever model.attention_impl says (the same function to float rounding). Without that collection
 mutable (training, eval, decoding) nothing is sown and the kernel choice is unchanged.
@@ -37,7 +38,9 @@ WEIGHTS = "attention_weights"  # the name of the sown probabilities in the 'inte
 def masked_softmax(logits, mask=None, bias=None):
   """softmax(logits + bias) over the keys, float32 [b, h, t, s]; masked keys (mask False) get 0.
 
-  logits float32 [b, h, t, s]; mask bool and bias float broadcastable to it.
+  logits float32 [b, h, t, s]; mask bool and bias float broadcastable to it. Masked logits become
+  float32's lowest value, not -inf, so a row with every key masked (a padding query) is uniform over
+  its keys instead of NaN; callers drop those rows' outputs (their loss weight is 0).
   """
   if bias is not None:
     logits = logits + bias.astype(jnp.float32)
@@ -75,8 +78,9 @@ def library_attention(q, k, v, mask=None, bias=None, implementation=None):
 def cudnn_takes(d_k: int, q_length: int, kv_length: int, train: bool) -> bool:
   """Whether jax's cuDNN fused attention takes these shapes on this host's GPU: an NVIDIA one (a
   CUDA client; ROCm GPUs have no cuDNN), its head width (`cudnn_head_width`, at most 256 from
-  compute capability 9, Hopper, 128 before) and, when training with a bias (tfm passes its masks
-  as one), even lengths."""
+  compute capability 9, Hopper, 128 before) and, when training with a mask, even lengths (tfm
+  passes a boolean mask; jax's cuDNN path adds it to the logits as a bias, and cuDNN's bias
+  gradient wants even lengths)."""
   device = jax.devices()[0]
   if "cuda" not in device.client.platform_version:  # as jax's own cuDNN checks read it
     return False

@@ -125,16 +125,6 @@ def token_losses(logits: jax.Array, targets: jax.Array, label_smoothing: float
   return _token_losses(logits, targets.astype(jnp.int32), float(label_smoothing))
 
 
-def smoothed_cross_entropy(logits: jax.Array, targets: jax.Array, label_smoothing: float
-                           ) -> tuple[jax.Array, jax.Array]:
-  """Per-token losses. logits [b, t, V] (float32), targets [b, t] int.
-
-  Returns (smoothed [b, t], nll [b, t]): H(q, p) with q as in the module docstring, and -log p(y).
-  """
-  smoothed, nll, _ = token_losses(logits, targets, label_smoothing)
-  return smoothed, nll
-
-
 def loss_sums(logits: jax.Array, targets: jax.Array, weights: jax.Array, label_smoothing: float
               ) -> dict[str, jax.Array]:
   """Sums over the real tokens of a batch: {'loss', 'nll', 'correct', 'tokens'} (float32 scalars).

@@ -18,11 +18,10 @@ from __future__ import annotations
 import contextlib
 import logging
 import math
-from typing import Any, Callable, Mapping
+from typing import Any, Callable
 
 import flax.linen as nn
 import jax
-import numpy as np
 from jax.sharding import Mesh, NamedSharding, PartitionSpec
 
 from tfm.model.config import ModelConfig
@@ -122,12 +121,6 @@ def check_batch_size(batch_size: int, mesh: Mesh, rules: Rules, microbatches: in
         f"slices of a multiple of {axes_size(mesh, batch_spec(rules)[0])} rows (the mesh axes "
         f"{batch_spec(rules)[0]} of act_batch); "
         f"change data.tokens_per_batch, train.microbatches or mesh.data / mesh.fsdp")
-
-
-def shard_batch(batch: Mapping[str, np.ndarray], sharding: NamedSharding) -> dict[str, jax.Array]:
-  """Host arrays -> global device arrays. Each process passes its own rows (the process-local slice
-  of the global batch); with one process that is the whole batch."""
-  return {k: jax.make_array_from_process_local_data(sharding, np.asarray(v)) for k, v in batch.items()}
 
 
 @contextlib.contextmanager
