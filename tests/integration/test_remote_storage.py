@@ -12,6 +12,7 @@ vocabulary is trained once, by the lead host, into the shared gs:// workdir.
 import json
 import os
 import pathlib
+import re
 import socket
 import subprocess
 import sys
@@ -131,7 +132,8 @@ def test_train_eval_translate_with_a_gs_workdir(gcs, corpus, tmp_path):
 
   evaluated = _tfm(["eval", f"--workdir={workdir}", "--limit=2"], gcs, hosts[0])
   assert evaluated.returncode == 0, evaluated.stderr[-3000:]
-  assert "eval_dev_4.json" in _listing(gcs, "runs/tiny")
+  averaged = re.search(r"averaged: (\d+)", evaluated.stdout)[1]
+  assert f"eval_dev_4_avg{averaged}_first2.json" in _listing(gcs, "runs/tiny")
   assert "perplexity" in evaluated.stdout
 
   sources = f"gs://{BUCKET}/in.txt"
