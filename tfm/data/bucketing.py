@@ -14,7 +14,8 @@ rows (segmentation 0). The window's batches are emitted in a seeded random order
 restoring re-reads the window and skips what was emitted, so resumption is exact and the state
 stays small. It also records the layout (boundaries, rows per bucket, window size): the rows follow
 the step's batch split (mesh.*, train.microbatches), and a window re-cut into other batches would
-make `emitted` count other examples, so a mid-window state refuses another layout (LayoutChanged).
+make `emitted` count other examples, so a mid-window state refuses another layout (LayoutChanged);
+a state at a window's end is the next window's start, which any layout continues.
 """
 
 from __future__ import annotations
@@ -101,6 +102,9 @@ class BucketBatcher:
             "window_tokens": self._window_tokens}
 
   def get_state(self) -> dict[str, Any]:
+    if self._batches is not None and self._emitted >= len(self._batches):  # at a window's end:
+      return {"cursor": self.cursor.get_state(), "window": self._window + 1, "emitted": 0,  # the
+              "layout": self._layout()}  # next window's start, where __next__ goes from here
     return {"cursor": self._window_start, "window": self._window, "emitted": self._emitted,
             "layout": self._layout()}
 
