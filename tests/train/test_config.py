@@ -1,6 +1,7 @@
 """The train and mesh config sections: defaults, the project's configs, errors naming the key."""
 
 import dataclasses
+import re
 
 import pytest
 
@@ -108,12 +109,13 @@ def test_bible_base_cadences_fit_the_run_they_are_sized_for(step_seconds):
   assert kept == [steps * k // 20 for k in (16, 17, 18, 19, 20)]
 
 
-def test_a_compilation_cache_dir_that_cannot_be_made_names_the_key(tmp_path):
+def test_a_compilation_cache_dir_that_cannot_be_made_is_named_and_left_off(tmp_path, caplog):
   from tfm.train import compile_cache  # pylint: disable=import-outside-toplevel
   blocker = tmp_path / "a_file"
   blocker.write_text("")
   before = compile_cache.jax.config.jax_compilation_cache_dir
-  with pytest.raises(ValueError, match=r"^config key train\.compilation_cache_dir: expected a "
-                     r"directory .* got '.*a_file/xla' \(.*\); set another, or \"\" to turn"):
-    compile_cache.enable(str(blocker / "xla"))
+  with caplog.at_level("WARNING"):
+    assert compile_cache.enable(str(blocker / "xla")) is None
+  assert re.search(r"config key train\.compilation_cache_dir: expected a directory .* got "
+                   r"'.*a_file/xla' \(.*\); compiling without the cache", caplog.text)
   assert compile_cache.jax.config.jax_compilation_cache_dir == before  # left as it was

@@ -8,11 +8,13 @@ the computation, the compiler options and the devices, so a stale entry is never
 
 from __future__ import annotations
 
+import logging
 import os
 
 import jax
 
 DEFAULT_DIR = "~/.cache/tfm/xla"
+log = logging.getLogger(__name__)
 
 
 def resolve(configured: str | None) -> str | None:
@@ -25,7 +27,10 @@ def resolve(configured: str | None) -> str | None:
 
 
 def enable(configured: str | None) -> str | None:
-  """Points JAX's persistent compilation cache at resolve(configured); returns the directory."""
+  """Points JAX's persistent compilation cache at resolve(configured); returns the directory, or
+  None when the cache is off. A directory that cannot be created or written turns the cache off
+  with one warning naming the key: the cache only saves time, and commands that read a trained
+  workdir's config (eval, translate) could not change it."""
   directory = resolve(configured)
   if directory is not None and directory != jax.config.jax_compilation_cache_dir:
     if "://" not in directory:
@@ -37,8 +42,9 @@ def enable(configured: str | None) -> str | None:
       if problem:
         given = (repr(configured) if configured is not None
                  else f"None ($JAX_COMPILATION_CACHE_DIR or {DEFAULT_DIR})")
-        raise ValueError(f"config key train.compilation_cache_dir: expected a directory this "
-                         f"process can create and write, got {given} ({directory}: {problem}); "
-                         "set another, or \"\" to turn the cache off")
+        log.warning("config key train.compilation_cache_dir: expected a directory this process can "
+                    "create and write, got %s (%s: %s); compiling without the cache (set another "
+                    "directory, or \"\" to turn it off)", given, directory, problem)
+        return None
     jax.config.update("jax_compilation_cache_dir", directory)
   return directory
