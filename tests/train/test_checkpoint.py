@@ -162,3 +162,20 @@ def test_a_save_killed_midway_leaves_nothing_after_the_next_run(tmp_path):
       break
     time.sleep(0.1)
   assert not list((tmp_path / "checkpoints").iterdir())
+
+
+def test_an_optimizer_state_numbered_by_optax_chain_is_named_and_its_params_still_restore(
+    tiny_setup, tmp_path):
+  """Checkpoints before 7f67950 held opt_state as optax.chain's tuple (opt_state/0/mu/...)."""
+  import optax  # pylint: disable=import-outside-toplevel
+  state = perturbed(tiny_setup.initial, 4)
+  chain = optax.chain(optax.scale_by_adam(), optax.scale_by_learning_rate(1e-3))
+  old = state.replace(opt_state=chain.init(state.params))
+  checkpointer = Checkpointer(tmp_path, keep=2)
+  checkpointer.save(4, old)
+  with pytest.raises(CheckpointError, match=r"numbered it \(opt_state/0/\.\.\.\).*new --workdir"):
+    checkpointer.restore(abstract(tiny_setup))
+  assert checkpointer.all_steps() == [4]
+  checkpointer.close()
+  params = restore_params(tmp_path, 4, abstract(tiny_setup).params)
+  assert identical(jax.device_get(params), state.params)

@@ -27,6 +27,7 @@ from __future__ import annotations
 import json
 import logging
 import os
+import re
 from typing import Any, Callable, Sequence
 
 import jax
@@ -260,7 +261,14 @@ def check_shapes(state_dir: epath.Path, target: Any, prefix: str = "") -> None:
     saved = _shapes(handler.metadata(state_dir).tree)
   finally:
     handler.close()
-  for name, shape in _shapes(target).items():
+  wanted = _shapes(target)
+  if (any(k.startswith("opt_state/adam/") for k in wanted)
+      and any(re.match(r"opt_state/\d+/", k) for k in saved)):
+    raise ValueError(f"{state_dir} holds the optimizer state as optax.chain numbered it "
+                     "(opt_state/0/...), as tfm wrote it before 7f67950; this tfm keys it by part "
+                     "(opt_state/adam/...) and cannot resume it: its parameters still evaluate "
+                     "(tfm eval), or train into a new --workdir")
+  for name, shape in wanted.items():
     held = saved.get(prefix + name)
     if held != shape:
       raise ValueError(f"{state_dir} holds {prefix + name} "
