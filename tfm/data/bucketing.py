@@ -102,11 +102,10 @@ class BucketBatcher:
             "window_tokens": self._window_tokens}
 
   def get_state(self) -> dict[str, Any]:
-    if self._batches is not None and self._emitted >= len(self._batches):  # at a window's end:
-      return {"cursor": self.cursor.get_state(), "window": self._window + 1, "emitted": 0,  # the
-              "layout": self._layout()}  # next window's start, where __next__ goes from here
-    return {"cursor": self._window_start, "window": self._window, "emitted": self._emitted,
-            "layout": self._layout()}
+    cursor, window, emitted = self._window_start, self._window, self._emitted
+    if self._batches is not None and emitted >= len(self._batches):  # a window's end is the next
+      cursor, window, emitted = self.cursor.get_state(), window + 1, 0  # one's start (see __next__)
+    return {"cursor": cursor, "window": window, "emitted": emitted, "layout": self._layout()}
 
   def set_state(self, state: dict[str, Any]) -> None:
     saved = state.get("layout")  # absent in states written before tfm recorded it
