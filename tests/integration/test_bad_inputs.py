@@ -8,6 +8,7 @@ import io
 import json
 import os
 import pathlib
+import re
 import subprocess
 import sys
 from typing import Callable
@@ -279,3 +280,14 @@ def test_launch_sh_checks_its_flags(argv, message):
   lines = proc.stderr.strip().splitlines()
   assert proc.returncode == 2 and len(lines) == 1 and lines[0].startswith("launch.sh: ")
   assert message in lines[0] and not proc.stdout
+
+
+def test_the_readme_counts_this_catalogue():
+  text = " ".join((ROOT / "README.md").read_text().split())
+  counts = re.search(r"test_bad_inputs\.py`: (\d+) cases of `tfm`, (\d+) usage errors and (\d+) "
+                     r"others, plus (\d+) of `launch\.sh`'s own flags", text)
+  assert counts, "README.md no longer counts the bad-input catalogue"
+  launch = next(m for m in test_launch_sh_checks_its_flags.pytestmark if m.name == "parametrize")
+  assert [int(n) for n in counts.groups()] == [
+      len(CASES), sum(c.code == 2 for c in CASES.values()), sum(c.code == 1 for c in CASES.values()),
+      len(launch.args[1])]
