@@ -10,7 +10,8 @@ from tests.train.conftest import LABEL_SMOOTHING
 from tests.train.tiny_model import TinySeq2Seq, tiny_config
 from tfm.data.prefetch import to_device
 from tfm.train.sharding import batch_sharding
-from tfm.train.step import NonFiniteError, check_nonfinite, train_step
+from tfm.train.step import (KeptGradients, NonFiniteError, check_nonfinite, make_train_step,
+                            train_step)
 
 ROWS, LENGTH = 8, 12
 EPS = LABEL_SMOOTHING
@@ -198,3 +199,49 @@ def test_finite_gradients_and_rate_keep_the_optimizer_state_finite(clip):
   assert np.isfinite(float(schedule(0)))
   overflow = {"w": np.full((2, 3), 1.9e19, np.float32), "b": np.zeros(3, np.float32)}
   assert np.isinf(float(optax.tree.norm(overflow)))  # sum of squares > 3.4e38: refused
+
+
+def step_without_kept_gradients(setup):
+  return make_train_step(setup.model, setup.tx, setup.schedule, label_smoothing=EPS,
+                         microbatches=setup.train.microbatches, mesh=setup.mesh, rules=setup.rules,
+                         state_shardings=setup.shardings, compiler_options=helpers.FAST_COMPILE,
+                         keep_gradients=False)
+
+
+@pytest.mark.parametrize("which", ["setup", "micro"])
+def test_kept_gradients_change_no_bit_of_the_updates(which, request, reference):
+  """On CPU the step keeps its gradients' memory between calls (KeptGradients): the same states
+  and metrics as the plain step's, and the buffer holds the gradients the last update applied."""
+  setup = request.getfixturevalue(which)
+  assert isinstance(setup.step, KeptGradients)  # make_train_step's default on CPU
+  plain = step_without_kept_gradients(setup)
+  assert not isinstance(plain, KeptGradients)
+  batch, on_device = device_batch(setup, seed=5, rows=16)
+  kept, other = setup.fresh_state(), setup.fresh_state()
+  for _ in range(3):
+    before = jax.device_get(kept.params)
+    kept, kept_metrics = setup.step(kept, on_device)
+    other, other_metrics = plain(other, on_device)
+    assert jax.tree.all(jax.tree.map(np.array_equal, jax.device_get((kept, kept_metrics)),
+                                     jax.device_get((other, other_metrics))))
+  _, grads = reference(before, batch)
+  kept_grads = setup.step._grads  # pylint: disable=protected-access
+  for got, want in zip(jax.tree.leaves(kept_grads), jax.tree.leaves(grads)):
+    np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-7)
+
+
+def test_kept_gradients_are_written_into_the_donated_buffer(setup):
+  """XLA aliases the gradients' output with the donated buffer (what makes the memory last), and
+  they leave the temporaries; a buffer lost to a failed call is made again."""
+  _, on_device = device_batch(setup)
+  state = setup.fresh_state()
+  kept = setup.step.lower(state, on_device).compile().memory_analysis()
+  plain = step_without_kept_gradients(setup).lower(state, on_device).compile().memory_analysis()
+  grad_bytes = sum(x.nbytes for x in jax.tree.leaves(setup.initial.params))
+  assert kept.alias_size_in_bytes == plain.alias_size_in_bytes + grad_bytes
+  assert kept.temp_size_in_bytes < plain.temp_size_in_bytes
+  state, _ = setup.step(state, on_device)
+  for leaf in jax.tree.leaves(setup.step._grads):  # pylint: disable=protected-access
+    leaf.delete()
+  state, metrics = setup.step(state, on_device)
+  assert int(state.step) == 2 and np.isfinite(float(metrics["loss"]))
