@@ -198,10 +198,12 @@ class KeptGradients(OnMesh):
     self._zeros, self._grads_sharding, self._grads = zeros, grads_sharding, None
 
   def __call__(self, state, batch):
-    if self._grads is None or any(leaf.is_deleted() for leaf in jax.tree.leaves(self._grads)):
-      self._grads = self._zeros(state.params)  # the first call, or one that failed after donating
+    # Taken out while the call runs: a call that fails leaves None, and the next makes a new buffer.
+    grads, self._grads = self._grads, None
+    if grads is None:
+      grads = self._zeros(state.params)
     with mesh_context(self.mesh, self.rules):
-      state, metrics, self._grads = self.jitted(state, self._grads, batch)
+      state, metrics, self._grads = self.jitted(state, grads, batch)
     return state, metrics
 
   def lower(self, state, batch):
