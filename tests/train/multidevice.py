@@ -32,6 +32,7 @@ from tests.train.tiny_model import TinySeq2Seq, tiny_config  # noqa: E402
 from tfm.train.checkpoint import Checkpointer  # noqa: E402
 from tfm.data.prefetch import to_device  # noqa: E402
 from tfm.train.sharding import batch_sharding  # noqa: E402
+from tfm.train.step import POOLED_LEAF_SIZE, norm_groups  # noqa: E402
 
 # name: (data, fsdp, tensor), microbatches
 MESHES = {
@@ -83,14 +84,24 @@ def shard_shape(x) -> list[int]:
 
 
 def train(setup, batch):
-  """STEPS updates; returns (initial params, per-step losses, final state) as host copies."""
+  """STEPS updates; returns (initial params, per-step losses and gradient norms, final state,
+  device batch), the parameters as host copies."""
   initial = jax.device_get(setup.state.params)
   device_batch = to_device(batch, batch_sharding(setup.mesh, setup.rules))
-  state, losses = setup.state, []
+  state, losses, norms = setup.state, [], []
   for _ in range(STEPS):
     state, metrics = setup.step(state, device_batch)
     losses.append(float(metrics["loss"]))
-  return initial, losses, state, device_batch
+    norms.append(float(metrics["grad_norm"]))
+  return initial, (losses, norms), state, device_batch
+
+
+def norm_group_sizes(setup) -> dict:
+  """How gradient_norm groups this mesh's gradients: pooled, and left alone (of which small)."""
+  leaves = jax.tree_util.tree_leaves(setup.state.params)
+  pooled, alone = norm_groups(leaves, jax.tree_util.tree_leaves(setup.experiment.param_shardings))
+  return {"pooled": len(pooled), "alone": len(alone),
+          "alone_small": sum(leaves[i].size <= POOLED_LEAF_SIZE for i in alone)}
 
 
 def checkpoint_roundtrip(setup, state) -> dict:
@@ -136,16 +147,19 @@ def main(out: str, kind: str):
   model = make_model(kind)
   batch = helpers.packed_batch(rows=16, length=12, vocab=model.cfg.vocab_size, seed=1)
   reference = helpers.Setup(model, helpers.train_cfg(), helpers.mesh_cfg(), jax.devices()[:1])
-  ref_initial, ref_losses, ref_state, _ = train(reference, batch)
+  ref_initial, (ref_losses, ref_norms), ref_state, _ = train(reference, batch)
   ref_final = jax.device_get(ref_state.params)
   meshes = MESHES if kind == "tiny" else {"mixed": ((2, 2, 2), 2)}
-  results = {"reference_losses": ref_losses, "meshes": {}}
+  results = {"reference_losses": ref_losses, "reference_grad_norms": ref_norms,
+             "reference_norm_groups": norm_group_sizes(reference), "meshes": {}}
   for name, (shape, microbatches) in meshes.items():
     setup = helpers.Setup(model, helpers.train_cfg(microbatches=microbatches), helpers.mesh_cfg(*shape))
-    initial, losses, state, device_batch = train(setup, batch)
+    initial, (losses, norms), state, device_batch = train(setup, batch)
     result = {
         "initial_diff": max_diff(initial, ref_initial),
         "losses": losses,
+        "grad_norms": norms,
+        "norm_groups": norm_group_sizes(setup),
         "final_diff": max_diff(jax.device_get(state.params), ref_final),
         "update_size": max_diff(ref_final, ref_initial),
         "shapes": {w: leaf(state.params, p).shape for w, p in WEIGHTS[kind].items()},

@@ -35,6 +35,8 @@ def check_matches_single_device(result: dict, name: str) -> None:
   run = result["meshes"][name]
   assert run["initial_diff"] == 0.0, f"{name}: sharded init differs from the single-device init"
   assert run["losses"] == pytest.approx(result["reference_losses"], abs=TOLERANCE), name
+  # gradient_norm pools the small replicated leaves and reduces sharded ones alone: same norm.
+  assert run["grad_norms"] == pytest.approx(result["reference_grad_norms"], rel=1e-5), name
   assert run["update_size"] > 100 * TOLERANCE, f"{name}: the steps did not move the parameters"
   assert run["final_diff"] < TOLERANCE, f"{name}: parameters after {len(run['losses'])} steps differ"
 
@@ -60,6 +62,13 @@ def test_tiny_model_on_8_devices(tmp_path):
                                                        "wi": [32, 16]}
   assert meshes["tensor_parallel"]["adam_mu_shard_shape"] == [32, 16]
   assert meshes["tensor_parallel"]["batch_shard_shape"] == [8, 12]
+  # gradient_norm pools only replicated leaves (all 12 are small): every leaf on one device and under
+  # data parallelism; none under FSDP (each has an embed axis, split over fsdp); under tensor
+  # parallelism the position table alone (position x embed: no heads, kv, vocab or mlp axis).
+  assert result["reference_norm_groups"] == {"pooled": 12, "alone": 0, "alone_small": 0}
+  assert meshes["data_parallel"]["norm_groups"] == {"pooled": 12, "alone": 0, "alone_small": 0}
+  assert meshes["fsdp"]["norm_groups"] == {"pooled": 0, "alone": 12, "alone_small": 12}
+  assert meshes["tensor_parallel"]["norm_groups"] == {"pooled": 1, "alone": 11, "alone_small": 11}
   # A sharded checkpoint (FSDP mesh) restores bit-identically with the same shardings.
   assert meshes["fsdp"]["checkpoint"] == {"bit_identical": True, "same_shardings": True,
                                           "data": {"position": 7}, "step": 2}

@@ -10,8 +10,8 @@ from tests.train.conftest import LABEL_SMOOTHING
 from tests.train.tiny_model import TinySeq2Seq, tiny_config
 from tfm.data.prefetch import to_device
 from tfm.train.sharding import batch_sharding
-from tfm.train.step import (KeptGradients, NonFiniteError, check_nonfinite, make_train_step,
-                            train_step)
+from tfm.train.step import (POOLED_LEAF_SIZE, KeptGradients, NonFiniteError, check_nonfinite,
+                            gradient_norm, make_train_step, norm_groups, train_step)
 
 ROWS, LENGTH = 8, 12
 EPS = LABEL_SMOOTHING
@@ -191,14 +191,15 @@ def test_finite_gradients_and_rate_keep_the_optimizer_state_finite(clip):
       {"w": np.zeros((2, 3), np.float32), "b": np.array([1e-44, 0.0, -1e-44], np.float32)}]
   update = jax.jit(lambda g, s, p: tx.update(g, s, p))
   for grads in extremes * 3:
-    assert np.isfinite(float(optax.tree.norm(grads)))
+    assert np.isfinite(float(gradient_norm(grads)))
     updates, state = update(grads, state, params)
     params = optax.apply_updates(params, updates)
     for leaf in jax.tree.leaves((params, state, updates)):
       assert np.all(np.isfinite(np.asarray(leaf)))
   assert np.isfinite(float(schedule(0)))
   overflow = {"w": np.full((2, 3), 1.9e19, np.float32), "b": np.zeros(3, np.float32)}
-  assert np.isinf(float(optax.tree.norm(overflow)))  # sum of squares > 3.4e38: refused
+  assert np.isinf(float(gradient_norm(overflow)))  # sum of squares > 3.4e38: refused
+  assert np.isinf(float(gradient_norm(overflow, pooled_size=0)))
 
 
 def step_without_kept_gradients(setup):
@@ -245,3 +246,45 @@ def test_kept_gradients_are_written_into_the_donated_buffer(setup):
     setup.step(state, {k: v for k, v in on_device.items() if k != "targets"})
   state, metrics = setup.step(state, on_device)
   assert int(state.step) == 2 and np.isfinite(float(metrics["loss"]))
+
+
+def concatenations(fn, *args):
+  """[number of operands] of every concatenate in fn's jaxpr."""
+  return [len(e.invars) for e in jax.make_jaxpr(fn)(*args).eqns if e.primitive.name == "concatenate"]
+
+
+def test_gradient_norm_pools_the_small_leaves():
+  """||g|| over leaves of every size, against float64 numpy: the small ones (biases, layer-norm
+  scales) are reduced as one concatenation, the weight matrices one by one, with the same norm."""
+  rng = np.random.default_rng(0)
+  shapes = {"bias": (8, 64), "scale": (512,), "wide_bias": (POOLED_LEAF_SIZE,),
+            "kernel": (512, 8, 64), "ffn": (POOLED_LEAF_SIZE + 1,), "scalar": ()}
+  grads = {k: (rng.standard_normal(shape) * 10.0 ** rng.integers(-6, 6, shape)).astype(np.float32)
+           for k, shape in shapes.items()}
+  want = np.sqrt(sum(np.sum(np.square(g.astype(np.float64))) for g in grads.values()))
+  leaves = jax.tree.leaves(grads)
+  pooled, alone = norm_groups(leaves)
+  names = sorted(grads)  # jax.tree.leaves orders a dict's leaves by key
+  assert [names[i] for i in pooled] == ["bias", "scalar", "scale", "wide_bias"]
+  assert [names[i] for i in alone] == ["ffn", "kernel"]
+  assert concatenations(gradient_norm, grads) == [4]
+  assert float(gradient_norm(grads)) == pytest.approx(want, rel=1e-6)
+  assert concatenations(lambda g: gradient_norm(g, pooled_size=0), grads) == []
+  assert float(gradient_norm(grads, pooled_size=0)) == pytest.approx(want, rel=1e-6)
+
+
+def test_gradient_norm_leaves_sharded_leaves_alone(setup):
+  """Pooled leaves must be replicated: concatenating one that is sharded would move it between
+  devices. (On one device every sharding is fully replicated; tests/train/test_multidevice.py
+  runs the sharded case.)"""
+  leaves = jax.tree.leaves(setup.initial.params)
+  shardings = jax.tree.leaves(setup.shardings.params)
+  assert all(s.is_fully_replicated for s in shardings)
+  small = [i for i, leaf in enumerate(leaves) if leaf.size <= POOLED_LEAF_SIZE]
+  assert norm_groups(leaves, shardings)[0] == small
+
+  class Sharded:  # what norm_groups reads of a sharding
+    is_fully_replicated = False
+  assert norm_groups(leaves, [Sharded()] * len(leaves)) == ([], list(range(len(leaves))))
+  with pytest.raises(ValueError, match="1 shardings for"):
+    gradient_norm(setup.initial.params, [shardings[0]])
