@@ -67,11 +67,11 @@ def gradient_norm(grads: Any, shardings: Any = None, pooled_size: int = POOLED_L
                   ) -> jax.Array:
   """||g||_2 = sqrt(sum over leaves l of sum(g_l^2)), float32 [], over a tree of gradients.
 
-  XLA fuses a weight matrix's square-sum into the kernel that makes its gradient. A bias or
-  layer-norm gradient is itself a reduction over the tokens, and on XLA:CPU its own square-sum then
-  compiles to three kernels (the square, the reduce-window of XLA's tree reduction, a last reduce):
-  ~470 kernels for the paper's base model. The small replicated leaves
-  (norm_groups; shardings: a tree like grads, or None) are therefore raveled into one vector and
+  A weight matrix's square-sum is one kernel (on XLA:CPU, a YNNPACK reduction of the product that
+  made its gradient). A bias or layer-norm gradient is itself a reduction over the tokens, and on
+  XLA:CPU its square-sum compiled to three kernels of its own (the square, the reduce-window of
+  XLA's tree reduction, a last reduce): ~480 for the paper's base model. So the small replicated
+  leaves (norm_groups; shardings: a tree like grads, or None) are raveled into one vector and
   reduced once; the others are reduced one by one.
   """
   leaves = jax.tree.leaves(grads)
