@@ -35,7 +35,7 @@ from jax.sharding import Mesh, NamedSharding, PartitionSpec
 from tfm.train.accumulate import accumulate_gradients
 from tfm.train.loss import loss_sums, per_token, target_weights
 from tfm.train.schedules import Schedule
-from tfm.train.sharding import OnMesh, Rules, batch_sharding, check_batch_size, mesh_context
+from tfm.train.sharding import OnMesh, Rules, batch_sharding, check_batch_size
 from tfm.train.state import TrainState
 
 Batch = Mapping[str, jax.Array]
@@ -244,15 +244,13 @@ class KeptGradients(OnMesh):
     grads, self._grads = self._grads, None
     if grads is None:
       grads = self._zeros(state.params)
-    with mesh_context(self.mesh, self.rules):
-      state, metrics, self._grads = self.jitted(state, grads, batch)
+    state, metrics, self._grads = super().__call__(state, grads, batch)
     return state, metrics
 
   def lower(self, state, batch):
     grads = jax.tree.map(lambda p, s: jax.ShapeDtypeStruct(p.shape, p.dtype, sharding=s),
                          state.params, self._grads_sharding)
-    with mesh_context(self.mesh, self.rules):
-      return self.jitted.lower(state, grads, batch)
+    return super().lower(state, grads, batch)
 
 
 def make_eval_step(model: nn.Module, label_smoothing: float, mesh: Mesh, rules: Rules,
