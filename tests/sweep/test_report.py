@@ -6,7 +6,7 @@ import math
 import numpy as np
 import pytest
 
-from tfm.sweep import report
+from tfm.sweep import compare, report
 from tfm.sweep.runs import Run, expand, parse_grid
 
 
@@ -19,7 +19,7 @@ def spearmanr():
 
 
 def test_ranks_share_ties():
-  np.testing.assert_array_equal(report.ranks([10, 20, 20, 5]), [2, 3.5, 3.5, 1])
+  np.testing.assert_array_equal(compare.ranks([10, 20, 20, 5]), [2, 3.5, 3.5, 1])
 
 
 @pytest.mark.parametrize("seed", range(4))
@@ -27,54 +27,80 @@ def test_spearman_matches_scipy(seed, spearmanr):
   rng = np.random.default_rng(seed)
   x = rng.integers(0, 6, 15).astype(float)  # many ties
   y = x + rng.normal(0, 2, 15)
-  assert report.spearman(x, y) == pytest.approx(spearmanr(x, y), abs=1e-12)
+  assert compare.spearman(x, y) == pytest.approx(spearmanr(x, y), abs=1e-12)
 
 
 def test_spearman_by_hand():
   # ranks x: 1 2 3 4, y: 2 1 4 3 -> d = -1 1 -1 1, rho = 1 - 6 * 4 / (4 * 15) = 0.6
-  assert report.spearman([1, 2, 3, 4], [20, 10, 40, 30]) == pytest.approx(0.6)
-  assert report.spearman([1, 2, 3], [3, 2, 1]) == pytest.approx(-1.0)
-  assert math.isnan(report.spearman([1, 2], [1, 2]))
+  assert compare.spearman([1, 2, 3, 4], [20, 10, 40, 30]) == pytest.approx(0.6)
+  assert compare.spearman([1, 2, 3], [3, 2, 1]) == pytest.approx(-1.0)
+  assert math.isnan(compare.spearman([1, 2], [1, 2]))
 
 
-def _result(row, seed, ppl, bleu, paper_ppl, status="ok"):
+def _result(row, seed, ppl, bleu, paper_ppl, paper_bleu, status="ok"):
   return dict(name=f"{row}-s{seed}", group=row, row=row, seed=seed, index=0, status=status,
               error=None if status == "ok" else "tfm train exited with 1: boom",
               dev_ppl=ppl if status == "ok" else None, bleu=bleu, tokenized_bleu=bleu + 1,
               params=1_000_000, steps=10, tokens_seen=1000, wall_s=60.0, changes={},
-              paper=dict(ppl=paper_ppl, bleu=25.0, params_m=65))
+              paper=dict(ppl=paper_ppl, bleu=paper_bleu, params_m=65))
 
 
 RESULTS = [
-    _result("base", 0, 10.0, 5.0, 4.92), _result("base", 1, 12.0, 7.0, 4.92),
-    _result("A1", 0, 13.0, 4.0, 5.29), _result("A1", 1, 13.0, 4.0, 5.29),  # up, as the paper
-    _result("C5", 0, 9.0, 8.0, 4.66), _result("C5", 1, 0.0, 0.0, 4.66, status="failed"),  # down
-    _result("C1", 0, 10.5, 6.0, 6.11),  # 10.5 < 11: down, the paper goes up
-    _result("E", 0, 11.5, 6.0, 4.92),  # the paper: same as base
+    _result("base", 0, 10.0, 5.0, 4.92, 25.8), _result("base", 1, 12.0, 7.0, 4.92, 25.8),
+    _result("A1", 0, 13.0, 4.0, 5.29, 24.9), _result("A1", 1, 13.0, 4.0, 5.29, 24.9),  # up, as the
+    # paper, by 2 = base's seed range: not beyond the seeds
+    _result("A2", 0, 14.0, 3.0, 5.00, 25.5), _result("A2", 1, 14.5, 3.0, 5.00, 25.5),  # up by 3.25
+    # > 2: beyond the seeds; the paper's +0.08 is no key row
+    _result("C5", 0, 9.0, 8.0, 4.66, 26.0),
+    _result("C5", 1, 0.0, 0.0, 4.66, 26.0, status="failed"),  # down, as the paper; a seed failed
+    _result("C1", 0, 10.5, 6.0, 6.11, 23.7),  # 10.5 < 11: down, the paper goes up
+    _result("C3", 0, 30.0, 0.5, 4.88, 25.5),  # over twice base's 11: diverged
+    _result("E", 0, 11.5, 6.0, 4.92, 25.7),  # the paper: same as base
 ]
 
 
 def test_groups_average_the_finished_seeds():
-  g = {x["group"]: x for x in report.groups(RESULTS)}
+  g = {x["group"]: x for x in compare.groups(RESULTS)}
   assert g["base"]["dev_ppl"] == 11.0 and g["base"]["dev_ppl_std"] == pytest.approx(math.sqrt(2))
+  assert g["base"]["dev_ppl_range"] == 2.0 and g["A2"]["dev_ppl_range"] == 0.5
   assert g["C5"]["finished"] == 1 and g["C5"]["runs"] == 2 and g["C5"]["dev_ppl"] == 9.0
-  assert math.isnan(g["C5"]["dev_ppl_std"])  # one seed: no spread
+  assert math.isnan(g["C5"]["dev_ppl_std"]) and math.isnan(g["C5"]["dev_ppl_range"])  # one seed
 
 
 def test_comparison_with_the_paper(spearmanr):
-  c = report.comparison(report.groups(RESULTS))
-  # ours: base 11, A1 13, C5 9, C1 10.5, E 11.5; paper: 4.92, 5.29, 4.66, 6.11, 4.92
-  assert c["spearman"] == pytest.approx(spearmanr([11, 13, 9, 10.5, 11.5],
-                                                  [4.92, 5.29, 4.66, 6.11, 4.92]))
-  assert c["same_direction"] == ["A1", "C5"] and c["other_direction"] == ["C1"]
+  c = compare.comparison(compare.groups(RESULTS))
+  names = ["base", "A1", "A2", "C5", "C1", "C3", "E"]
+  ours = [11, 13, 14.25, 9, 10.5, 30, 11.5]
+  paper = [4.92, 5.29, 5.00, 4.66, 6.11, 4.88, 4.92]
+  assert c["spearman"] == pytest.approx(spearmanr(ours, paper)) and c["spearman_rows"] == 7
+  tokenized = [7, 5, 4, 9, 7, 1.5, 7]  # BLEU + 1, the seeds' mean
+  paper_bleu = [25.8, 24.9, 25.5, 26.0, 23.7, 25.5, 25.7]
+  assert c["bleu_spearman"] == pytest.approx(spearmanr(tokenized, paper_bleu))
+  assert c["same_direction"] == ["A1", "A2", "C5"] and c["other_direction"] == ["C1", "C3"]
   assert c["paper_unchanged"] == ["E"]
+  # Key rows: the paper's PPL differs from base's 4.92 by more than 0.1 (A2's 0.08 and C3's 0.04
+  # do not).
+  assert c["key_rows"] == ["A1", "C5", "C1"] and c["key_same"] == ["A1", "C5"]
+  assert c["key_other"] == ["C1"]
+  assert c["unresolved"] == ["A1"]  # A2 is beyond the seeds; one-seed rows are not judged
+  assert c["diverged"] == ["C5", "C3"]  # a failed seed; over 2 x 11
+  v = c["verdicts"]
+  assert v["A1"]["ours"] == pytest.approx(13 / 11 - 1) and v["A1"]["paper"] == pytest.approx(5.29 / 4.92 - 1)
+  assert v["A2"]["resolved"] is True and v["C5"]["resolved"] is None
 
 
 def test_table_and_figure(tmp_path):
   paths = report.write_report(RESULTS, str(tmp_path), "tfm sweep --config=x --root=y")
   table = (tmp_path / "table.md").read_text()
-  assert "| base | · | 2/2 | 11.00 ± 1.41 | 4.92 | 6.0 ± 1.4 | 7.0 ± 1.4 | 25.0 | 1.00 | 65 |" in table
-  assert "Rows moving in the paper's direction relative to base (PPL): 2 of 3; against it: C1" in table
+  assert ("| base | · | 2/2 | 11.00 ± 1.41 | 4.92 |  |  |  |  | 6.0 ± 1.4 | 7.0 ± 1.4 | 25.8 | 1.00 "
+          "| 65 |") in table
+  assert "| A1 * | · | 2/2 | 13.00 ± 0.00 | 5.29 | +18.2% | +7.5% | yes | no | 4.0 ± 0.0 | 5.0 ± 0.0 | 24.9 |" in table
+  assert "| A2 | · | 2/2 | 14.25 ± 0.35 | 5.00 | +29.5% | +1.6% | yes | yes |" in table
+  assert "| C1 * | · | 1/1 | 10.50 | 6.11 | -4.5% | +24.2% | **no** |  |" in table
+  assert "Key rows in the paper's direction: 2 of 3 scored (3 key rows); against it: C1." in table
+  assert "All rows in the paper's direction: 3 of 5; the paper's PPL equals base's for E." in table
+  assert "Changes within the seeds' spread: A1." in table
+  assert "Diverged (failed, non-finite, or over 2x base's PPL): C5, C3." in table
   assert "- C5-s1: tfm train exited with 1: boom" in table
   assert len((tmp_path / "results.jsonl").read_text().splitlines()) == len(RESULTS)
   png = tmp_path / "table3.png"

@@ -1,0 +1,140 @@
+"""A sweep's groups against the paper: means over seeds, Spearman, and each row's change from base.
+
+Runs of one group (a row, or a grid point) differ only in their seed. A group's figure is the mean
+over its finished seeds, with the sample standard deviation and the range (max - min) beside it.
+
+Against the paper (rows of configs/table3*.py carry the paper's PPL and BLEU):
+  * Spearman's rank correlation of our mean dev PPL with the paper's PPL, and of our mean
+    tokenized BLEU with the paper's BLEU, over every row that has both (average ranks for ties);
+  * per row, its change from base: the sign of (row - base) in our mean PPL against the paper's
+    (the direction), and whether our change is larger than the seeds' spread (the range of the
+    row's seeds and of base's seeds): a change within the spread is not evidence either way;
+  * the key rows: those whose paper PPL differs from base's by more than KEY_DELTA (0.1), the
+    changes the paper's table resolves (A1, B1, C1, C2, C4-C7, D1, D3, D4, big). Rows closer to
+    base than that are within the paper's own noise, so their direction is not counted.
+  * diverged rows: a failed or non-finite run, or a mean dev PPL over DIVERGED_RATIO x base's.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Sequence
+
+import numpy as np
+
+KEY_DELTA = 0.1  # paper PPL points: a row further from base than this is a key row
+DIVERGED_RATIO = 2.0  # a row whose mean dev PPL exceeds this multiple of base's has diverged
+
+
+def ranks(values: Sequence[float]) -> np.ndarray:
+  """1-based ranks, ties sharing the mean of their positions."""
+  values = np.asarray(values, np.float64)
+  order = np.argsort(values, kind="stable")
+  out = np.empty(len(values))
+  i = 0
+  while i < len(values):
+    j = i
+    while j + 1 < len(values) and values[order[j + 1]] == values[order[i]]:
+      j += 1
+    out[order[i:j + 1]] = (i + j) / 2 + 1
+    i = j + 1
+  return out
+
+
+def spearman(x: Sequence[float], y: Sequence[float]) -> float:
+  """Spearman's rho: the Pearson correlation of the ranks (NaN for fewer than 3 pairs)."""
+  if len(x) != len(y):
+    raise ValueError(f"spearman: {len(x)} values against {len(y)}")
+  if len(x) < 3:
+    return float("nan")
+  rx, ry = ranks(x) - (len(x) + 1) / 2, ranks(y) - (len(y) + 1) / 2
+  denominator = math.sqrt(float(np.sum(rx * rx) * np.sum(ry * ry)))
+  return float(np.sum(rx * ry) / denominator) if denominator else float("nan")
+
+
+def _stats(values: list[float]) -> tuple[float, float, float]:
+  """(mean, sample std, range); std and range are NaN for fewer than two values."""
+  if not values:
+    return float("nan"), float("nan"), float("nan")
+  if len(values) == 1:
+    return float(values[0]), float("nan"), float("nan")
+  return float(np.mean(values)), float(np.std(values, ddof=1)), float(max(values) - min(values))
+
+
+def groups(results: Sequence[dict]) -> list[dict]:
+  """One entry per group in sweep order: the seeds' mean / std / range of each figure, the paper's."""
+  by_group: dict[str, list[dict]] = {}
+  for r in results:
+    by_group.setdefault(r["group"], []).append(r)
+  out = []
+  for name, runs in by_group.items():
+    ok = [r for r in runs if r["status"] == "ok"]
+    entry = dict(group=name, row=runs[0].get("row"), changes=runs[0].get("changes", {}),
+                 paper=runs[0].get("paper") or {}, runs=len(runs), finished=len(ok),
+                 params=runs[0].get("params"), steps=runs[0].get("steps"),
+                 tokens_seen=_stats([r["tokens_seen"] for r in ok if r.get("tokens_seen")])[0],
+                 wall_s=sum(r.get("wall_s", 0.0) for r in runs),
+                 failed=len(ok) < len(runs))
+    for key in ("dev_ppl", "bleu", "tokenized_bleu"):
+      entry[key], entry[key + "_std"], entry[key + "_range"] = _stats(
+          [r[key] for r in ok if r.get(key) is not None])
+    out.append(entry)
+  return out
+
+
+def _finite(x) -> bool:
+  return x is not None and not math.isnan(x) and not math.isinf(x)
+
+
+def row_verdicts(rows: Sequence[dict]) -> dict[str, dict]:
+  """Per group with a paper PPL, against base: {'ours': relative PPL change, 'paper': the paper's,
+  'key': a key row, 'direction': 'same' | 'other' | None (base, the paper unchanged, or no PPL),
+  'resolved': our change exceeds the seeds' spread (None with fewer than two seeds on a side),
+  'diverged'}."""
+  base = next((g for g in rows if g["row"] == "base" and g["paper"].get("ppl") is not None), None)
+  out = {}
+  for g in rows:
+    paper = g["paper"].get("ppl")
+    if paper is None:
+      continue
+    diverged = g["failed"] or not _finite(g["dev_ppl"]) or (
+        base is not None and _finite(base["dev_ppl"]) and g["dev_ppl"] > DIVERGED_RATIO * base["dev_ppl"])
+    v = dict(ours=None, paper=None, key=False, direction=None, resolved=None, diverged=diverged)
+    if base is not None and g is not base and _finite(base["dev_ppl"]):
+      paper_delta = paper - base["paper"]["ppl"]
+      v["paper"] = paper / base["paper"]["ppl"] - 1
+      v["key"] = abs(paper_delta) > KEY_DELTA + 1e-9
+      if _finite(g["dev_ppl"]):
+        delta = g["dev_ppl"] - base["dev_ppl"]
+        v["ours"] = g["dev_ppl"] / base["dev_ppl"] - 1
+        if paper_delta != 0:
+          v["direction"] = "same" if np.sign(delta) == np.sign(paper_delta) else "other"
+        spreads = (g["dev_ppl_range"], base["dev_ppl_range"])
+        if all(_finite(s) for s in spreads):
+          v["resolved"] = abs(delta) > max(spreads)
+    out[g["group"]] = v
+  return out
+
+
+def comparison(rows: Sequence[dict]) -> dict:
+  """Both Spearman figures, the direction counts (all rows and the key rows), diverged rows."""
+  with_ppl = [g for g in rows if g["paper"].get("ppl") is not None and _finite(g["dev_ppl"])]
+  with_bleu = [g for g in rows
+               if g["paper"].get("bleu") is not None and _finite(g["tokenized_bleu"])]
+  verdicts = row_verdicts(rows)
+  named = lambda test: [name for name, v in verdicts.items() if test(v)]
+  return dict(
+      spearman=spearman([g["dev_ppl"] for g in with_ppl], [g["paper"]["ppl"] for g in with_ppl]),
+      spearman_rows=len(with_ppl),
+      bleu_spearman=spearman([g["tokenized_bleu"] for g in with_bleu],
+                             [g["paper"]["bleu"] for g in with_bleu]),
+      bleu_spearman_rows=len(with_bleu),
+      same_direction=named(lambda v: v["direction"] == "same"),
+      other_direction=named(lambda v: v["direction"] == "other"),
+      paper_unchanged=named(lambda v: v["paper"] == 0),
+      key_rows=named(lambda v: v["key"]),
+      key_same=named(lambda v: v["key"] and v["direction"] == "same"),
+      key_other=named(lambda v: v["key"] and v["direction"] == "other"),
+      unresolved=named(lambda v: v["resolved"] is False),
+      diverged=named(lambda v: v["diverged"]),
+      verdicts=verdicts)
