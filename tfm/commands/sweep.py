@@ -24,7 +24,7 @@ from tfm import config as config_lib
 from tfm import storage
 from tfm.commands import UsageError
 from tfm.commands import eval as eval_command
-from tfm.sweep import execute, report
+from tfm.sweep import execute, publish, report
 from tfm.sweep.runs import Run, expand, parse_grid
 
 COMMAND = "sweep_command.txt"  # the command that ran the sweep, for the table's header
@@ -43,6 +43,10 @@ def define_flags(fv: flags.FlagValues):
                        lower_bound=1, flag_values=fv)
   flags.DEFINE_integer("eval_limit", None, "dev pairs decoded for BLEU (default eval.bleu_examples; "
                        "0 = all)", lower_bound=0, flag_values=fv)
+  flags.DEFINE_string("publish", None, "also keep each finished run's result, evaluation and log, "
+                      "the vocabulary and the report in this directory (e.g. one committed under "
+                      "experiments/results/); a run whose published result matches its config is "
+                      "taken from there instead of trained (tfm/sweep/publish.py)", flag_values=fv)
   flags.DEFINE_boolean("report", False, "only rebuild the results from finished runs in --root",
                        flag_values=fv)
   flags.DEFINE_boolean("dry_run", False, "print the runs' commands instead of running them",
@@ -74,17 +78,21 @@ def _runs(fv: flags.FlagValues, config: config_lib.Config) -> list[Run]:
   return expand(path, rows, grid, fv.seeds, _command_overrides(fv))
 
 
-def _prepare_data(configs) -> None:
-  """Every distinct dataset and vocabulary, once, before any run starts."""
+def _prepare_data(configs) -> dict:
+  """Every distinct dataset and vocabulary, once, before any run starts; {data config: the
+  vocabulary model's sha256}."""
   from tfm.data import sources, tokenizer  # pylint: disable=import-outside-toplevel
+  vocab_sha256 = {}
   for data in {c.data for c in configs}:
     sources.prepare(data)
     tok = tokenizer.get_tokenizer(data)
+    vocab_sha256[data] = tok.model_sha256
     for c in configs:
       if c.data == data and tok.vocab_size != c.model.vocab_size:
         raise ValueError(f"the vocabulary of {data.dataset} has {tok.vocab_size} pieces but "
                          f"model.vocab_size is {c.model.vocab_size}; set model.vocab_size and "
                          f"data.vocab_size to {tok.vocab_size}")
+  return vocab_sha256
 
 
 def run(fv: flags.FlagValues, config: config_lib.Config | None):
@@ -124,11 +132,33 @@ def run(fv: flags.FlagValues, config: config_lib.Config | None):
   os.makedirs(root, exist_ok=True)
   with open(os.path.join(root, COMMAND), "w", encoding="utf-8") as f:
     f.write(_command() + "\n")
-  _prepare_data(list(configs.values()))
+  published = os.path.abspath(fv.publish) if fv.publish else None
+  vocab_dirs = sorted({c.data.vocab_dir for c in configs.values()})
+  if published:
+    for d in vocab_dirs:
+      publish.restore_vocab(published, d)
+  vocab_sha256 = _prepare_data(list(configs.values()))
+  fingerprints = {r: publish.fingerprint(c, vocab_sha256[c.data], eval_limit(r))
+                  for r, c in configs.items()}
+  on_result = None
+  if published:
+    taken = publish.take_published(
+        [(r.name, fingerprints[r], configs[r].train.steps) for r in runs], root, published)
+    if taken:
+      print(f"[sweep] {len(taken)} finished runs taken from {fv.publish}: {', '.join(taken)}")
+    for d in vocab_dirs:
+      publish.publish_vocab(d, published)
+    storage.write_atomically(os.path.join(published, COMMAND), _command() + "\n")
+
+    def on_result(result: dict) -> None:
+      if result["status"] == "ok":
+        publish.publish_run(os.path.join(root, result["name"]), published)
+        _write(execute.collect(published), published, quiet=True)
 
   def describe(r: Run, workdir: str, wall_s: float) -> dict:
     c = configs[r]
     out = dict(name=r.name, group=r.group, row=r.row, seed=r.seed, index=index[r],
+               fingerprint=fingerprints[r],
                changes=execute.changed_keys(c, reference), params=params[r], steps=c.train.steps,
                paper=c.paper, wall_s=wall_s, dev_ppl=None, bleu=None, tokenized_bleu=None,
                tokens_seen=None)
@@ -147,11 +177,14 @@ def run(fv: flags.FlagValues, config: config_lib.Config | None):
 
   try:
     execute.run_all(runs, root, shares=shares, vocab_dir=vocab_dir, eval_limit_of=eval_limit,
-                    steps_of=lambda r: configs[r].train.steps, describe=describe)
+                    steps_of=lambda r: configs[r].train.steps, describe=describe,
+                    on_result=on_result)
   finally:
     results = execute.collect(root)
     if results:
       _write(results, root)
+    if published and execute.collect(published):
+      _write(execute.collect(published), published, quiet=True)
   names = {r.name for r in runs}
   failed = [r["name"] for r in results if r["name"] in names and r["status"] != "ok"]
   if failed:
@@ -166,9 +199,10 @@ def _command() -> str:
   return " ".join(["tfm"] + sys.argv[1:])
 
 
-def _write(results, root: str) -> None:
+def _write(results, root: str, quiet: bool = False) -> None:
   path = os.path.join(root, COMMAND)
   command = open(path, encoding="utf-8").read().strip() if os.path.exists(path) else None
   paths = report.write_report(results, root, command)
-  print(open(paths[1], encoding="utf-8").read())
+  if not quiet:
+    print(open(paths[1], encoding="utf-8").read())
   print("written: " + ", ".join(paths))

@@ -168,9 +168,11 @@ class Job:
 
 def run_all(runs: Sequence[Run], root: str, *, shares: Sequence[Share], vocab_dir: str | None,
             eval_limit_of: Callable[[Run], int], steps_of: Callable[[Run], int],
-            describe: Callable[[Run, str, float], dict], stream: TextIO | None = None) -> list[dict]:
+            describe: Callable[[Run, str, float], dict], stream: TextIO | None = None,
+            on_result: Callable[[dict], None] | None = None) -> list[dict]:
   """Runs every unfinished run, len(shares) at a time; returns the results of this session.
-  stream: where progress goes (default: sys.stdout as it is when called)."""
+  stream: where progress goes (default: sys.stdout as it is when called); on_result: called with
+  each run's result as it ends (tfm sweep --publish)."""
   stream = stream or sys.stdout
   workdir = lambda run: os.path.join(root, run.name)
   pending = [r for r in runs if not is_finished(workdir(r), steps_of(r))]
@@ -200,6 +202,8 @@ def run_all(runs: Sequence[Run], root: str, *, shares: Sequence[Share], vocab_di
           continue
         del active[slot]
         results.append(result)
+        if on_result is not None:
+          on_result(result)
         failed = sum(r["status"] != "ok" for r in results)
         done = done_before + len(results)
         elapsed = time.time() - start

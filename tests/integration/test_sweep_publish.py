@@ -1,0 +1,75 @@
+"""`tfm sweep --publish`: a finished run's result kept outside the root is taken by a sweep on a fresh
+root when its config and vocabulary match, and only then."""
+
+import json
+import os
+
+import pytest
+
+from tests.integration.conftest import MODEL
+from tfm import cli
+from tfm.sweep import execute, publish
+
+
+def _argv(corpus, root, published, *extra):
+  overrides = MODEL + [
+      f"data.manual_dir={corpus['sword']}", f"data.data_dir={corpus['tfds']}",
+      "data.vocab_size=300", "data.max_length=32", "data.tokens_per_batch=256",
+      "data.eval_max_examples=16", "data.overlong=truncate", "train.steps=2",
+      "train.warmup_steps=2", "train.log_every=2", "train.eval_every=2", "train.checkpoint_every=2",
+      "train.keep_checkpoints=1", "train.average_checkpoints=1", "train.curves=False",
+      "eval.bleu_every=0", "eval.beam_size=2", "eval.max_extra_length=4", "eval.batch_size=4",
+      *extra]
+  return (["tfm", "sweep", "--config=configs/quickstart.py", f"--root={root}", "--eval_limit=4",
+           f"--publish={published}"]
+          + [f"--config.{o}" for o in overrides])
+
+
+@pytest.mark.slow
+def test_published_runs_resume_a_sweep_on_a_fresh_root(corpus, tmp_path, capsys):
+  published = tmp_path / "results"
+  assert cli.main(_argv(corpus, tmp_path / "root1", published)) == 0
+  name = "run-s0"
+  files = sorted(os.listdir(published / name))
+  assert files[-2:] == ["sweep.log", "sweep_result.json"] and files[0].startswith("eval_dev_2_")
+  assert [p.suffix for p in (published / "vocab").iterdir()] == [".model"]
+  assert (published / "table.md").exists() and (published / "sweep.png").exists()
+  mine = execute.read_result(str(published / name))
+  assert mine["status"] == "ok" and len(mine["fingerprint"]) == 64
+  capsys.readouterr()
+
+  assert [json.loads(line) for line in (published / "results.jsonl").read_text().splitlines()] == [
+      mine]
+
+  # A fresh root (another machine, the workdirs gone): the published run is taken, not trained,
+  # with the published vocabulary.
+  root2 = tmp_path / "root2"
+  assert cli.main(_argv(corpus, root2, published)) == 0
+  out = capsys.readouterr().out
+  assert f"1 finished runs taken from {published}: {name}" in out
+  assert "1 runs under" in out and "1 finished before, 0 to run" in out
+  assert not (root2 / name / "checkpoints").exists()
+  assert (root2 / "vocab").exists() and sorted(os.listdir(root2 / name)) == files
+  lines = [json.loads(line) for line in (root2 / "results.jsonl").read_text().splitlines()]
+  assert lines == [mine]
+
+  # Another step count or fingerprint (another config or vocabulary): not taken.
+  root3 = tmp_path / "root3"
+  steps = mine["steps"]
+  assert publish.take_published([(name, mine["fingerprint"], steps + 1)], str(root3),
+                                str(published)) == []
+  assert publish.take_published([(name, "0" * 64, steps)], str(root3), str(published)) == []
+  assert publish.take_published([(name, mine["fingerprint"], steps)], str(root3),
+                                str(published)) == [name]
+
+
+def test_fingerprint_ignores_machine_paths_and_sees_everything_else():
+  from tfm.config import load_config  # pylint: disable=import-outside-toplevel
+  base = load_config("configs/quickstart.py")
+  moved = load_config("configs/quickstart.py", ["data.vocab_dir=/elsewhere",
+                                                "data.data_dir=/data", "train.compilation_cache_dir="])
+  assert publish.fingerprint(base, "v", 200) == publish.fingerprint(moved, "v", 200)
+  smoothing = load_config("configs/quickstart.py", ["train.label_smoothing=0.2"])
+  assert publish.fingerprint(smoothing, "v", 200) != publish.fingerprint(base, "v", 200)
+  assert publish.fingerprint(base, "w", 200) != publish.fingerprint(base, "v", 200)
+  assert publish.fingerprint(base, "v", 100) != publish.fingerprint(base, "v", 200)
