@@ -5,6 +5,7 @@ from __future__ import annotations
 import importlib
 import os
 import sys
+import textwrap
 
 from absl import flags
 
@@ -92,7 +93,9 @@ def main(argv=None, run: bool = True) -> int:
   config_lib.define_config_flag(fv, sub_argv)
   command.define_flags(fv)
   if any(a in ("-h", "--help", "--helpfull") for a in sub_argv[1:]):
-    print(f"usage: tfm {name} [flags]\n\n{COMMANDS[name][1]}\n\n{fv.get_help()}")
+    notes = textwrap.fill(getattr(command, "NOTES", ""), 80)  # what the flags' help does not say
+    print(f"usage: tfm {name} [flags]\n\n{COMMANDS[name][1]}\n" + (f"\n{notes}\n" if notes else "")
+          + f"\n{fv.get_help()}")
     return 0
   try:
     args = config_lib.parse_flags(fv, sub_argv)
