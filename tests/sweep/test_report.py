@@ -81,6 +81,17 @@ def test_table_and_figure(tmp_path):
   assert str(png) in paths and png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
 
 
+def test_figure_title_names_the_paper_only_when_it_is_drawn(tmp_path, monkeypatch):
+  """A --grid sweep has no paper figures: its figure is not titled as a comparison with them."""
+  assert "paper" in report.figure_title(True) and "paper" not in report.figure_title(False)
+  titles = []
+  monkeypatch.setattr(report, "figure_title", lambda with_paper: titles.append(with_paper) or "t")
+  report.plot(RESULTS, str(tmp_path / "table.png"))
+  grid = [dict(r, row=None, group=f"model.num_heads={i}", paper={}) for i, r in enumerate(RESULTS)]
+  report.plot(grid, str(tmp_path / "grid.png"))
+  assert titles == [True, False]
+
+
 def test_runs_and_grid():
   grid = parse_grid(["model.num_heads=1,4", "train.label_smoothing=0,0.1"])
   runs = expand("configs/table3.py", ["A1", "B2"], grid, seeds=2, overrides=["train.steps=5"])

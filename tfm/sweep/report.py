@@ -194,6 +194,12 @@ def _group_letter(row: str | None) -> str:
   return re.sub(r"\d+$", "", row)
 
 
+def figure_title(with_paper: bool) -> str:
+  """The figure's title: a comparison with the paper only where the paper's figures are drawn."""
+  return ("Table 3: our dev perplexity beside the paper's" if with_paper
+          else "our dev perplexity (mean +- std over seeds)")
+
+
 def plot(results: Sequence[dict], path: str) -> None:
   """Our dev PPL per group (mean +- std over seeds) and, when known, the paper's on a twin axis."""
   import matplotlib  # pylint: disable=import-outside-toplevel
@@ -239,7 +245,7 @@ def plot(results: Sequence[dict], path: str) -> None:
     handles.append(paper_ax.get_legend_handles_labels())
   ours_ax.legend(sum((h for h, _ in handles), []), sum((l for _, l in handles), []),
                  loc="upper left", fontsize=8)
-  ours_ax.set_title("Table 3: our dev perplexity beside the paper's")
+  ours_ax.set_title(figure_title(any(p is not None for p in paper)))
   fig.tight_layout()
   fig.savefig(path)
   plt.close(fig)
