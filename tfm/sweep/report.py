@@ -134,7 +134,7 @@ def _bleu_sentences(results: Sequence[dict]) -> str:
   if not counts:
     return ""
   return (f"; both BLEUs over the first {' / '.join(map(str, counts))} dev sentences (dev PPL over "
-          "the whole split)")
+          "the whole split, or its first data.eval_max_examples where set)")
 
 
 def table_markdown(results: Sequence[dict], command: str | None = None) -> str:
