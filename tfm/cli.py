@@ -27,8 +27,8 @@ COMMANDS = {
     "convert": ("convert", "copy --workdir's checkpoints into a new --out with model.scan_layers "
                 "set (layers stacked or unrolled)", False),
     "prepare-data": ("prepare_data", "build the dataset and vocabulary a config names", True),
-    "sweep": ("sweep", "train and evaluate every row / grid point / seed; our table beside the "
-              "paper's", False),
+    "sweep": ("sweep", "train and evaluate every row / grid point / seed; a table of the results "
+              "(beside the paper's where the config has its figures)", False),
     "attention": ("attention", "draw one sentence's attention weights, a panel per head, for a "
                   "layer of the model in --workdir (the paper's figures 3-5)", False),
     "plot": ("plot", "training curves of one or more workdirs (loss, perplexity, BLEU, learning "
