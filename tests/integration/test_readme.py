@@ -192,16 +192,27 @@ def test_readme_commands_table_is_the_cli_help():
   assert rows == [(name, text) for name, (_, text, _) in cli.COMMANDS.items()]
 
 
+def _anchors(path: pathlib.Path) -> set[str]:
+  """GitHub's anchors of a Markdown file's headings."""
+  return {re.sub(r"[^\w\- ]", "", h.strip().lower()).replace(" ", "-")
+          for h in re.findall(r"^#+ (.*)$", path.read_text(), flags=re.M)}
+
+
 def test_relative_links_resolve():
-  """Every relative link of the README and of docs/ names a file or folder of the repository."""
+  """Every relative link of the README and of docs/ names a file or folder of the repository, and a
+  heading of it where the link names one."""
   missing = []
   for path in [README, *DOCS]:
     for target in re.findall(r"\]\(([^)\s]+)\)", path.read_text()):
-      if re.match(r"[a-z]+:", target) or target.startswith("#"):
+      if re.match(r"[a-z]+:", target):
         continue
-      resolved = (path.parent / target.split("#")[0]).resolve()
-      if not resolved.exists() and resolved.relative_to(ROOT).as_posix() not in WRITTEN_ELSEWHERE:
-        missing.append(f"{path.relative_to(ROOT)} -> {target}")
+      file, _, anchor = target.partition("#")
+      resolved = (path.parent / file).resolve() if file else path
+      if not resolved.exists():
+        if resolved.relative_to(ROOT).as_posix() not in WRITTEN_ELSEWHERE:
+          missing.append(f"{path.relative_to(ROOT)} -> {target}")
+      elif anchor and resolved.suffix == ".md" and anchor not in _anchors(resolved):
+        missing.append(f"{path.relative_to(ROOT)} -> {target} (no such heading)")
   assert not missing, missing
 
 
