@@ -46,7 +46,7 @@ rounds' ratios, which cancels most of the load other processes put on a shared m
 times are the median over `--compile_rounds` fresh compilations (caches cleared, the persistent
 compilation cache off).
 
-The README's figures are from plain `python`, glibc's default allocator. `launch.sh` runs get
+The figures in docs/performance.md are from plain `python`, glibc's default allocator. `launch.sh` runs get
 transparent huge pages for large blocks (GLIBC_TUNABLES=glibc.malloc.hugetlb=1), which makes CPU
 steps of both sides 9-28% faster in the same process (experiments/SPEED.md, fourteenth pass).
 """

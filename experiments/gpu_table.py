@@ -1,4 +1,4 @@
-"""The GPU table of the README in one command: train steps, the Flax example beside tfm, beam
+"""The GPU table (docs/gpu.md) in one command: train steps, the Flax example beside tfm, beam
 search, and the Bible base model trained for ten minutes with its dev BLEU.
 
   git clone --depth 1 https://github.com/google/flax /tmp/flax     # for the comparison rows
@@ -22,7 +22,7 @@ Every job sees one GPU (CUDA_VISIBLE_DEVICES=0 unless set): the table is a one-G
 the host has. OUT/table.md gathers the figures with the device's name (nvidia-smi); a job that fails is a row
 saying so with its error line, and the others still run. `--jobs=step_base_cudnn,bible_base` runs
 some of them; rows of earlier calls into the same --out stay (OUT/rows.json), so the table can be
-filled over several sessions. The table is for the README; the job outputs stay beside it as the
+filled over several sessions. The table is for docs/gpu.md; the job outputs stay beside it as the
 evidence.
 
 --quick shrinks every job (tiny batches, one timing, a 1+1-layer float32 Bible model for ~20

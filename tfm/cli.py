@@ -5,6 +5,7 @@ from __future__ import annotations
 import importlib
 import os
 import sys
+import textwrap
 
 from absl import flags
 
@@ -26,8 +27,8 @@ COMMANDS = {
     "convert": ("convert", "copy --workdir's checkpoints into a new --out with model.scan_layers "
                 "set (layers stacked or unrolled)", False),
     "prepare-data": ("prepare_data", "build the dataset and vocabulary a config names", True),
-    "sweep": ("sweep", "train and evaluate every row / grid point / seed; our table beside the "
-              "paper's", False),
+    "sweep": ("sweep", "train and evaluate every row / grid point / seed; a table of the results "
+              "(beside the paper's where the config has its figures)", False),
     "attention": ("attention", "draw one sentence's attention weights, a panel per head, for a "
                   "layer of the model in --workdir (the paper's figures 3-5)", False),
     "plot": ("plot", "training curves of one or more workdirs (loss, perplexity, BLEU, learning "
@@ -92,7 +93,9 @@ def main(argv=None, run: bool = True) -> int:
   config_lib.define_config_flag(fv, sub_argv)
   command.define_flags(fv)
   if any(a in ("-h", "--help", "--helpfull") for a in sub_argv[1:]):
-    print(f"usage: tfm {name} [flags]\n\n{COMMANDS[name][1]}\n\n{fv.get_help()}")
+    notes = textwrap.fill(getattr(command, "NOTES", ""), 80)  # what the flags' help does not say
+    print(f"usage: tfm {name} [flags]\n\n{COMMANDS[name][1]}\n" + (f"\n{notes}\n" if notes else "")
+          + f"\n{fv.get_help()}")
     return 0
   try:
     args = config_lib.parse_flags(fv, sub_argv)

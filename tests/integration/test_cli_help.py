@@ -27,6 +27,25 @@ def test_subcommand_help_lists_its_flags(capsys, name, flags):
   assert all(f"{flag}:" in out for flag in flags), out  # booleans print as --[no]NAME
 
 
+def test_eval_help_says_what_its_splits_and_limits_cover(capsys):
+  """The dev/test split is the workdir's dataset's (the Bible corpora have their own), and both
+  figures are capped by data.eval_max_examples when it is set."""
+  from tfm.commands import eval as eval_command
+  assert cli.main(["tfm", "eval", "--help"]) == 0
+  out = " ".join(capsys.readouterr().out.split())
+  assert " ".join(eval_command.SPLIT_HELP.split()) in out and "Bible" in out
+  assert "dev = newstest2013, test = newstest2014" not in out
+  assert "data.eval_max_examples" in out and "always covers the whole split" not in out
+
+
+def test_train_help_says_the_compilation_cache_is_on_by_default(capsys):
+  from tfm.train import compile_cache
+  assert cli.main(["tfm", "train", "--help"]) == 0
+  out = " ".join(capsys.readouterr().out.split())
+  assert "on by default" in out and compile_cache.DEFAULT_DIR in out
+  assert 'train.compilation_cache_dir=DIR' in out and '="" turns it off' in out
+
+
 def test_unknown_flag_is_an_error(capsys):
   assert cli.main(["tfm", "translate", "--no_such_flag=1"]) == 2
   assert "no_such_flag" in capsys.readouterr().err

@@ -46,7 +46,8 @@ def test_grid_sweep_records_failures_and_skips_finished_runs(corpus, tmp_path, c
   table = (root / "table.md").read_text()
   assert "| model.num_heads=1,mesh.data=1 | num_heads=1, data=1 | 1/1 |" in table
   assert "Failed runs:" in table and (root / "sweep.png").exists()
-  assert "both BLEUs over the first 4 dev sentences (dev PPL over the whole split)" in table
+  assert ("both BLEUs over the first 4 dev sentences (dev PPL over the whole split, or its first "
+          "data.eval_max_examples where set)") in table
   finished = {r["name"]: os.path.getmtime(root / r["name"] / "sweep_result.json") for r in ok}
 
   # The same command again: finished runs are skipped, the failed ones retried (and fail again).

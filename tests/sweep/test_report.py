@@ -107,6 +107,18 @@ def test_table_and_figure(tmp_path):
   assert str(png) in paths and png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
 
 
+def test_figure_title_names_the_paper_only_when_it_is_drawn(tmp_path):
+  """A --grid sweep has no paper figures: its figure is not titled as a comparison with them."""
+  from tfm.figures import sweep as sweep_figure  # pylint: disable=import-outside-toplevel
+  table = sweep_figure.plot(compare.groups(RESULTS), str(tmp_path / "table.png"))
+  grid = [dict(r, row=None, group=f"model.num_heads={i}", paper={}) for i, r in enumerate(RESULTS)]
+  title = sweep_figure.plot(compare.groups(grid), str(tmp_path / "grid.png"))
+  assert "paper" in table and "paper" not in title
+  assert (tmp_path / "table.png").exists() and (tmp_path / "grid.png").exists()
+  assert sweep_figure.plot([], str(tmp_path / "none.png")) is None
+  assert not (tmp_path / "none.png").exists()
+
+
 def test_runs_and_grid():
   grid = parse_grid(["model.num_heads=1,4", "train.label_smoothing=0,0.1"])
   runs = expand("configs/table3.py", ["A1", "B2"], grid, seeds=2, overrides=["train.steps=5"])

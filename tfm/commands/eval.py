@@ -18,12 +18,16 @@ from tfm import storage
 from tfm.commands import announce_backend, define_trained_flags, refuse_config, require_workdir
 
 
+SPLIT_HELP = ("the workdir's dataset's dev or test split (data.dataset: for WMT'14 newstest2013 and "
+              "newstest2014; for the Bible corpora their own held-out verses, ~1000 each)")
+LIMIT_HELP = ("BLEU over only the first K sentence pairs (0 = all); BLEU and perplexity both cover "
+              "at most the first data.eval_max_examples examples of the split when that is set")
+
+
 def define_flags(fv: flags.FlagValues):
   define_trained_flags(fv)
-  flags.DEFINE_enum("split", "dev", ["dev", "test"], "dev = newstest2013, test = newstest2014",
-                    flag_values=fv)
-  flags.DEFINE_integer("limit", None, "BLEU over only the first K sentence pairs (0 = all); "
-                       "perplexity always covers the whole split", lower_bound=0, flag_values=fv)
+  flags.DEFINE_enum("split", "dev", ["dev", "test"], SPLIT_HELP, flag_values=fv)
+  flags.DEFINE_integer("limit", None, LIMIT_HELP, lower_bound=0, flag_values=fv)
 
 
 RESULT = re.compile(r"eval_(?P<split>dev|test)_(?P<step>\d+)_avg(?P<averaged>\d+)"

@@ -7,6 +7,12 @@ from absl import flags
 from tfm.commands import UsageError, one_row
 
 
+# Printed by `tfm train --help` below the one-line summary.
+NOTES = ("Compiled steps are kept in a persistent compilation cache, on by default: "
+         "$JAX_COMPILATION_CACHE_DIR if set, else ~/.cache/tfm/xla; "
+         "--config.train.compilation_cache_dir=DIR moves it (gs:// too), =\"\" turns it off.")
+
+
 def define_flags(fv: flags.FlagValues):
   flags.DEFINE_string("workdir", None, "directory for checkpoints, vocabulary, config and TensorBoard",
                       flag_values=fv)

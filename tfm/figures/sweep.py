@@ -37,15 +37,16 @@ def _positions(rows: Sequence[dict]) -> tuple[list[float], list[float]]:
   return xs, bounds
 
 
-def plot(rows: Sequence[dict], path: str) -> bool:
-  """Draws `rows` (compare.groups) to `path`; False when no group has a dev PPL."""
+def plot(rows: Sequence[dict], path: str) -> str | None:
+  """Draws `rows` (compare.groups) to `path`; returns the figure's title (None, and no figure, when
+  no group has a dev PPL). Only a figure with the paper's figures drawn is titled as beside them."""
   import matplotlib  # pylint: disable=import-outside-toplevel
   matplotlib.use("Agg")
   import matplotlib.pyplot as plt  # pylint: disable=import-outside-toplevel
 
   rows = [g for g in rows if not math.isnan(g["dev_ppl"])]
   if not rows:
-    return False
+    return None
   verdicts = compare.row_verdicts(rows)
   base = next((g for g in rows if g["row"] == "base" and g["group"] in verdicts), None)
   fig, ax = plt.subplots(figsize=(max(6.0, 0.5 * len(rows) + 2), 4.2), dpi=120)
@@ -56,7 +57,7 @@ def plot(rows: Sequence[dict], path: str) -> bool:
     ax.set_ylabel("dev perplexity (mean over seeds, +- std)")
     ax.set_xticks(xs, [g["group"] for g in rows], rotation=45 if len(rows) > 8 else 0,
                   ha="right" if len(rows) > 8 else "center", fontsize=7)
-    ax.set_title("Dev perplexity per run group")
+    title = "Dev perplexity per run group"
   else:
     rows = [g for g in rows if g is not base and g["group"] in verdicts]
     xs, bounds = _positions(rows)
@@ -84,10 +85,11 @@ def plot(rows: Sequence[dict], path: str) -> bool:
     ax.legend(loc="upper left", fontsize=8)
     ax.set_xlabel(f"bold: key rows (the paper's PPL differs from base's by more than "
                   f"{compare.KEY_DELTA})", fontsize=8)
-    ax.set_title("Table 3: dev perplexity change from base, ours beside the paper's", fontsize=10)
+    title = "Table 3: dev perplexity change from base, ours beside the paper's"
   for b in bounds:
     ax.axvline(b, color="0.85", linewidth=1)
+  ax.set_title(title, fontsize=10)
   fig.tight_layout()
   fig.savefig(path)
   plt.close(fig)
-  return True
+  return title

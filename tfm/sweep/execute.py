@@ -9,7 +9,7 @@ are prepared once, before any run starts, so parallel runs never build them conc
 
 Device shares (--parallel K): on a host with G >= K GPUs each run sees G / K of them
 (CUDA_VISIBLE_DEVICES); on CPUs each run is pinned to its 1 / K of this process's cores
-(TFM_CPUS, applied by tfm.cli before JAX starts; XLA's thread pool follows the affinity). A TPU VM is one process's: run one row per slice (README).
+(TFM_CPUS, applied by tfm.cli before JAX starts; XLA's thread pool follows the affinity). A TPU VM is one process's: run one row per slice (docs/table3.md).
 SIGINT / SIGTERM stop the children with SIGTERM (each saves its current step) and end the sweep;
 rerunning the same command resumes.
 """
@@ -73,7 +73,7 @@ def device_shares(parallel: int) -> list[Share]:
                      "--parallel 1")
   if parallel > 1 and glob.glob("/dev/accel*"):
     raise ValueError("--parallel > 1 on a TPU VM: one process owns its TPU; run one row per slice "
-                     "(see the README)")
+                     "(docs/table3.md: running a sweep)")
   cpus = sorted(os.sched_getaffinity(0))
   if len(cpus) < parallel:
     raise ValueError(f"--parallel={parallel} but this process may use {len(cpus)} CPU core(s)")

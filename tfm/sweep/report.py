@@ -50,7 +50,7 @@ def _bleu_sentences(results: Sequence[dict]) -> str:
   if not counts:
     return ""
   return (f"; both BLEUs over the first {' / '.join(map(str, counts))} dev sentences (dev PPL over "
-          "the whole split)")
+          "the whole split, or its first data.eval_max_examples where set)")
 
 
 def _percent(x) -> str:
@@ -140,6 +140,6 @@ def write_report(results: Sequence[dict], root: str, command: str | None = None)
   storage.write_atomically(paths[0], "".join(json.dumps(r, sort_keys=True) + "\n" for r in results))
   storage.write_atomically(paths[1], table_markdown(results, command))
   figure = os.path.join(root, "table3.png" if any(r.get("paper") for r in results) else "sweep.png")
-  if sweep_figure.plot(compare.groups(results), figure):
+  if sweep_figure.plot(compare.groups(results), figure) is not None:
     paths.append(figure)
   return paths
