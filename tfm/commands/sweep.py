@@ -5,16 +5,23 @@
       --grid train.label_smoothing=0,0.1 --root=DIR [--config.train.steps=300]
   tfm sweep --report --root=DIR        # rebuild results.jsonl, table.md and the figure
   tfm sweep ... --dry_run              # print each run's commands (e.g. one per TPU slice)
+  tfm sweep ... --slurm [--sbatch_args="--partition=gpu --gpus-per-task=1 --time=8:00:00"]
+  tfm sweep --status --root=DIR        # each run of a --slurm sweep: done / running / queued / failed
 
 Rerunning a command skips finished runs and resumes interrupted ones; a failed run is recorded
 with its error and the others go on (tfm/sweep/execute.py). Results: DIR/results.jsonl (one line
-per run), DIR/table.md and DIR/table3.png (tfm/sweep/report.py).
+per run), DIR/table.md and DIR/table3.png (tfm/sweep/report.py). --slurm submits the unfinished
+runs as one SLURM job array instead, one task per run, each running `tfm sweep ... --run_index=I`
+(tfm/sweep/slurm.py, docs/cluster.md).
 """
 
 from __future__ import annotations
 
+import glob
 import json
 import os
+import shlex
+import shutil
 import sys
 
 from absl import flags
@@ -24,7 +31,7 @@ from tfm import config as config_lib
 from tfm import storage
 from tfm.commands import UsageError
 from tfm.commands import eval as eval_command
-from tfm.sweep import execute, report
+from tfm.sweep import execute, report, slurm
 from tfm.sweep.runs import Run, expand, parse_grid
 
 COMMAND = "sweep_command.txt"  # the command that ran the sweep, for the table's header
@@ -47,6 +54,14 @@ def define_flags(fv: flags.FlagValues):
                        flag_values=fv)
   flags.DEFINE_boolean("dry_run", False, "print the runs' commands instead of running them",
                        flag_values=fv)
+  flags.DEFINE_boolean("slurm", False, "submit the unfinished runs as one SLURM job array (one "
+                       "task per run; --parallel K: K tasks at once) and return", flag_values=fv)
+  flags.DEFINE_string("sbatch_args", "", "with --slurm: sbatch options for every task, e.g. "
+                      "\"--partition=gpu --gpus-per-task=1 --time=8:00:00\"", flag_values=fv)
+  flags.DEFINE_boolean("status", False, "each run of the --slurm sweep in --root: done, running, "
+                       "queued or failed", flag_values=fv)
+  flags.DEFINE_integer("run_index", None, "run only the sweep's run of this index (what each "
+                       "task of a --slurm array runs)", lower_bound=0, flag_values=fv)
 
 
 def _command_overrides(fv: flags.FlagValues) -> list[str]:
@@ -95,23 +110,35 @@ def run(fv: flags.FlagValues, config: config_lib.Config | None):
                      "local processes that log there); copy run directories from elsewhere into "
                      "one local root and use --report to join them")
   root = os.path.abspath(fv.root)
+  if fv.sbatch_args and not fv.slurm:
+    raise UsageError("--sbatch_args goes with --slurm (the options of the sweep's SLURM job array)")
+  if fv.status:
+    _status(root)
+    return
   if fv.report:
+    if glob.glob(os.path.join(root, slurm.RECORDS, "*.json")) and shutil.which("squeue"):
+      slurm.states(root)  # records the failures of array tasks that ended without a result
     results = execute.collect(root)
     if not results:
       raise ValueError(f"--root {fv.root}: no run results found (expected */{execute.RESULT})")
     _write(results, root)
     return
   if config is None:
-    raise UsageError("--config=FILE[:ARG] is required (or --report)")
+    raise UsageError("--config=FILE[:ARG] is required (or --report, --status)")
+  if fv.slurm and shutil.which("sbatch") is None:
+    raise UsageError("--slurm: no sbatch on PATH; run it on a SLURM cluster's login node (Debian "
+                     "packages slurm-client or slurm-wlm)")
   import jax  # pylint: disable=import-outside-toplevel
   jax.config.update("jax_platforms", "cpu")  # the runs own the accelerators; this process counts
   from tfm.model.params import count_params  # pylint: disable=import-outside-toplevel
 
   runs = _runs(fv, config)
+  if fv.run_index is not None and fv.run_index >= len(runs):
+    raise UsageError(f"--run_index={fv.run_index}: this sweep has runs 0..{len(runs) - 1}")
   vocab_dir = os.path.join(root, "vocab") if config.data.vocab_dir is None else None
   configs = {r: r.load(vocab_dir) for r in runs}  # every config validated before anything runs
   eval_limit = lambda r: configs[r].eval.bleu_examples if fv.eval_limit is None else fv.eval_limit
-  if fv.dry_run:
+  if fv.dry_run and not fv.slurm:
     for r in runs:
       workdir = os.path.join(root, r.name)
       print(f"# {r.name}\ntfm {' '.join(r.train_argv(workdir, vocab_dir))}\n"
@@ -120,18 +147,29 @@ def run(fv: flags.FlagValues, config: config_lib.Config | None):
   reference = config_lib.load_config(config_lib.config_file(fv))
   index = {r: i for i, r in enumerate(runs)}
   params = {r: count_params(c.model) for r, c in configs.items()}
-  shares = execute.device_shares(fv.parallel)
-  os.makedirs(root, exist_ok=True)
-  with open(os.path.join(root, COMMAND), "w", encoding="utf-8") as f:
-    f.write(_command() + "\n")
-  _prepare_data(list(configs.values()))
+
+  def static(r: Run, wall_s: float) -> dict:
+    """What a run's result says before its evaluation is read."""
+    c = configs[r]
+    return dict(name=r.name, group=r.group, row=r.row, seed=r.seed, index=index[r],
+                changes=execute.changed_keys(c, reference), params=params[r], steps=c.train.steps,
+                paper=c.paper, wall_s=wall_s, dev_ppl=None, bleu=None, tokenized_bleu=None,
+                tokens_seen=None)
+
+  if fv.slurm:
+    return _submit(fv, root, runs, configs, static)
+  if fv.run_index is not None:  # one task of a --slurm array: data and command are the submitter's
+    runs = [runs[fv.run_index]]
+    shares = execute.device_shares(1)
+  else:
+    shares = execute.device_shares(fv.parallel)
+    os.makedirs(root, exist_ok=True)
+    with open(os.path.join(root, COMMAND), "w", encoding="utf-8") as f:
+      f.write(_command() + "\n")
+    _prepare_data(list(configs.values()))
 
   def describe(r: Run, workdir: str, wall_s: float) -> dict:
-    c = configs[r]
-    out = dict(name=r.name, group=r.group, row=r.row, seed=r.seed, index=index[r],
-               changes=execute.changed_keys(c, reference), params=params[r], steps=c.train.steps,
-               paper=c.paper, wall_s=wall_s, dev_ppl=None, bleu=None, tokenized_bleu=None,
-               tokens_seen=None)
+    out = static(r, wall_s)
     evals = [(int(m["step"]), int(m["limit"] or 0) == eval_limit(r),
               os.path.getmtime(os.path.join(workdir, name)), name)
              for name in os.listdir(workdir)
@@ -145,6 +183,11 @@ def run(fv: flags.FlagValues, config: config_lib.Config | None):
                  trained_steps=e["checkpoints"][-1])
     return out
 
+  if fv.run_index is not None:  # the other tasks write results at the same time: no report here
+    results = execute.run_all(runs, root, shares=shares, vocab_dir=vocab_dir,
+                              eval_limit_of=eval_limit, steps_of=lambda r: configs[r].train.steps,
+                              describe=describe)
+    return 1 if any(r["status"] != "ok" for r in results) else None
   try:
     execute.run_all(runs, root, shares=shares, vocab_dir=vocab_dir, eval_limit_of=eval_limit,
                     steps_of=lambda r: configs[r].train.steps, describe=describe)
@@ -159,6 +202,68 @@ def run(fv: flags.FlagValues, config: config_lib.Config | None):
           f"are in {os.path.join(root, 'table.md')}; rerun the command to retry them",
           file=sys.stderr)
     return 1
+
+
+def _task_argv(fv: flags.FlagValues, root: str) -> list[str]:
+  """This sweep's flags, as each array task repeats them (without --slurm)."""
+  argv = ["sweep", f"--config={config_lib.config_file(fv)}"]
+  argv += [f"--config.{o}" for o in _command_overrides(fv)] + [f"--root={root}"]
+  argv += [f"--rows={','.join(fv.rows)}"] if fv.rows else []
+  argv += [f"--grid={g}" for g in fv.grid] + [f"--seeds={fv.seeds}"]
+  return argv + ([f"--eval_limit={fv.eval_limit}"] if fv.eval_limit is not None else [])
+
+
+def _submit(fv: flags.FlagValues, root: str, runs: list[Run], configs: dict, static) -> int | None:
+  """--slurm: the unfinished runs as one held job array, released once the data is ready."""
+  steps = {r: configs[r].train.steps for r in runs}
+  pending = [i for i, r in enumerate(runs)
+             if not execute.is_finished(os.path.join(root, r.name), steps[r])]
+  if not pending:
+    print(f"[sweep] all {len(runs)} runs under {root} are finished; tfm sweep --report "
+          f"--root={root} gathers their results")
+    return None
+  try:
+    user_args = shlex.split(fv.sbatch_args)
+  except ValueError as e:
+    raise UsageError(f"--sbatch_args {fv.sbatch_args!r}: {e}") from None
+  throttle = fv.parallel if fv["parallel"].present else None
+  array = slurm.array_spec(pending, throttle)
+  argv = slurm.sbatch_argv(root, array, user_args, os.getcwd())
+  script = slurm.task_script(sys.executable, _task_argv(fv, root))
+  if fv.dry_run:
+    print(f"{shlex.join(argv)} <<'EOF'\n{script}EOF")
+    return None
+  job = slurm.submit_held(argv, script, user_args)
+  try:
+    os.makedirs(os.path.join(root, slurm.RECORDS), exist_ok=True)
+    with open(os.path.join(root, COMMAND), "w", encoding="utf-8") as f:
+      f.write(_command() + "\n")
+    _prepare_data(list(configs.values()))
+    slurm.write_record(root, job, [
+        dict(index=i, name=r.name, steps=steps[r], submitted=i in pending,
+             description=static(r, 0.0)) for i, r in enumerate(runs)])
+  except BaseException:
+    slurm.cancel(job)
+    raise
+  slurm.release(job)
+  print(f"[sweep] submitted {len(pending)} of {len(runs)} runs as SLURM job {job} (array "
+        f"{array}); task output: {slurm.task_log(root, job, 'I')} for run I, "
+        f"each run's own log: {os.path.join(root, 'NAME', execute.LOG)}")
+  for i in pending:
+    print(f"[sweep]   task {job}_{i}: {runs[i].name}")
+  print(f"[sweep] tfm sweep --status --root={root} shows where each run stands; tfm sweep --report "
+        f"--root={root} gathers the results")
+  return None
+
+
+def _status(root: str) -> None:
+  """--status: one line per run of the --slurm sweep in root, then the counts."""
+  found = slurm.states(root)
+  width = max(len(s.name) for s in found)
+  for s in found:
+    print(f"{s.name:<{width}}  {s.state:<7}  {s.detail}")
+  counts = {k: sum(s.state == k for s in found) for k in ("done", "running", "queued", "failed")}
+  print(", ".join(f"{n} {k}" for k, n in counts.items()) + f" of {len(found)} runs")
 
 
 def _command() -> str:
