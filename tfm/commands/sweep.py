@@ -245,9 +245,11 @@ def _submit(fv: flags.FlagValues, root: str, runs: list[Run], configs: dict, sta
   except BaseException:
     slurm.cancel(job)
     raise
-  slurm.release(job)
+  held = any(a in ("-H", "--hold") for a in user_args)  # the user's: they release it themselves
+  if not held:
+    slurm.release(job)
   print(f"[sweep] submitted {len(pending)} of {len(runs)} runs as SLURM job {job} (array "
-        f"{array}); task output: {slurm.task_log(root, job, 'I')} for run I, "
+        f"{array}{', held: scontrol release ' + job + ' starts it' if held else ''}); task output: {slurm.task_log(root, job, 'I')} for run I, "
         f"each run's own log: {os.path.join(root, 'NAME', execute.LOG)}")
   for i in pending:
     print(f"[sweep]   task {job}_{i}: {runs[i].name}")
