@@ -22,8 +22,16 @@ PACKAGES = "slurm-wlm munge"  # Debian's packages with every binary below
 BINARIES = ("munged", "slurmctld", "slurmd", "sbatch", "squeue", "scontrol", "scancel", "srun")
 
 
+SEARCH = os.pathsep.join([os.environ.get("PATH", ""), "/usr/sbin", "/sbin", "/usr/local/sbin"])
+
+
+def binary(name: str) -> str | None:
+  """The path of a SLURM or munge program (daemons live in sbin, which a user's PATH may lack)."""
+  return shutil.which(name, path=SEARCH)
+
+
 def missing_binaries() -> list[str]:
-  return [b for b in BINARIES if shutil.which(b) is None]
+  return [b for b in BINARIES if binary(b) is None]
 
 
 def _free_port() -> int:
@@ -102,14 +110,14 @@ class Cluster:
     key.write_bytes(os.urandom(1024))
     key.chmod(0o400)
     self.conf.write_text(slurm_conf(self.root, self.cpus, self.node))
-    self._spawn("munged", ["munged", "--foreground", "--force", f"--key-file={key}",
+    self._spawn("munged", [binary("munged"), "--foreground", "--force", f"--key-file={key}",
                            f"--socket={self.root / 'munge.socket'}",
                            f"--pid-file={self.root / 'munge' / 'munged.pid'}",
                            f"--log-file={self.root / 'munge' / 'munged.log'}",
                            f"--seed-file={self.root / 'munge' / 'munged.seed'}"])
     self._wait(lambda: (self.root / "munge.socket").exists(), timeout, "munged's socket")
-    self._spawn("slurmctld", ["slurmctld", "-D", "-c", "-i", "-f", str(self.conf)])
-    self._spawn("slurmd", ["slurmd", "-D", "-f", str(self.conf)])
+    self._spawn("slurmctld", [binary("slurmctld"), "-D", "-c", "-i", "-f", str(self.conf)])
+    self._spawn("slurmd", [binary("slurmd"), "-D", "-f", str(self.conf)])
     self._wait(self.node_idle, timeout, f"node {self.node} to be idle")
 
   def node_idle(self) -> bool:

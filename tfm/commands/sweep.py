@@ -112,6 +112,10 @@ def run(fv: flags.FlagValues, config: config_lib.Config | None):
   root = os.path.abspath(fv.root)
   if fv.sbatch_args and not fv.slurm:
     raise UsageError("--sbatch_args goes with --slurm (the options of the sweep's SLURM job array)")
+  try:
+    sbatch_args = shlex.split(fv.sbatch_args)
+  except ValueError as e:
+    raise UsageError(f"--sbatch_args {fv.sbatch_args!r}: {e}") from None
   if fv.status:
     _status(root)
     return
@@ -157,7 +161,7 @@ def run(fv: flags.FlagValues, config: config_lib.Config | None):
                 tokens_seen=None)
 
   if fv.slurm:
-    return _submit(fv, root, runs, configs, static)
+    return _submit(fv, root, sbatch_args, runs, configs, static)
   if fv.run_index is not None:  # one task of a --slurm array: data and command are the submitter's
     runs = [runs[fv.run_index]]
     shares = execute.device_shares(1)
@@ -213,7 +217,8 @@ def _task_argv(fv: flags.FlagValues, root: str) -> list[str]:
   return argv + ([f"--eval_limit={fv.eval_limit}"] if fv.eval_limit is not None else [])
 
 
-def _submit(fv: flags.FlagValues, root: str, runs: list[Run], configs: dict, static) -> int | None:
+def _submit(fv: flags.FlagValues, root: str, user_args: list[str], runs: list[Run], configs: dict,
+            static) -> None:
   """--slurm: the unfinished runs as one held job array, released once the data is ready."""
   steps = {r: configs[r].train.steps for r in runs}
   pending = [i for i, r in enumerate(runs)
@@ -221,41 +226,36 @@ def _submit(fv: flags.FlagValues, root: str, runs: list[Run], configs: dict, sta
   if not pending:
     print(f"[sweep] all {len(runs)} runs under {root} are finished; tfm sweep --report "
           f"--root={root} gathers their results")
-    return None
-  try:
-    user_args = shlex.split(fv.sbatch_args)
-  except ValueError as e:
-    raise UsageError(f"--sbatch_args {fv.sbatch_args!r}: {e}") from None
+    return
   throttle = fv.parallel if fv["parallel"].present else None
   array = slurm.array_spec(pending, throttle)
   argv = slurm.sbatch_argv(root, array, user_args, os.getcwd())
   script = slurm.task_script(sys.executable, _task_argv(fv, root))
   if fv.dry_run:
     print(f"{shlex.join(argv)} <<'EOF'\n{script}EOF")
-    return None
+    return
   job = slurm.submit_held(argv, script, user_args)
-  try:
-    os.makedirs(os.path.join(root, slurm.RECORDS), exist_ok=True)
-    with open(os.path.join(root, COMMAND), "w", encoding="utf-8") as f:
-      f.write(_command() + "\n")
+  try:  # the array waits, held, for its data; a failure here leaves no job behind
     _prepare_data(list(configs.values()))
     slurm.write_record(root, job, [
         dict(index=i, name=r.name, steps=steps[r], submitted=i in pending,
              description=static(r, 0.0)) for i, r in enumerate(runs)])
+    with open(os.path.join(root, COMMAND), "w", encoding="utf-8") as f:
+      f.write(_command() + "\n")
   except BaseException:
     slurm.cancel(job)
     raise
-  held = any(a in ("-H", "--hold") for a in user_args)  # the user's: they release it themselves
+  held = any(a in ("-H", "--hold") for a in user_args)  # the user's own hold: theirs to release
   if not held:
     slurm.release(job)
-  print(f"[sweep] submitted {len(pending)} of {len(runs)} runs as SLURM job {job} (array "
-        f"{array}{', held: scontrol release ' + job + ' starts it' if held else ''}); task output: {slurm.task_log(root, job, 'I')} for run I, "
-        f"each run's own log: {os.path.join(root, 'NAME', execute.LOG)}")
+  print(f"[sweep] submitted {len(pending)} of {len(runs)} runs as SLURM job {job} (array {array}"
+        + (f", held: scontrol release {job} starts it" if held else "") + "); task output: "
+        f"{slurm.task_log(root, job, 'I')} for run I, each run's own log: "
+        f"{os.path.join(root, 'NAME', execute.LOG)}")
   for i in pending:
     print(f"[sweep]   task {job}_{i}: {runs[i].name}")
   print(f"[sweep] tfm sweep --status --root={root} shows where each run stands; tfm sweep --report "
         f"--root={root} gathers the results")
-  return None
 
 
 def _status(root: str) -> None:

@@ -123,7 +123,8 @@ def _queue() -> dict[tuple[str, str], tuple[str, str]]:
   return tasks
 
 
-def task_log(root: str, job: str, index: int) -> str:
+def task_log(root: str, job: str, index: int | str) -> str:
+  """Where array task JOB_INDEX's output goes (sbatch --output)."""
   return os.path.join(root, RECORDS, f"{job}_{index}.out")
 
 
