@@ -136,6 +136,10 @@ def test_sweep_on_slurm_is_a_throttled_array_with_the_local_sweeps_results(clust
   assert job, out
   job = job[1]
   assert f"task output: {on_slurm / 'slurm'}/{job}_I.out for run I" in out
+  # The same command again submits nothing: every run is queued or running already.
+  assert cli.main(["tfm", "sweep", *flags, f"--root={on_slurm}", "--parallel=2", "--slurm"]) == 0
+  assert "nothing to submit: of the 4 runs under" in capsys.readouterr().out
+  assert len(list((on_slurm / "slurm").glob("*.json"))) == 1
   with open(tmp_path / "local.log", "w", encoding="utf-8") as log:
     local_sweep = subprocess.Popen([sys.executable, "-m", "tfm.cli", "sweep", *flags,
                                     f"--root={local}", "--parallel=2"],

@@ -2,6 +2,7 @@
 that is refused before anything reaches SLURM (tests/cluster/ runs the rest on a real cluster)."""
 
 import os
+import shutil
 import subprocess
 
 import pytest
@@ -87,3 +88,28 @@ def test_unbalanced_quotes_in_sbatch_args_are_one_line(tmp_path, capsys):
   assert code == 2 and len(err) == 1, err
   assert err[0] == "tfm sweep: --sbatch_args \"--comment='a b\": No closing quotation"
   assert not (tmp_path / "sweep").exists()
+
+
+def test_run_index_beyond_the_sweep_is_one_line(tmp_path, capsys):
+  code = cli.main(["tfm", "sweep", *QS, "--grid=model.num_heads=1,2", f"--root={tmp_path}",
+                   "--run_index=2"])
+  err = _one_line(capsys)
+  assert code == 2 and err == ["tfm sweep: --run_index=2: this sweep has runs 0..1"], err
+
+
+@pytest.mark.skipif(shutil.which("sbatch") is None, reason="--slurm needs sbatch on PATH: apt-get "
+                    "install slurm-wlm munge")
+def test_dry_run_prints_the_sbatch_command_and_the_task_script(tmp_path, capsys):
+  """--slurm --dry_run submits nothing and writes nothing (no root): it prints sbatch's command line
+  with the array of the unfinished runs and the script every task runs."""
+  root = tmp_path / "sweep"
+  code = cli.main(["tfm", "sweep", *QS, "--grid=model.num_heads=1,2", "--seeds=2",
+                   f"--root={root}", "--slurm", "--parallel=3", "--dry_run",
+                   "--sbatch_args=--partition=gpu --time=2:00:00"])
+  out = capsys.readouterr().out
+  assert code == 0 and not root.exists()
+  command, script = out.split(" <<'EOF'\n")
+  assert command.startswith("sbatch --parsable --hold ") and "--array=0-3%3" in command
+  assert command.endswith("--partition=gpu --time=2:00:00")
+  assert script.splitlines()[-2].endswith(
+      f"--root={root} --grid=model.num_heads=1,2 --seeds=2 --run_index=\"$SLURM_ARRAY_TASK_ID\"")

@@ -221,11 +221,14 @@ def _submit(fv: flags.FlagValues, root: str, user_args: list[str], runs: list[Ru
             static) -> None:
   """--slurm: the unfinished runs as one held job array, released once the data is ready."""
   steps = {r: configs[r].train.steps for r in runs}
-  pending = [i for i, r in enumerate(runs)
-             if not execute.is_finished(os.path.join(root, r.name), steps[r])]
+  unfinished = [i for i, r in enumerate(runs)
+                if not execute.is_finished(os.path.join(root, r.name), steps[r])]
+  queued = slurm.in_queue(root)  # an earlier submission's tasks, still queued or running
+  pending = [i for i in unfinished if runs[i].name not in queued]
   if not pending:
-    print(f"[sweep] all {len(runs)} runs under {root} are finished; tfm sweep --report "
-          f"--root={root} gathers their results")
+    print(f"[sweep] nothing to submit: of the {len(runs)} runs under {root}, "
+          f"{len(runs) - len(unfinished)} are finished and {len(unfinished)} queued or running; "
+          f"tfm sweep --status --root={root} shows them")
     return
   throttle = fv.parallel if fv["parallel"].present else None
   array = slurm.array_spec(pending, throttle)

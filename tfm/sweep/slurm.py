@@ -145,6 +145,13 @@ def states(root: str) -> list[RunState]:
           sorted(latest.values(), key=lambda item: item[0]["index"])]
 
 
+def in_queue(root: str) -> set[str]:
+  """The runs under root whose array task squeue lists (queued or running): not to submit again."""
+  if not _records(root):
+    return set()
+  return {s.name for s in states(root) if s.state in ("queued", "running")}
+
+
 def _state(root: str, run: dict, record: dict | None, queue) -> RunState:
   workdir = os.path.join(root, run["name"])
   task = None if record is None else (record["job"], str(run["index"]))
