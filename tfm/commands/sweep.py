@@ -17,6 +17,7 @@ runs as one SLURM job array instead, one task per run, each running `tfm sweep .
 
 from __future__ import annotations
 
+import functools
 import glob
 import json
 import os
@@ -102,79 +103,26 @@ def _prepare_data(configs) -> None:
                          f"data.vocab_size to {tok.vocab_size}")
 
 
-def run(fv: flags.FlagValues, config: config_lib.Config | None):
-  if not fv.root:
-    raise UsageError("--root is required (one workdir per run and the results go there)")
-  if storage.is_remote(fv.root):
-    raise UsageError(f"--root {fv.root}: expected a local directory (the sweep runs its rows as "
-                     "local processes that log there); copy run directories from elsewhere into "
-                     "one local root and use --report to join them")
-  root = os.path.abspath(fv.root)
-  if fv.sbatch_args and not fv.slurm:
-    raise UsageError("--sbatch_args goes with --slurm (the options of the sweep's SLURM job array)")
-  try:
-    sbatch_args = shlex.split(fv.sbatch_args)
-  except ValueError as e:
-    raise UsageError(f"--sbatch_args {fv.sbatch_args!r}: {e}") from None
-  if fv.status:
-    _status(root)
-    return
-  if fv.report:
-    if glob.glob(os.path.join(root, slurm.RECORDS, "*.json")) and shutil.which("squeue"):
-      slurm.states(root)  # records the failures of array tasks that ended without a result
-    results = execute.collect(root)
-    if not results:
-      raise ValueError(f"--root {fv.root}: no run results found (expected */{execute.RESULT})")
-    _write(results, root)
-    return
-  if config is None:
-    raise UsageError("--config=FILE[:ARG] is required (or --report, --status)")
-  if fv.slurm and shutil.which("sbatch") is None:
-    raise UsageError("--slurm: no sbatch on PATH; run it on a SLURM cluster's login node (Debian "
-                     "packages slurm-client or slurm-wlm)")
-  import jax  # pylint: disable=import-outside-toplevel
-  jax.config.update("jax_platforms", "cpu")  # the runs own the accelerators; this process counts
-  from tfm.model.params import count_params  # pylint: disable=import-outside-toplevel
+class _Results:
+  """What a run's sweep_result.json says: the run and its config, then its dev evaluation."""
 
-  runs = _runs(fv, config)
-  if fv.run_index is not None and fv.run_index >= len(runs):
-    raise UsageError(f"--run_index={fv.run_index}: this sweep has runs 0..{len(runs) - 1}")
-  vocab_dir = os.path.join(root, "vocab") if config.data.vocab_dir is None else None
-  configs = {r: r.load(vocab_dir) for r in runs}  # every config validated before anything runs
-  eval_limit = lambda r: configs[r].eval.bleu_examples if fv.eval_limit is None else fv.eval_limit
-  if fv.dry_run and not fv.slurm:
-    for r in runs:
-      workdir = os.path.join(root, r.name)
-      print(f"# {r.name}\ntfm {' '.join(r.train_argv(workdir, vocab_dir))}\n"
-            f"tfm eval --workdir={workdir} --split=dev --limit={eval_limit(r)}")
-    return
-  reference = config_lib.load_config(config_lib.config_file(fv))
-  index = {r: i for i, r in enumerate(runs)}
-  params = {r: count_params(c.model) for r, c in configs.items()}
+  def __init__(self, runs: list[Run], configs: dict, reference: config_lib.Config, eval_limit):
+    from tfm.model.params import count_params  # pylint: disable=import-outside-toplevel
+    self.configs, self.reference, self.eval_limit = configs, reference, eval_limit
+    self.index = {r: i for i, r in enumerate(runs)}
+    self.params = {r: count_params(c.model) for r, c in configs.items()}
 
-  def static(r: Run, wall_s: float) -> dict:
-    """What a run's result says before its evaluation is read."""
-    c = configs[r]
-    return dict(name=r.name, group=r.group, row=r.row, seed=r.seed, index=index[r],
-                changes=execute.changed_keys(c, reference), params=params[r], steps=c.train.steps,
-                paper=c.paper, wall_s=wall_s, dev_ppl=None, bleu=None, tokenized_bleu=None,
-                tokens_seen=None)
+  def static(self, r: Run, wall_s: float) -> dict:
+    """What the result says before its evaluation is read (also a run that never started)."""
+    c = self.configs[r]
+    return dict(name=r.name, group=r.group, row=r.row, seed=r.seed, index=self.index[r],
+                changes=execute.changed_keys(c, self.reference), params=self.params[r],
+                steps=c.train.steps, paper=c.paper, wall_s=wall_s, dev_ppl=None, bleu=None,
+                tokenized_bleu=None, tokens_seen=None)
 
-  if fv.slurm:
-    return _submit(fv, root, sbatch_args, runs, configs, static)
-  if fv.run_index is not None:  # one task of a --slurm array: data and command are the submitter's
-    runs = [runs[fv.run_index]]
-    shares = execute.device_shares(1)
-  else:
-    shares = execute.device_shares(fv.parallel)
-    os.makedirs(root, exist_ok=True)
-    with open(os.path.join(root, COMMAND), "w", encoding="utf-8") as f:
-      f.write(_command() + "\n")
-    _prepare_data(list(configs.values()))
-
-  def describe(r: Run, workdir: str, wall_s: float) -> dict:
-    out = static(r, wall_s)
-    evals = [(int(m["step"]), int(m["limit"] or 0) == eval_limit(r),
+  def describe(self, r: Run, workdir: str, wall_s: float) -> dict:
+    out = self.static(r, wall_s)
+    evals = [(int(m["step"]), int(m["limit"] or 0) == self.eval_limit(r),
               os.path.getmtime(os.path.join(workdir, name)), name)
              for name in os.listdir(workdir)
              if (m := eval_command.RESULT.fullmatch(name)) and m["split"] == "dev"]
@@ -187,25 +135,91 @@ def run(fv: flags.FlagValues, config: config_lib.Config | None):
                  trained_steps=e["checkpoints"][-1])
     return out
 
-  if fv.run_index is not None:  # the other tasks write results at the same time: no report here
-    results = execute.run_all(runs, root, shares=shares, vocab_dir=vocab_dir,
-                              eval_limit_of=eval_limit, steps_of=lambda r: configs[r].train.steps,
-                              describe=describe)
-    return 1 if any(r["status"] != "ok" for r in results) else None
+
+def _root(fv: flags.FlagValues) -> str:
+  if not fv.root:
+    raise UsageError("--root is required (one workdir per run and the results go there)")
+  if storage.is_remote(fv.root):
+    raise UsageError(f"--root {fv.root}: expected a local directory (the sweep runs its rows as "
+                     "local processes that log there); copy run directories from elsewhere into "
+                     "one local root and use --report to join them")
+  return os.path.abspath(fv.root)
+
+
+def _sbatch_args(fv: flags.FlagValues) -> list[str]:
+  if fv.sbatch_args and not fv.slurm:
+    raise UsageError("--sbatch_args goes with --slurm (the options of the sweep's SLURM job array)")
   try:
-    execute.run_all(runs, root, shares=shares, vocab_dir=vocab_dir, eval_limit_of=eval_limit,
-                    steps_of=lambda r: configs[r].train.steps, describe=describe)
+    return shlex.split(fv.sbatch_args)
+  except ValueError as e:
+    raise UsageError(f"--sbatch_args {fv.sbatch_args!r}: {e}") from None
+
+
+def run(fv: flags.FlagValues, config: config_lib.Config | None):
+  root = _root(fv)
+  sbatch_args = _sbatch_args(fv)
+  if fv.status:
+    return _status(root)
+  if fv.report:
+    return _report(fv, root)
+  if config is None:
+    raise UsageError("--config=FILE[:ARG] is required (or --report, --status)")
+  if fv.slurm and shutil.which("sbatch") is None:
+    raise UsageError("--slurm: no sbatch on PATH; run it on a SLURM cluster's login node (Debian "
+                     "packages slurm-client or slurm-wlm)")
+  import jax  # pylint: disable=import-outside-toplevel
+  jax.config.update("jax_platforms", "cpu")  # the runs own the accelerators; this process counts
+
+  runs = _runs(fv, config)
+  if fv.run_index is not None and fv.run_index >= len(runs):
+    raise UsageError(f"--run_index={fv.run_index}: this sweep has runs 0..{len(runs) - 1}")
+  vocab_dir = os.path.join(root, "vocab") if config.data.vocab_dir is None else None
+  configs = {r: r.load(vocab_dir) for r in runs}  # every config validated before anything runs
+  eval_limit = lambda r: configs[r].eval.bleu_examples if fv.eval_limit is None else fv.eval_limit
+  if fv.dry_run and not fv.slurm:
+    for r in runs:
+      workdir = os.path.join(root, r.name)
+      print(f"# {r.name}\ntfm {' '.join(r.train_argv(workdir, vocab_dir))}\n"
+            f"tfm eval --workdir={workdir} --split=dev --limit={eval_limit(r)}")
+    return None
+  results = _Results(runs, configs, config_lib.load_config(config_lib.config_file(fv)), eval_limit)
+  if fv.slurm:
+    return _submit(fv, root, sbatch_args, runs, configs, results)
+  run_all = functools.partial(execute.run_all, root=root, vocab_dir=vocab_dir,
+                              eval_limit_of=eval_limit, steps_of=lambda r: configs[r].train.steps,
+                              describe=results.describe)
+  if fv.run_index is not None:  # one task of a --slurm array: data and command are the submitter's
+    done = run_all([runs[fv.run_index]], shares=execute.device_shares(1))
+    return 1 if any(r["status"] != "ok" for r in done) else None  # no report: tasks run at once
+  shares = execute.device_shares(fv.parallel)
+  os.makedirs(root, exist_ok=True)
+  with open(os.path.join(root, COMMAND), "w", encoding="utf-8") as f:
+    f.write(_command() + "\n")
+  _prepare_data(list(configs.values()))
+  try:
+    run_all(runs, shares=shares)
   finally:
-    results = execute.collect(root)
-    if results:
-      _write(results, root)
+    gathered = execute.collect(root)
+    if gathered:
+      _write(gathered, root)
   names = {r.name for r in runs}
-  failed = [r["name"] for r in results if r["name"] in names and r["status"] != "ok"]
+  failed = [r["name"] for r in gathered if r["name"] in names and r["status"] != "ok"]
   if failed:
     print(f"tfm sweep: {len(failed)} of {len(runs)} runs failed ({', '.join(failed)}); their errors "
           f"are in {os.path.join(root, 'table.md')}; rerun the command to retry them",
           file=sys.stderr)
     return 1
+  return None
+
+
+def _report(fv: flags.FlagValues, root: str) -> None:
+  """--report: results.jsonl, table.md and the figure from the finished and failed runs."""
+  if glob.glob(os.path.join(root, slurm.RECORDS, "*.json")) and shutil.which("squeue"):
+    slurm.states(root)  # records the failures of array tasks that ended without a result
+  results = execute.collect(root)
+  if not results:
+    raise ValueError(f"--root {fv.root}: no run results found (expected */{execute.RESULT})")
+  _write(results, root)
 
 
 def _task_argv(fv: flags.FlagValues, root: str) -> list[str]:
@@ -218,7 +232,7 @@ def _task_argv(fv: flags.FlagValues, root: str) -> list[str]:
 
 
 def _submit(fv: flags.FlagValues, root: str, user_args: list[str], runs: list[Run], configs: dict,
-            static) -> None:
+            results: _Results) -> None:
   """--slurm: the unfinished runs as one held job array, released once the data is ready."""
   steps = {r: configs[r].train.steps for r in runs}
   unfinished = [i for i, r in enumerate(runs)
@@ -242,7 +256,7 @@ def _submit(fv: flags.FlagValues, root: str, user_args: list[str], runs: list[Ru
     _prepare_data(list(configs.values()))
     slurm.write_record(root, job, [
         dict(index=i, name=r.name, steps=steps[r], submitted=i in pending,
-             description=static(r, 0.0)) for i, r in enumerate(runs)])
+             description=results.static(r, 0.0)) for i, r in enumerate(runs)])
     with open(os.path.join(root, COMMAND), "w", encoding="utf-8") as f:
       f.write(_command() + "\n")
   except BaseException:
