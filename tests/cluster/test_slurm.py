@@ -89,10 +89,11 @@ def test_two_tasks_and_a_requeued_twin_end_bit_exact_with_two_local_processes(cl
   saved = re.findall(r"SIGTERM: saved step (\d+)", _text(twin_log))
   assert len(saved) == 1 and 2 <= int(saved[0]) < STEPS, _text(twin_log)[-3000:]
   _slurm("scontrol", "requeue", twin)
+  _wait(lambda: f"resumed from step {saved[0]}" in _text(twin_log), "the requeued twin to resume",
+        logs=[twin_log, plain_log])
   _wait(lambda: not _in_queue(twin) and not _in_queue(plain), "both jobs to end",
         logs=[twin_log, plain_log])
   assert local.wait(300) == 0, local.lines[-10:]
-  assert f"resumed from step {saved[0]}" in _text(twin_log), _text(twin_log)[-3000:]
   for log in (twin_log, plain_log):
     assert "2 host(s), 2 device(s)" in _text(log), _text(log)[-3000:]
     assert re.search(rf"^\[train\] step {STEPS}/{STEPS} ", _text(log), re.M), _text(log)[-3000:]
@@ -154,7 +155,8 @@ def test_sweep_on_slurm_is_a_throttled_array_with_the_local_sweeps_results(clust
         seen.setdefault(name, []).append(state)
     if all(state == "done" for state, _ in now.values()):
       break
-    assert time.monotonic() < end and "failed" not in seen, (now, list(on_slurm.glob("*/sweep.log")))
+    assert time.monotonic() < end and not any("failed" in states for states in seen.values()), (
+        now, [p.read_text()[-2000:] for p in on_slurm.glob("*/sweep.log")])
     time.sleep(0.5)
   assert len(seen) == 4 and all(states[-2:] == ["running", "done"] for states in seen.values()), seen
   assert seen["model.num_heads=2-s0"][0] == seen["model.num_heads=2-s1"][0] == "queued", seen

@@ -98,8 +98,7 @@ def write_record(root: str, job: str, runs: list[dict]) -> str:
 class RunState:
   name: str
   state: str  # done, running, queued or failed
-  detail: str
-  task: str | None  # JOB_INDEX of the array task that last ran or will run it
+  detail: str  # the scores, the array task and its squeue state, or the error
 
 
 def _records(root: str) -> list[dict]:
@@ -114,7 +113,8 @@ def _records(root: str) -> list[dict]:
 def _queue() -> dict[tuple[str, str], tuple[str, str]]:
   """(job, array index) -> (state, reason) of every array task squeue lists."""
   if shutil.which("squeue") is None:
-    raise ValueError("--status needs squeue on PATH (run it where `tfm sweep --slurm` ran)")
+    raise ValueError("no squeue on PATH: where each run of a --slurm sweep stands comes from squeue "
+                     "(run it where the sweep was submitted)")
   out = _run(["squeue", "--array", "--noheader", "--format=%F|%K|%T|%r"], "squeue failed")
   tasks = {}
   for line in out.splitlines():
@@ -158,24 +158,24 @@ def _state(root: str, run: dict, record: dict | None, queue) -> RunState:
   label = None if task is None else "_".join(task)
   result = execute.read_result(workdir)
   if execute.is_finished(workdir, run["steps"]):
-    return RunState(run["name"], "done", _scores(result), label)
+    return RunState(run["name"], "done", _scores(result))
   if task in queue:
     state, reason = queue[task]
     if state in RUNNING:
-      return RunState(run["name"], "running", f"job {label} {state.lower()}", label)
-    return RunState(run["name"], "queued", f"job {label} {state.lower()} ({reason})", label)
+      return RunState(run["name"], "running", f"job {label} {state.lower()}")
+    return RunState(run["name"], "queued", f"job {label} {state.lower()} ({reason})")
   if result is not None:
-    return RunState(run["name"], "failed", result.get("error") or result["status"], label)
+    return RunState(run["name"], "failed", result.get("error") or result["status"])
   if task is None:
     return RunState(run["name"], "failed", "not finished and never submitted: run tfm sweep "
-                    "--slurm again", None)
+                    "--slurm again")
   log = task_log(root, *task)
   error = (f"job {label} ended without a result: {execute.last_error_line(log)}"
            if os.path.exists(log) else f"job {label} ended without starting (no {log})")
   os.makedirs(workdir, exist_ok=True)
   execute.write_json(os.path.join(workdir, execute.RESULT),
                      {**run["description"], "status": "failed", "error": error})
-  return RunState(run["name"], "failed", error, label)
+  return RunState(run["name"], "failed", error)
 
 
 def _scores(result: dict) -> str:
