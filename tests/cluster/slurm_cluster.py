@@ -104,6 +104,11 @@ class Cluster:
     log.close()
 
   def start(self, timeout: float = 60) -> None:
+    try:  # jax.distributed finds its coordinator by the node's name in SLURM's node list
+      socket.gethostbyname(self.node)
+    except OSError as e:
+      raise RuntimeError(f"this host's name {self.node!r} does not resolve ({e}); the test cluster's "
+                         "node is named after it: add it to /etc/hosts") from None
     for d in ("state", "spool", "munge"):
       (self.root / d).mkdir(parents=True, exist_ok=True)
     key = self.root / "munge" / "munge.key"
@@ -138,8 +143,22 @@ class Cluster:
                            + (f" ({', '.join(dead)} exited)" if dead else "") + "\n" + logs)
       time.sleep(0.2)
 
+  def _cancel_jobs(self, timeout: float = 30) -> None:
+    """Every job still queued or running (a failed test's), so that no job step outlives slurmd."""
+    env = {**os.environ, **self.environment()}
+    run = lambda *argv: subprocess.run(argv, capture_output=True, text=True, env=env, check=False)
+    if run("scancel", f"--user={os.getuid()}").returncode != 0:
+      return
+    end = time.monotonic() + timeout
+    while run("squeue", "--noheader").stdout.strip() and time.monotonic() < end:
+      time.sleep(0.5)
+
   def stop(self) -> None:
-    """slurmd, slurmctld, munged in that order, each by its pid (SIGTERM, then SIGKILL)."""
+    """Cancels what is left, then stops slurmd, slurmctld, munged in that order, each by its pid
+    (SIGTERM, then SIGKILL)."""
+    if all(self.daemons.get(n) is not None and self.daemons[n].poll() is None
+           for n in ("slurmctld", "slurmd", "munged")):
+      self._cancel_jobs()
     for name in ("slurmd", "slurmctld", "munged"):
       proc = self.daemons.pop(name, None)
       if proc is None or proc.poll() is not None:
