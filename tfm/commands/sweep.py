@@ -5,16 +5,24 @@
       --grid train.label_smoothing=0,0.1 --root=DIR [--config.train.steps=300]
   tfm sweep --report --root=DIR        # rebuild results.jsonl, table.md and the figure
   tfm sweep ... --dry_run              # print each run's commands (e.g. one per TPU slice)
+  tfm sweep ... --slurm [--sbatch_args="--partition=gpu --gpus-per-task=1 --time=8:00:00"]
+  tfm sweep --status --root=DIR        # each run of a --slurm sweep: done / running / queued / failed
 
 Rerunning a command skips finished runs and resumes interrupted ones; a failed run is recorded
 with its error and the others go on (tfm/sweep/execute.py). Results: DIR/results.jsonl (one line
-per run), DIR/table.md and DIR/table3.png (tfm/sweep/report.py).
+per run), DIR/table.md and DIR/table3.png (tfm/sweep/report.py). --slurm submits the unfinished
+runs as one SLURM job array instead, one task per run, each running `tfm sweep ... --run_index=I`
+(tfm/sweep/slurm.py, docs/cluster.md).
 """
 
 from __future__ import annotations
 
+import functools
+import glob
 import json
 import os
+import shlex
+import shutil
 import sys
 
 from absl import flags
@@ -24,7 +32,7 @@ from tfm import config as config_lib
 from tfm import storage
 from tfm.commands import UsageError
 from tfm.commands import eval as eval_command
-from tfm.sweep import execute, publish, report
+from tfm.sweep import execute, publish, report, slurm
 from tfm.sweep.runs import Run, expand, parse_grid
 
 COMMAND = "sweep_command.txt"  # the command that ran the sweep, for the table's header
@@ -51,6 +59,14 @@ def define_flags(fv: flags.FlagValues):
                        flag_values=fv)
   flags.DEFINE_boolean("dry_run", False, "print the runs' commands instead of running them",
                        flag_values=fv)
+  flags.DEFINE_boolean("slurm", False, "submit the unfinished runs as one SLURM job array (one "
+                       "task per run; --parallel K: K tasks at once) and return", flag_values=fv)
+  flags.DEFINE_string("sbatch_args", "", "with --slurm: sbatch options for every task, e.g. "
+                      "\"--partition=gpu --gpus-per-task=1 --time=8:00:00\"", flag_values=fv)
+  flags.DEFINE_boolean("status", False, "each run of the --slurm sweep in --root: done, running, "
+                       "queued or failed", flag_values=fv)
+  flags.DEFINE_integer("run_index", None, "run only the sweep's run of this index (what each "
+                       "task of a --slurm array runs)", lower_bound=0, flag_values=fv)
 
 
 def _command_overrides(fv: flags.FlagValues) -> list[str]:
@@ -78,91 +94,51 @@ def _runs(fv: flags.FlagValues, config: config_lib.Config) -> list[Run]:
   return expand(path, rows, grid, fv.seeds, _command_overrides(fv))
 
 
-def _prepare_data(configs) -> dict:
-  """Every distinct dataset and vocabulary, once, before any run starts; {data config: the
-  vocabulary model's sha256}."""
+def _prepare_data(configs) -> None:
+  """Every distinct dataset and vocabulary, once, before any run starts."""
   from tfm.data import sources, tokenizer  # pylint: disable=import-outside-toplevel
-  vocab_sha256 = {}
   for data in {c.data for c in configs}:
     sources.prepare(data)
     tok = tokenizer.get_tokenizer(data)
-    vocab_sha256[data] = tok.model_sha256
     for c in configs:
       if c.data == data and tok.vocab_size != c.model.vocab_size:
         raise ValueError(f"the vocabulary of {data.dataset} has {tok.vocab_size} pieces but "
                          f"model.vocab_size is {c.model.vocab_size}; set model.vocab_size and "
                          f"data.vocab_size to {tok.vocab_size}")
-  return vocab_sha256
 
 
-def run(fv: flags.FlagValues, config: config_lib.Config | None):
-  if not fv.root:
-    raise UsageError("--root is required (one workdir per run and the results go there)")
-  if storage.is_remote(fv.root):
-    raise UsageError(f"--root {fv.root}: expected a local directory (the sweep runs its rows as "
-                     "local processes that log there); copy run directories from elsewhere into "
-                     "one local root and use --report to join them")
-  root = os.path.abspath(fv.root)
-  if fv.report:
-    results = execute.collect(root)
-    if not results:
-      raise ValueError(f"--root {fv.root}: no run results found (expected */{execute.RESULT})")
-    _write(results, root)
-    return
-  if config is None:
-    raise UsageError("--config=FILE[:ARG] is required (or --report)")
-  import jax  # pylint: disable=import-outside-toplevel
-  jax.config.update("jax_platforms", "cpu")  # the runs own the accelerators; this process counts
-  from tfm.model.params import count_params  # pylint: disable=import-outside-toplevel
+class _Results:
+  """What a run's sweep_result.json says: the run and its config, then its dev evaluation."""
 
-  runs = _runs(fv, config)
-  vocab_dir = os.path.join(root, "vocab") if config.data.vocab_dir is None else None
-  configs = {r: r.load(vocab_dir) for r in runs}  # every config validated before anything runs
-  eval_limit = lambda r: configs[r].eval.bleu_examples if fv.eval_limit is None else fv.eval_limit
-  if fv.dry_run:
-    for r in runs:
-      workdir = os.path.join(root, r.name)
-      print(f"# {r.name}\ntfm {' '.join(r.train_argv(workdir, vocab_dir))}\n"
-            f"tfm eval --workdir={workdir} --split=dev --limit={eval_limit(r)}")
-    return
-  reference = config_lib.load_config(config_lib.config_file(fv))
-  index = {r: i for i, r in enumerate(runs)}
-  params = {r: count_params(c.model) for r, c in configs.items()}
-  shares = execute.device_shares(fv.parallel)
-  os.makedirs(root, exist_ok=True)
-  with open(os.path.join(root, COMMAND), "w", encoding="utf-8") as f:
-    f.write(_command() + "\n")
-  published = os.path.abspath(fv.publish) if fv.publish else None
-  vocab_dirs = sorted({c.data.vocab_dir for c in configs.values()})
-  if published:
-    for d in vocab_dirs:
-      publish.restore_vocab(published, d)
-  vocab_sha256 = _prepare_data(list(configs.values()))
-  fingerprints = {r: publish.fingerprint(c, vocab_sha256[c.data], eval_limit(r))
-                  for r, c in configs.items()}
-  on_result = None
-  if published:
-    taken = publish.take_published(
-        [(r.name, fingerprints[r], configs[r].train.steps) for r in runs], root, published)
-    if taken:
-      print(f"[sweep] {len(taken)} finished runs taken from {fv.publish}: {', '.join(taken)}")
-    for d in vocab_dirs:
-      publish.publish_vocab(d, published)
-    storage.write_atomically(os.path.join(published, COMMAND), _command() + "\n")
+  def __init__(self, runs: list[Run], configs: dict, reference: config_lib.Config, eval_limit):
+    from tfm.model.params import count_params  # pylint: disable=import-outside-toplevel
+    self.configs, self.reference, self.eval_limit = configs, reference, eval_limit
+    self.index = {r: i for i, r in enumerate(runs)}
+    self.params = {r: count_params(c.model) for r, c in configs.items()}
+    self._fingerprints = {}
 
-    def on_result(result: dict) -> None:
-      if result["status"] == "ok":
-        publish.publish_run(os.path.join(root, result["name"]), published)
-        _write(execute.collect(published), published, quiet=True)
+  def fingerprint(self, r: Run) -> str:
+    """The run's config and vocabulary as tfm/sweep/publish.py compares them (the vocabulary must
+    exist: call this after _prepare_data)."""
+    if r not in self._fingerprints:
+      from tfm.data import tokenizer  # pylint: disable=import-outside-toplevel
+      c = self.configs[r]
+      self._fingerprints[r] = publish.fingerprint(
+          c, tokenizer.get_tokenizer(c.data).model_sha256, self.eval_limit(r))
+    return self._fingerprints[r]
 
-  def describe(r: Run, workdir: str, wall_s: float) -> dict:
-    c = configs[r]
-    out = dict(name=r.name, group=r.group, row=r.row, seed=r.seed, index=index[r],
-               fingerprint=fingerprints[r],
-               changes=execute.changed_keys(c, reference), params=params[r], steps=c.train.steps,
-               paper=c.paper, wall_s=wall_s, dev_ppl=None, bleu=None, tokenized_bleu=None,
-               tokens_seen=None)
-    evals = [(int(m["step"]), int(m["limit"] or 0) == eval_limit(r),
+  def static(self, r: Run, wall_s: float) -> dict:
+    """What the result says before its evaluation is read (also a run that never started)."""
+    c = self.configs[r]
+    return dict(name=r.name, group=r.group, row=r.row, seed=r.seed, index=self.index[r],
+                fingerprint=self.fingerprint(r),
+                changes=execute.changed_keys(c, self.reference), params=self.params[r],
+                steps=c.train.steps, paper=c.paper, wall_s=wall_s, dev_ppl=None, bleu=None,
+                tokenized_bleu=None, tokens_seen=None)
+
+  def describe(self, r: Run, workdir: str, wall_s: float) -> dict:
+    out = self.static(r, wall_s)
+    evals = [(int(m["step"]), int(m["limit"] or 0) == self.eval_limit(r),
               os.path.getmtime(os.path.join(workdir, name)), name)
              for name in os.listdir(workdir)
              if (m := eval_command.RESULT.fullmatch(name)) and m["split"] == "dev"]
@@ -175,23 +151,184 @@ def run(fv: flags.FlagValues, config: config_lib.Config | None):
                  trained_steps=e["checkpoints"][-1])
     return out
 
+
+def _root(fv: flags.FlagValues) -> str:
+  if not fv.root:
+    raise UsageError("--root is required (one workdir per run and the results go there)")
+  if storage.is_remote(fv.root):
+    raise UsageError(f"--root {fv.root}: expected a local directory (the sweep runs its rows as "
+                     "local processes that log there); copy run directories from elsewhere into "
+                     "one local root and use --report to join them")
+  return os.path.abspath(fv.root)
+
+
+def _sbatch_args(fv: flags.FlagValues) -> list[str]:
+  if fv.sbatch_args and not fv.slurm:
+    raise UsageError("--sbatch_args goes with --slurm (the options of the sweep's SLURM job array)")
   try:
-    execute.run_all(runs, root, shares=shares, vocab_dir=vocab_dir, eval_limit_of=eval_limit,
-                    steps_of=lambda r: configs[r].train.steps, describe=describe,
-                    on_result=on_result)
+    return shlex.split(fv.sbatch_args)
+  except ValueError as e:
+    raise UsageError(f"--sbatch_args {fv.sbatch_args!r}: {e}") from None
+
+
+def run(fv: flags.FlagValues, config: config_lib.Config | None):
+  root = _root(fv)
+  sbatch_args = _sbatch_args(fv)
+  if fv.status:
+    return _status(root)
+  if fv.report:
+    return _report(fv, root)
+  if config is None:
+    raise UsageError("--config=FILE[:ARG] is required (or --report, --status)")
+  if fv.slurm and fv.publish:
+    raise UsageError("--publish goes with a local sweep: a --slurm array's tasks run elsewhere; "
+                     "publish their finished runs with a local sweep of the same flags later")
+  if fv.slurm and shutil.which("sbatch") is None:
+    raise UsageError("--slurm: no sbatch on PATH; run it on a SLURM cluster's login node (Debian "
+                     "packages slurm-client or slurm-wlm)")
+  import jax  # pylint: disable=import-outside-toplevel
+  jax.config.update("jax_platforms", "cpu")  # the runs own the accelerators; this process counts
+
+  runs = _runs(fv, config)
+  if fv.run_index is not None and fv.run_index >= len(runs):
+    raise UsageError(f"--run_index={fv.run_index}: this sweep has runs 0..{len(runs) - 1}")
+  vocab_dir = os.path.join(root, "vocab") if config.data.vocab_dir is None else None
+  configs = {r: r.load(vocab_dir) for r in runs}  # every config validated before anything runs
+  eval_limit = lambda r: configs[r].eval.bleu_examples if fv.eval_limit is None else fv.eval_limit
+  if fv.dry_run and not fv.slurm:
+    for r in runs:
+      workdir = os.path.join(root, r.name)
+      print(f"# {r.name}\ntfm {' '.join(r.train_argv(workdir, vocab_dir))}\n"
+            f"tfm eval --workdir={workdir} --split=dev --limit={eval_limit(r)}")
+    return None
+  results = _Results(runs, configs, config_lib.load_config(config_lib.config_file(fv)), eval_limit)
+  if fv.slurm:
+    return _submit(fv, root, sbatch_args, runs, configs, results)
+  run_all = functools.partial(execute.run_all, root=root, vocab_dir=vocab_dir,
+                              eval_limit_of=eval_limit, steps_of=lambda r: configs[r].train.steps,
+                              describe=results.describe)
+  if fv.run_index is not None:  # one task of a --slurm array: data and command are the submitter's
+    done = run_all([runs[fv.run_index]], shares=execute.device_shares(1))
+    return 1 if any(r["status"] != "ok" for r in done) else None  # no report: tasks run at once
+  shares = execute.device_shares(fv.parallel)
+  os.makedirs(root, exist_ok=True)
+  with open(os.path.join(root, COMMAND), "w", encoding="utf-8") as f:
+    f.write(_command() + "\n")
+  published = os.path.abspath(fv.publish) if fv.publish else None
+  if published:
+    for d in sorted({c.data.vocab_dir for c in configs.values()}):
+      publish.restore_vocab(published, d)
+  _prepare_data(list(configs.values()))
+  on_result = None
+  if published:
+    on_result = _publisher(runs, configs, results, root, published)
+  try:
+    run_all(runs, shares=shares, on_result=on_result)
   finally:
-    results = execute.collect(root)
-    if results:
-      _write(results, root)
+    gathered = execute.collect(root)
+    if gathered:
+      _write(gathered, root)
     if published and execute.collect(published):
       _write(execute.collect(published), published, quiet=True)
   names = {r.name for r in runs}
-  failed = [r["name"] for r in results if r["name"] in names and r["status"] != "ok"]
+  failed = [r["name"] for r in gathered if r["name"] in names and r["status"] != "ok"]
   if failed:
     print(f"tfm sweep: {len(failed)} of {len(runs)} runs failed ({', '.join(failed)}); their errors "
           f"are in {os.path.join(root, 'table.md')}; rerun the command to retry them",
           file=sys.stderr)
     return 1
+  return None
+
+
+def _publisher(runs: list[Run], configs: dict, results: _Results, root: str, published: str):
+  """--publish: takes the published runs that match into root, publishes the vocabulary and the
+  command; returns what publishes each run that finishes, with the report."""
+  taken = publish.take_published(
+      [(r.name, results.fingerprint(r), configs[r].train.steps) for r in runs], root, published)
+  if taken:
+    print(f"[sweep] {len(taken)} finished runs taken from {published}: {', '.join(taken)}")
+  for d in sorted({c.data.vocab_dir for c in configs.values()}):
+    publish.publish_vocab(d, published)
+  storage.write_atomically(os.path.join(published, COMMAND), _command() + "\n")
+
+  def on_result(result: dict) -> None:
+    if result["status"] == "ok":
+      publish.publish_run(os.path.join(root, result["name"]), published)
+      _write(execute.collect(published), published, quiet=True)
+  return on_result
+
+
+def _report(fv: flags.FlagValues, root: str) -> None:
+  """--report: results.jsonl, table.md and the figure from the finished and failed runs."""
+  if glob.glob(os.path.join(root, slurm.RECORDS, "*.json")) and shutil.which("squeue"):
+    slurm.states(root)  # records the failures of array tasks that ended without a result
+  results = execute.collect(root)
+  if not results:
+    raise ValueError(f"--root {fv.root}: no run results found (expected */{execute.RESULT})")
+  _write(results, root)
+
+
+def _task_argv(fv: flags.FlagValues, root: str) -> list[str]:
+  """This sweep's flags, as each array task repeats them (without --slurm)."""
+  argv = ["sweep", f"--config={config_lib.config_file(fv)}"]
+  argv += [f"--config.{o}" for o in _command_overrides(fv)] + [f"--root={root}"]
+  argv += [f"--rows={','.join(fv.rows)}"] if fv.rows else []
+  argv += [f"--grid={g}" for g in fv.grid] + [f"--seeds={fv.seeds}"]
+  return argv + ([f"--eval_limit={fv.eval_limit}"] if fv.eval_limit is not None else [])
+
+
+def _submit(fv: flags.FlagValues, root: str, user_args: list[str], runs: list[Run], configs: dict,
+            results: _Results) -> None:
+  """--slurm: the unfinished runs as one held job array, released once the data is ready."""
+  steps = {r: configs[r].train.steps for r in runs}
+  unfinished = [i for i, r in enumerate(runs)
+                if not execute.is_finished(os.path.join(root, r.name), steps[r])]
+  queued = slurm.in_queue(root)  # an earlier submission's tasks, still queued or running
+  pending = [i for i in unfinished if runs[i].name not in queued]
+  if not pending:
+    print(f"[sweep] nothing to submit: of the {len(runs)} runs under {root}, "
+          f"{len(runs) - len(unfinished)} are finished and {len(unfinished)} queued or running; "
+          f"tfm sweep --status --root={root} shows them")
+    return
+  throttle = fv.parallel if fv["parallel"].present else None
+  array = slurm.array_spec(pending, throttle)
+  argv = slurm.sbatch_argv(root, array, user_args, os.getcwd())
+  script = slurm.task_script(sys.executable, _task_argv(fv, root))
+  if fv.dry_run:
+    print(f"{shlex.join(argv)} <<'EOF'\n{script}EOF")
+    return
+  job = slurm.submit_held(argv, script, user_args)
+  try:  # the array waits, held, for its data; a failure here leaves no job behind
+    _prepare_data(list(configs.values()))
+    slurm.write_record(root, job, [
+        dict(index=i, name=r.name, steps=steps[r], submitted=i in pending,
+             description=results.static(r, 0.0)) for i, r in enumerate(runs)])
+    with open(os.path.join(root, COMMAND), "w", encoding="utf-8") as f:
+      f.write(_command() + "\n")
+  except BaseException:
+    slurm.cancel(job)
+    raise
+  held = any(a in ("-H", "--hold") for a in user_args)  # the user's own hold: theirs to release
+  if not held:
+    slurm.release(job)
+  print(f"[sweep] submitted {len(pending)} of {len(runs)} runs as SLURM job {job} (array {array}"
+        + (f", held: scontrol release {job} starts it" if held else "") + "); task output: "
+        f"{slurm.task_log(root, job, 'I')} for run I, each run's own log: "
+        f"{os.path.join(root, 'NAME', execute.LOG)}")
+  for i in pending:
+    print(f"[sweep]   task {job}_{i}: {runs[i].name}")
+  print(f"[sweep] tfm sweep --status --root={root} shows where each run stands; tfm sweep --report "
+        f"--root={root} gathers the results")
+
+
+def _status(root: str) -> None:
+  """--status: one line per run of the --slurm sweep in root, then the counts."""
+  found = slurm.states(root)
+  width = max(len(s.name) for s in found)
+  for s in found:
+    print(f"{s.name:<{width}}  {s.state:<7}  {s.detail}")
+  counts = {k: sum(s.state == k for s in found) for k in ("done", "running", "queued", "failed")}
+  print(", ".join(f"{n} {k}" for k, n in counts.items()) + f" of {len(found)} runs")
 
 
 def _command() -> str:

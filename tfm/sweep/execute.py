@@ -96,14 +96,16 @@ def is_finished(workdir: str, steps: int) -> bool:
   return bool(result) and result.get("status") == "ok" and result.get("steps") == steps
 
 
-def _write_json(path: str, value) -> None:
+def write_json(path: str, value) -> None:
+  """Writes value to path as JSON through a temporary file: readers see all of it or nothing."""
   tmp = path + ".tmp"
   with open(tmp, "w", encoding="utf-8") as f:
     json.dump(value, f, indent=1)
   os.replace(tmp, path)  # never half written
 
 
-def _last_error_line(log_path: str) -> str:
+def last_error_line(log_path: str) -> str:
+  """What a log says went wrong: its last line naming an error or from tfm, else its last line."""
   try:
     with open(log_path, encoding="utf-8", errors="replace") as f:
       lines = [line.strip() for line in f if line.strip()]
@@ -144,7 +146,7 @@ class Job:
     self.log.close()
     if code != 0:
       return self._finish("failed", f"tfm {self.phase} exited with {code}: "
-                          f"{_last_error_line(os.path.join(self.workdir, LOG))}")
+                          f"{last_error_line(os.path.join(self.workdir, LOG))}")
     if self.phase == "train":
       reached = max(ckpt_lib.available_steps(self.workdir), default=0)
       if reached < self.steps:  # `tfm train` exits 0 after a SIGTERM's save too
@@ -158,7 +160,7 @@ class Job:
   def _finish(self, status: str, error: str | None) -> dict:
     result = self.describe(self.run, self.workdir, time.time() - self.start)
     result.update(status=status, error=error)
-    _write_json(os.path.join(self.workdir, RESULT), result)
+    write_json(os.path.join(self.workdir, RESULT), result)
     return result
 
   def terminate(self) -> None:

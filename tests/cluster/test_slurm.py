@@ -1,0 +1,221 @@
+"""tfm on a real SLURM cluster (tests/cluster/slurm_cluster.py: slurmctld and slurmd on this host).
+
+slurm.sbatch trains on 2 tasks with jax.distributed, as `launch.sh --processes 2` does on one
+machine, bit for bit, also when a task is signalled mid-run and the job requeued; `tfm sweep
+--slurm` runs a sweep as a throttled job array whose results are the local sweep's, and --status
+follows each run through queued, running and done, or failed when a task dies before training.
+"""
+
+import json
+import os
+import pathlib
+import re
+import subprocess
+import sys
+import time
+
+import pytest
+
+from experiments import soak
+from tests.integration.conftest import tiny_flags, tiny_overrides
+from tfm import cli
+
+ROOT = pathlib.Path(__file__).resolve().parents[2]
+# slurm.sbatch's 8 GPU tasks per node, as 2 CPU tasks on the test node (command-line options win
+# over its #SBATCH lines); appended output keeps a requeued job's first attempt.
+TWO_TASKS = ["--ntasks-per-node=2", "--cpus-per-task=1", "--gpus-per-node=0", "--open-mode=append"]
+STEPS = 20  # room to signal a run at step 2 before it ends
+
+
+def _env() -> dict:
+  """This process's environment (SLURM_CONF: the test cluster), launch.sh running this venv."""
+  return {**os.environ, "TFM_VENV": sys.prefix, "PYTHONUNBUFFERED": "1"}
+
+
+def _slurm(*argv: str) -> str:
+  proc = subprocess.run(argv, capture_output=True, text=True, timeout=60, env=_env())
+  assert proc.returncode == 0, f"{' '.join(argv)}: {proc.stderr}"
+  return proc.stdout
+
+
+def _in_queue(job: str) -> bool:
+  return bool(_slurm("squeue", "--noheader", "--array", f"--jobs={job}").strip())
+
+
+def _wait(condition, what: str, timeout: float = 300, logs=()) -> None:
+  end = time.monotonic() + timeout
+  while not condition():
+    if time.monotonic() > end:
+      tails = "\n".join(f"--- {p}\n{p.read_text()[-3000:]}" for p in map(pathlib.Path, logs)
+                        if p.exists())
+      pytest.fail(f"timed out waiting for {what}\n{tails}")
+    time.sleep(0.2)
+
+
+def _text(path: pathlib.Path) -> str:
+  return path.read_text(errors="replace") if path.exists() else ""
+
+
+def _training_flags(corpus) -> list[str]:
+  return tiny_flags(corpus, f"train.steps={STEPS}", "train.log_every=1")
+
+
+def _sbatch_training(corpus, tmp_path: pathlib.Path, name: str) -> tuple[str, pathlib.Path]:
+  """sbatch slurm.sbatch train ... --workdir=TMP/NAME: its job id and its output file."""
+  log = tmp_path / f"{name}.out"
+  proc = subprocess.run(["sbatch", "--parsable", *TWO_TASKS, f"--output={log}", "slurm.sbatch",
+                         "train", *_training_flags(corpus), f"--workdir={tmp_path / name}"],
+                        cwd=ROOT, env=_env(), capture_output=True, text=True, timeout=60)
+  assert proc.returncode == 0, proc.stderr
+  return proc.stdout.strip(), log
+
+
+@pytest.mark.slow
+def test_two_tasks_and_a_requeued_twin_end_bit_exact_with_two_local_processes(cluster, corpus,
+                                                                              tmp_path):
+  """sbatch slurm.sbatch with 2 tasks (launch.sh --slurm: srun, jax.distributed from SLURM's
+  environment) ends with the checkpoint of `launch.sh --processes 2`, bit for bit; so does its twin,
+  signalled with SIGTERM at step 2 or later (both tasks save the step they agree on and exit), then
+  requeued: it resumes from that step."""
+  del cluster
+  twin, twin_log = _sbatch_training(corpus, tmp_path, "twin")
+  plain, plain_log = _sbatch_training(corpus, tmp_path, "plain")  # runs while the twin waits
+  local = soak.Attempt(soak.launch_argv(2, _training_flags(corpus), tmp_path / "local"),
+                       tmp_path / "local.log", _env())
+  _wait(lambda: re.search(r"^\[train\] step ([2-9]|\d\d+)/", _text(twin_log), re.M), "step 2 of the twin",
+        logs=[twin_log])
+  _slurm("scancel", "--signal=TERM", twin)
+  _wait(lambda: not _in_queue(twin), "the signalled twin to end", logs=[twin_log])
+  saved = re.findall(r"SIGTERM: saved step (\d+)", _text(twin_log))
+  assert len(saved) == 1 and 2 <= int(saved[0]) < STEPS, _text(twin_log)[-3000:]
+  _slurm("scontrol", "requeue", twin)
+  _wait(lambda: f"resumed from step {saved[0]}" in _text(twin_log), "the requeued twin to resume",
+        logs=[twin_log, plain_log])
+  _wait(lambda: not _in_queue(twin) and not _in_queue(plain), "both jobs to end",
+        logs=[twin_log, plain_log])
+  assert local.wait(300) == 0, local.lines[-10:]
+  for log in (twin_log, plain_log):
+    assert "2 host(s), 2 device(s)" in _text(log), _text(log)[-3000:]
+    assert re.search(rf"^\[train\] step {STEPS}/{STEPS} ", _text(log), re.M), _text(log)[-3000:]
+  for name in ("plain", "twin"):
+    result = soak.compare(tmp_path / "local", tmp_path / name, STEPS)
+    assert result["leaves"] > 20 and not result["differing_leaves"], (name, result)
+    assert result["data_state_equal"] and result["kept_steps"][0] == result["kept_steps"][1], result
+
+
+def _sweep_flags(corpus) -> list[str]:
+  """A 4-run grid (2 head counts x 2 seeds) of 3-step runs, each evaluated on 4 dev sentences."""
+  overrides = tiny_overrides(corpus, "train.steps=3", "train.warmup_steps=2", "train.eval_every=3",
+                             "train.keep_checkpoints=1", "train.average_checkpoints=1",
+                             "eval.beam_size=2", "eval.max_extra_length=4", "eval.batch_size=4")
+  return (["--config=configs/quickstart.py", "--grid=model.num_heads=1,2", "--seeds=2",
+           "--eval_limit=4"] + [f"--config.{o}" for o in overrides])
+
+
+def _status(root: pathlib.Path, capsys) -> dict[str, tuple[str, str]]:
+  """name -> (state, detail) from `tfm sweep --status`."""
+  assert cli.main(["tfm", "sweep", "--status", f"--root={root}"]) == 0
+  lines = capsys.readouterr().out.splitlines()
+  assert re.fullmatch(r"\d+ done, \d+ running, \d+ queued, \d+ failed of \d+ runs", lines[-1])
+  return {name: (state, detail.strip()) for name, state, detail in
+          (line.split(maxsplit=2) for line in lines[:-1])}
+
+
+@pytest.mark.slow
+def test_sweep_on_slurm_is_a_throttled_array_with_the_local_sweeps_results(cluster, corpus,
+                                                                           tmp_path, monkeypatch,
+                                                                           capsys):
+  """`tfm sweep --slurm --parallel=2` submits the 4 runs as one array of 4 tasks, at most 2
+  running; --status shows each run queued, running, then done; --report then writes the same
+  results.jsonl as the local sweep (all but the wall time)."""
+  del cluster
+  monkeypatch.chdir(ROOT)
+  flags, on_slurm, local = _sweep_flags(corpus), tmp_path / "slurm", tmp_path / "local"
+  assert cli.main(["tfm", "sweep", *flags, f"--root={on_slurm}", "--parallel=2", "--slurm"]) == 0
+  out = capsys.readouterr().out
+  job = re.search(r"submitted 4 of 4 runs as SLURM job (\d+) \(array 0-3%2\)", out)
+  assert job, out
+  job = job[1]
+  assert f"task output: {on_slurm / 'slurm'}/{job}_I.out for run I" in out
+  # The same command again submits nothing: every run is queued or running already.
+  assert cli.main(["tfm", "sweep", *flags, f"--root={on_slurm}", "--parallel=2", "--slurm"]) == 0
+  assert "nothing to submit: of the 4 runs under" in capsys.readouterr().out
+  assert len(list((on_slurm / "slurm").glob("*.json"))) == 1
+  with open(tmp_path / "local.log", "w", encoding="utf-8") as log:
+    local_sweep = subprocess.Popen([sys.executable, "-m", "tfm.cli", "sweep", *flags,
+                                    f"--root={local}", "--parallel=2"],
+                                   cwd=ROOT, env=_env(), stdout=log, stderr=subprocess.STDOUT)
+  seen: dict[str, list[str]] = {}
+  end = time.monotonic() + 300
+  while True:
+    now = _status(on_slurm, capsys)
+    assert sum(state == "running" for state, _ in now.values()) <= 2, now  # the %2 throttle
+    for name, (state, _) in now.items():
+      if seen.get(name, [None])[-1] != state:
+        seen.setdefault(name, []).append(state)
+    if all(state == "done" for state, _ in now.values()):
+      break
+    assert time.monotonic() < end and not any("failed" in states for states in seen.values()), (
+        now, [p.read_text()[-2000:] for p in on_slurm.glob("*/sweep.log")])
+    time.sleep(0.5)
+  assert len(seen) == 4 and all(states[-2:] == ["running", "done"] for states in seen.values()), seen
+  assert seen["model.num_heads=2-s0"][0] == seen["model.num_heads=2-s1"][0] == "queued", seen
+  assert local_sweep.wait(300) == 0, (tmp_path / "local.log").read_text()[-3000:]
+  assert cli.main(["tfm", "sweep", "--report", f"--root={on_slurm}"]) == 0
+  results = [[json.loads(line) for line in (root / "results.jsonl").read_text().splitlines()]
+             for root in (on_slurm, local)]
+  assert [r["name"] for r in results[0]] == [r["name"] for r in results[1]] and len(results[0]) == 4
+  for ours, theirs in zip(*results):
+    assert ours["status"] == "ok" and ours["dev_ppl"] > 1 and ours["trained_steps"] == 3
+    assert {k: v for k, v in ours.items() if k != "wall_s"} == {
+        k: v for k, v in theirs.items() if k != "wall_s"}
+
+
+@pytest.mark.parametrize("option, message", [
+    ("--time=soon", "sbatch: error: Invalid --time specification"),
+    ("--partition=nowhere", "Invalid partition name specified"),
+])
+def test_a_refused_sbatch_option_is_sbatchs_own_line_and_leaves_no_root(option, message, cluster,
+                                                                        corpus, tmp_path,
+                                                                        monkeypatch, capsys):
+  del cluster
+  monkeypatch.chdir(ROOT)
+  root = tmp_path / "sweep"
+  code = cli.main(["tfm", "sweep", *_sweep_flags(corpus), f"--root={root}", "--slurm",
+                   f"--sbatch_args={option}"])
+  err = [line for line in capsys.readouterr().err.splitlines() if line.strip()]
+  assert code == 1 and len(err) == 1, err
+  assert err[0].startswith(f"tfm sweep: error: sbatch refused the sweep's job array "
+                           f"(--sbatch_args={option}): ") and message in err[0], err
+  assert not root.exists()
+
+
+def test_a_task_that_dies_before_training_is_a_failed_run_with_its_last_log_line(cluster, corpus,
+                                                                                 tmp_path, capsys):
+  """The sweep is submitted from a venv that the node does not see when the task starts (a link
+  removed meanwhile): the task's shell cannot start Python, and the run is failed with that line,
+  recorded in its sweep_result.json, so --report lists it."""
+  del cluster
+  venv = tmp_path / "venv"
+  venv.symlink_to(sys.prefix)
+  root = tmp_path / "sweep"
+  flags = [f for f in _sweep_flags(corpus) if not f.startswith(("--grid", "--seeds"))]  # 1 run
+  proc = subprocess.run([str(venv / "bin" / "python"), "-m", "tfm.cli", "sweep", *flags,
+                         f"--root={root}", "--slurm", "--sbatch_args=--hold"],
+                        cwd=ROOT, env=_env(), capture_output=True, text=True, timeout=300)
+  assert proc.returncode == 0, proc.stderr[-3000:]
+  job = re.search(r"as SLURM job (\d+) \(array 0, held: scontrol release \1 starts it\)",
+                  proc.stdout)
+  assert job, proc.stdout
+  assert _status(root, capsys)["run-s0"][0] == "queued"
+  venv.unlink()
+  _slurm("scontrol", "release", job[1])
+  _wait(lambda: not _in_queue(job[1]), "the task to end", logs=[root / "slurm" / f"{job[1]}_0.out"])
+  state, detail = _status(root, capsys)["run-s0"]
+  assert state == "failed", detail
+  assert detail.startswith(f"job {job[1]}_0 ended without a result: ") and detail.endswith(
+      f"{venv}/bin/python: No such file or directory"), detail
+  result = json.loads((root / "run-s0" / "sweep_result.json").read_text())
+  assert result["status"] == "failed" and result["error"] == detail and result["steps"] == 3
+  assert cli.main(["tfm", "sweep", "--report", f"--root={root}"]) == 0
+  assert f"- run-s0: {detail}" in (root / "table.md").read_text()
