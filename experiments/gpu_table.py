@@ -30,8 +30,8 @@ preflight.txt and the five jobs' .txt files (the Bible run's workdir is a tempor
 Every job sees one GPU (CUDA_VISIBLE_DEVICES=0 unless set) and JAX_PLATFORMS=cuda (cpu with
 --quick) unless set: a CUDA plugin that does not load fails the preflight instead of running the
 table on the CPU. --quick shrinks every model to 1 + 1 layers and every batch to a few rows, in
-float32: its figures mean nothing; it shows that every job runs and every figure is found (on a CPU
-the cuDNN rows fail with "cuDNN is not detected", which shows a failed row).
+float32: its figures mean nothing; it shows that every job runs and every figure is found (the
+cuDNN rows fail on a CPU, which shows a failed row).
 """
 
 from __future__ import annotations
@@ -55,6 +55,7 @@ from pathlib import Path
 from absl import app, flags
 
 ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))  # configs (bible_base's run sizing), once the bundle's wheels are too
 
 FLAGS = flags.FLAGS
 flags.DEFINE_string("out", None, "where table.md and the jobs' outputs go (default: "
@@ -276,9 +277,7 @@ def step_rows(runner: Runner, impl: str, ends_at: float, quick: bool) -> list[st
 
 def bible_rows(runner: Runner, bundle: Path, ends_at: float, quick: bool) -> list[str]:
   """configs/bible_base.py on the bundle's corpus: step timed, trained, evaluated averaged."""
-  # pylint: disable=import-outside-toplevel
-  sys.path.insert(0, str(ROOT))
-  from configs import bible_base
+  from configs import bible_base  # pylint: disable=import-outside-toplevel  (ml_collections)
   manifest_path = bundle / "manifest.json"
   if not manifest_path.exists():
     return [f"| bible_base | skipped: no bundle at {bundle} (experiments/gpu/make_bundle.py) |"]
@@ -356,18 +355,18 @@ def job_rows(name: str, runner: Runner, bundle: Path, ends_at: float) -> list[st
 
 
 def parse_timeouts(values: list[str]) -> dict[str, float]:
-  timeouts = dict(TIMEOUTS)
-  if FLAGS.quick:
-    timeouts["preflight"] = QUICK_PREFLIGHT_TIMEOUT
+  """TIMEOUTS with --timeouts' JOB=SECONDS items applied."""
+  timeouts = {**TIMEOUTS, **({"preflight": QUICK_PREFLIGHT_TIMEOUT} if FLAGS.quick else {})}
   for item in values:
     name, _, seconds = item.partition("=")
     try:
-      timeouts[name] = float(seconds) if name in timeouts else float("nan")
+      value = float(seconds)
     except ValueError:
-      timeouts[name] = float("nan")
-    if name not in TIMEOUTS or not timeouts[name] > 0:
+      value = float("nan")
+    if name not in TIMEOUTS or not value > 0:
       raise app.UsageError(f"--timeouts: {item!r} is not JOB=SECONDS with JOB one of "
                            f"{', '.join(TIMEOUTS)} and SECONDS > 0")
+    timeouts[name] = value
   return timeouts
 
 

@@ -52,6 +52,9 @@ class ExportedSplit:
   def __init__(self, directory: str, split: str, source_key: str, target_key: str):
     with open(os.path.join(directory, "meta.json"), encoding="utf-8") as f:
       meta = json.load(f)
+    if meta.get("format") != FORMAT_VERSION:
+      raise ValueError(f"{directory}/meta.json: export format {meta.get('format')!r}, this tfm "
+                       f"reads {FORMAT_VERSION}; export the dataset again")
     if split not in meta["splits"]:
       raise FileNotFoundError(f"{directory}: the export has no split {split!r}; it has "
                               f"{sorted(meta['splits'])}")
