@@ -148,7 +148,7 @@ def prepare(cfg: DataConfig, create_data_dir: bool = False):
   that does not exist is an error unless create_data_dir (`tfm prepare-data`): training never
   silently builds a second copy of a dataset in a mistyped directory.
   """
-  resolve_dataset(cfg)
+  spec = resolve_dataset(cfg)
   if exported.find(cfg) is not None:
     return None
   _check_manual_dir(cfg)
@@ -157,7 +157,6 @@ def prepare(cfg: DataConfig, create_data_dir: bool = False):
         f"data.data_dir={cfg.data_dir!r} does not exist; expected the TFDS directory the dataset "
         "is prepared in (None = TFDS's default, ~/tensorflow_datasets); `tfm prepare-data` builds "
         "it in a new directory")
-  spec = resolve_dataset(cfg)
   tfds = tfds_module()
   builder = tfds.builder(spec.name, data_dir=cfg.data_dir, file_format="array_record")
   download_config = tfds.download.DownloadConfig(manual_dir=cfg.manual_dir)
