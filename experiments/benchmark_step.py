@@ -20,18 +20,22 @@ from __future__ import annotations
 import resource
 import sys
 import time
+from pathlib import Path
 
 import jax
 import numpy as np
 from absl import app, flags
 
-from tfm import config as config_lib
-from tfm.data.batching import round_up_rows
-from tfm.data.prefetch import to_device
-from tfm.experiment import Experiment
-from tfm.train import backend
-from tfm.train.flops import mfu, peak_flops, train_flops
-from tfm.train.state import parameter_count
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))  # tfm and configs of this checkout, installed or not
+
+from tfm import config as config_lib  # noqa: E402
+from tfm.data.batching import round_up_rows  # noqa: E402
+from tfm.data.prefetch import to_device  # noqa: E402
+from tfm.experiment import Experiment  # noqa: E402
+from tfm.train import backend  # noqa: E402
+from tfm.train.flops import mfu, peak_flops, train_flops  # noqa: E402
+from tfm.train.state import parameter_count  # noqa: E402
 
 FLAGS = flags.FLAGS
 flags.DEFINE_integer("rows", None, "global batch rows (default: data.tokens_per_batch // length)")

@@ -1,17 +1,18 @@
 """tfm against the official Flax WMT example (google/flax examples/wmt), same shapes, one process.
 
-The Flax example is not part of tfm (its code stays in its repository); fetch it yourself and pass
-its directory:
+The example's model, beam search and train step are vendored in experiments/flax_wmt/ (google/flax
+at 18f8f311c275, its license beside them; ORIGIN.md), the default --flax_wmt_dir; another commit's
+`examples/wmt` directory can be passed instead:
 
-  git clone --depth 1 https://github.com/google/flax /tmp/flax
+  python experiments/compare_flax_wmt.py
+  python experiments/compare_flax_wmt.py --only=train_small,beam --rounds=8
+  git clone --depth 1 https://github.com/google/flax /tmp/flax       # the newest example instead
   python experiments/compare_flax_wmt.py --flax_wmt_dir=/tmp/flax/examples/wmt
-  python experiments/compare_flax_wmt.py --flax_wmt_dir=... --only=train_small,beam --rounds=8
   # on a GPU: the paper's models in bfloat16 at the paper's batch (96 x 256 a side), cuDNN attention
-  python experiments/compare_flax_wmt.py --flax_wmt_dir=... --only=train_base,train_big \
+  python experiments/compare_flax_wmt.py --only=train_base,train_big \
       --dtype=bfloat16 --train_rows=96 --train_length=256 --tfm_overrides=model.attention_impl=cudnn
 
-(`pip download flax --no-binary :all:` gives the same directory inside the source archive.) The
-script imports the example's own `models.py`, `decode.py` and `train.py` from there and runs its
+The script imports the example's own `models.py`, `decode.py` and `train.py` from there and runs its
 train step (`train.train_step` under `jax.pmap`, as its training loop does, with its `TrainState`
 and `optax.adamw`) and its beam search (`train.predict_step`). Modules that only the example's
 training loop needs (tensorflow, clu, flax's checkpointing, its input pipeline and BLEU) are replaced by empty modules
@@ -79,7 +80,8 @@ from tfm.train import backend  # noqa: E402
 from tfm.train.flops import mfu, peak_flops, train_flops  # noqa: E402
 
 FLAGS = flags.FLAGS
-flags.DEFINE_string("flax_wmt_dir", None, "the example's directory: .../flax/examples/wmt")
+flags.DEFINE_string("flax_wmt_dir", str(ROOT / "experiments" / "flax_wmt"),
+                    "the example's directory (.../flax/examples/wmt; default: the vendored copy)")
 flags.DEFINE_list("only", ["train_small", "train_base", "beam", "compile", "memory"],
                   "which comparisons to run")
 flags.DEFINE_integer("rounds", 7, "interleaved timing rounds")
@@ -318,8 +320,6 @@ def peak_bytes(compiled) -> int:
 
 def main(argv):
   del argv
-  if not FLAGS.flax_wmt_dir:
-    raise app.UsageError("--flax_wmt_dir=/path/to/flax/examples/wmt is required (see the docstring)")
   backend.limit_platforms()
   jax.config.update("jax_enable_compilation_cache", False)  # compile times are compile times
   fx = load_flax_wmt(FLAGS.flax_wmt_dir)

@@ -13,14 +13,18 @@ from __future__ import annotations
 
 import sys
 import time
+from pathlib import Path
 
 import jax
 import numpy as np
 from absl import app, flags
 
-from tfm import config as config_lib
-from tfm.experiment import Experiment
-from tfm.train import backend
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))  # tfm and configs of this checkout, installed or not
+
+from tfm import config as config_lib  # noqa: E402
+from tfm.experiment import Experiment  # noqa: E402
+from tfm.train import backend  # noqa: E402
 
 FLAGS = flags.FLAGS
 flags.DEFINE_string("workdir", None, "a trained workdir (else --config with random weights)")

@@ -1,34 +1,37 @@
-"""The GPU table (docs/gpu.md) in one command: train steps, the Flax example beside tfm, beam
-search, and the Bible base model trained for ten minutes with its dev BLEU.
+"""The GPU table (docs/gpu.md) in one command, inside a hard time box, on a node with no network.
 
-  git clone --depth 1 https://github.com/google/flax /tmp/flax     # for the comparison rows
-  python experiments/gpu_table.py --flax_wmt_dir=/tmp/flax/examples/wmt
-  python experiments/gpu_table.py --quick      # a few minutes on a CPU: checks the plumbing only
+  python3 experiments/gpu_table.py --out=DIR          # on the GPU node (docs/gpu.md)
+  python3 experiments/gpu_table.py --quick --out=DIR  # the plumbing on a CPU: no figures
 
-Each job runs in its own process, one after the other (a process holds the GPU's memory until it
-exits), its output kept in OUT/<job>.txt under the exact command. Rows:
-  step_{base,big}_{cudnn,xla}  experiments/benchmark_step.py at the paper's batch (96 x 256 a side)
-                               in bfloat16, cuDNN's attention kernel or XLA's; a step that runs out
-                               of memory is retried with twice the microbatches (up to 8)
-  flax_{base,big}              experiments/compare_flax_wmt.py, the same batch and dtype on both
-                               sides, cuDNN attention on tfm's (the example has its own attention;
-                               skipped without --flax_wmt_dir)
-  beam_base                    experiments/decode_speed.py: beam 4, batch 32, the paper's base
-  bible_base                   configs/bible_base.py: its step timed on this GPU (20 steps), then
-                               trained for --minutes of steps (600 s / step time), dev loss and
-                               BLEU during training, then `tfm eval --average 5` on the whole dev
-                               split
-Every job sees one GPU (CUDA_VISIBLE_DEVICES=0 unless set): the table is a one-GPU table, whatever
-the host has. OUT/table.md gathers the figures with the device's name (nvidia-smi); a job that fails is a row
-saying so with its error line, and the others still run. `--jobs=step_base_cudnn,bible_base` runs
-some of them; rows of earlier calls into the same --out stay (OUT/rows.json), so the table can be
-filled over several sessions. The table is for docs/gpu.md; the job outputs stay beside it as the
-evidence.
+It runs from the checkout on the node's own Python: tfm and configs from this checkout, and the
+packages the node lacks from the bundle's wheels (experiments/gpu/bundle/wheels, built here by
+experiments/gpu/make_bundle.py), which it unpacks once into bundle/site-cp3XY and puts on the path
+of every job. First the preflight (experiments/gpu/preflight.py, under a minute): a GPU backend,
+one tiny train step, one beam search, the device and versions; without a GPU it stops there in one
+line (exit 3). Then the jobs, in this order (the most wanted first), each in its own process (a
+process holds the GPU's memory until it exits), its output streamed to OUT/<job>.txt:
+  step_cudnn  experiments/benchmark_step.py, base then big, the paper's batch (96 x 256 a side) in
+              bfloat16 with cuDNN's attention: step time, tokens/s, MFU; a step that runs out of
+              memory is retried with twice the microbatches (up to 8)
+  step_xla    the same with XLA's attention
+  beam        experiments/decode_speed.py: beam 4, batch 32, the paper's base, output tokens/s
+  flax        experiments/compare_flax_wmt.py: the Flax example (experiments/flax_wmt/, vendored)
+              beside tfm, base and big, the batch and dtype of the step rows, cuDNN on tfm's side
+  bible       configs/bible_base.py on the bundle's Bible corpus (token cache, vocabulary, dev
+              verses): its step timed (20 steps), trained for what is left of --minutes and of the
+              time box, dev BLEU during training, then `tfm eval --average 5` on the dev verses
+Time box: --deadline for the whole run; each job stops at its own timeout (--timeouts) or at the
+deadline, whichever comes first (its process group is killed), and the next job starts; a job with
+too little time left is skipped. OUT/table.md is rewritten after every job, so a run cut off at any
+point leaves the rows it finished; OUT/rows.json keeps the rows of earlier runs into the same OUT
+(--jobs=bible fills one row later). OUT holds at most 8 files, no folders: table.md, rows.json,
+preflight.txt and the five jobs' .txt files (the Bible run's workdir is a temporary directory).
 
---quick shrinks every job (tiny batches, one timing, a 1+1-layer float32 Bible model for ~20
-seconds) so that the whole script runs on a CPU in about five minutes: its figures mean nothing,
-it only shows that every job runs and every figure is found in its output (on a CPU the cuDNN rows
-fail with "cuDNN is not detected", which shows a failed row).
+Every job sees one GPU (CUDA_VISIBLE_DEVICES=0 unless set) and JAX_PLATFORMS=cuda (cpu with
+--quick) unless set: a CUDA plugin that does not load fails the preflight instead of running the
+table on the CPU. --quick shrinks every model to 1 + 1 layers and every batch to a few rows, in
+float32: its figures mean nothing; it shows that every job runs and every figure is found (the
+cuDNN rows fail on a CPU, which shows a failed row).
 """
 
 from __future__ import annotations
@@ -40,86 +43,153 @@ import os
 import re
 import shlex
 import shutil
+import signal
 import statistics
 import subprocess
 import sys
+import tempfile
 import time
+import zipfile
 from pathlib import Path
 
 from absl import app, flags
 
 ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
-
-from configs import bible_base  # noqa: E402
+sys.path.insert(0, str(ROOT))  # configs (bible_base's run sizing), once the bundle's wheels are too
 
 FLAGS = flags.FLAGS
-flags.DEFINE_string("flax_wmt_dir", None, "the Flax example's directory (.../flax/examples/wmt); "
-                    "without it the comparison rows are skipped")
-flags.DEFINE_string("out", None, "where the outputs and table.md go (default: "
+flags.DEFINE_string("out", None, "where table.md and the jobs' outputs go (default: "
                     "experiments/results/gpu/<date>_<device>)")
-flags.DEFINE_float("minutes", 10.0, "training time of the Bible base model", lower_bound=0.01)
-flags.DEFINE_list("jobs", None, "run only these jobs (default: all)")
-flags.DEFINE_bool("quick", False, "tiny shapes everywhere: a plumbing check for a CPU")
+flags.DEFINE_float("deadline", 8.0, "minutes for the whole run, preflight included", lower_bound=0.1)
+flags.DEFINE_list("timeouts", [], "JOB=SECONDS, each job's own limit (defaults: TIMEOUTS)")
+flags.DEFINE_float("minutes", 10.0, "the most minutes the Bible base model trains",
+                   lower_bound=0.01)
+flags.DEFINE_list("jobs", None, "run only these jobs, in the table's order (default: all)")
+flags.DEFINE_bool("quick", False, "tiny shapes on the CPU: a plumbing check, not figures")
+flags.DEFINE_string("bundle", str(ROOT / "experiments" / "gpu" / "bundle"),
+                    "the bundle's directory (experiments/gpu/make_bundle.py)")
+flags.DEFINE_string("flax_wmt_dir", str(ROOT / "experiments" / "flax_wmt"),
+                    "the Flax example's directory (default: the vendored copy)")
 
+JOBS = ("step_cudnn", "step_xla", "beam", "flax", "bible")
+TIMEOUTS = {"preflight": 90, "step_cudnn": 180, "step_xla": 180, "beam": 90, "flax": 180,
+            "bible": 900}
+QUICK_PREFLIGHT_TIMEOUT = 240  # a loaded CPU imports and compiles slowly
+MIN_SECONDS = 20  # a job with less time left than this is skipped
+BIBLE_OVERHEAD_S = {False: 240, True: 60}  # compilations, 5 dev BLEUs, the averaged evaluation
+QUICK_BIBLE_MINUTES = 0.25  # timing, compilations, evaluations around the training
 PAPER_BATCH = ["--rows=96", "--length=256"]
-QUICK_STEP = ["--rows=4", "--length=16", "--warmup=1", "--steps=2",
-              "--config.model.dtype=float32"]
-QUICK_BIBLE = ["--config.model.num_encoder_layers=1", "--config.model.num_decoder_layers=1",
-               "--config.model.d_model=64", "--config.model.d_ff=256", "--config.model.d_k=16",
-               "--config.model.d_v=16", "--config.model.num_heads=4",
-               "--config.model.dtype=float32", "--config.model.vocab_size=1000",
-               "--config.data.vocab_size=1000", "--config.data.tokens_per_batch=512",
-               "--config.data.eval_max_examples=32", "--config.eval.bleu_examples=32",
-               "--config.train.warmup_steps=100"]
+QUICK_MODEL = ["model.num_encoder_layers=1", "model.num_decoder_layers=1", "model.d_model=64",
+               "model.d_ff=256", "model.d_k=16", "model.d_v=16", "model.num_heads=4",
+               "model.dtype=float32"]
+QUICK_STEP = ["--rows=4", "--length=16", "--warmup=1", "--steps=2"]
+QUICK_BIBLE = ["data.tokens_per_batch=512", "data.eval_max_examples=32", "eval.bleu_examples=32",
+               "train.warmup_steps=100", "data.num_workers=0"]
 OOM = re.compile(r"RESOURCE_EXHAUSTED|[Oo]ut of memory")
 
 
 @dataclasses.dataclass
-class Job:
-  """One process: its name, its argv, and what it printed (filled in by `run`)."""
+class Run:
+  """One process of a job: what it printed, how it ended."""
   name: str
-  argv: list[str]
   output: str = ""
   returncode: int | None = None
   seconds: float = 0.0
+  timed_out: bool = False
 
   @property
   def ok(self) -> bool:
-    return self.returncode == 0
+    return self.returncode == 0 and not self.timed_out
 
   def last_line(self) -> str:
     """The last error line of the output (a Python exception or a tfm error), else its last line."""
     lines = [line.strip() for line in self.output.splitlines() if line.strip()]
-    errors = [line for line in lines if re.match(r"^([\w.]+(Error|Exception)|tfm \w+): ", line)]
+    errors = [line for line in lines
+              if re.match(r"^([\w.]+(Error|Exception)|tfm \w+|preflight): ", line)]
     return (errors or lines or ["(no output)"])[-1][:200]
 
-
-def run(job: Job, out: Path) -> Job:
-  """Runs the job from the repository root, keeping its command and output in out/<name>.txt."""
-  print(f"[gpu_table] {job.name}: {shlex.join(job.argv)}", flush=True)
-  start = time.perf_counter()
-  env = {"CUDA_VISIBLE_DEVICES": "0", **os.environ}  # one GPU, unless the caller chose
-  done = subprocess.run(job.argv, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-                        text=True, check=False, env=env)
-  job.seconds, job.output, job.returncode = time.perf_counter() - start, done.stdout, done.returncode
-  (out / f"{job.name}.txt").write_text(
-      f"$ {shlex.join(job.argv)}\n# exit {job.returncode} after {job.seconds:.0f} s\n\n{job.output}")
-  print(f"[gpu_table] {job.name}: exit {job.returncode} after {job.seconds:.0f} s", flush=True)
-  return job
+  def failure(self) -> str:
+    if self.timed_out:
+      return f"timed out after {self.seconds:.0f} s; last line: {self.last_line()}"
+    return f"failed (exit {self.returncode}): {self.last_line()}"
 
 
-def step_job(name: str, config: str, impl: str, quick: bool, out: Path) -> Job:
-  """benchmark_step.py for `config` with attention `impl`; doubles the microbatches on OOM."""
-  microbatches = 1
-  while True:
-    job = run(Job(name, [sys.executable, "experiments/benchmark_step.py", f"--config={config}",
-                         f"--config.model.attention_impl={impl}",
-                         f"--config.train.microbatches={microbatches}",
-                         *(QUICK_STEP if quick else PAPER_BATCH)]), out)
-    if job.ok or not OOM.search(job.output) or microbatches == 8:
-      return job
-    microbatches *= 2
+class Runner:
+  """Runs processes from the checkout's root with the table's environment, output appended to
+  OUT/<job>.txt as it comes, each stopped (its whole process group) at its job's end time."""
+
+  def __init__(self, out: Path, env: dict[str, str], deadline_at: float):
+    self.out, self.env, self.deadline_at = out, env, deadline_at
+
+  def left(self) -> float:
+    return self.deadline_at - time.monotonic()
+
+  def run(self, job: str, name: str, argv: list[str], ends_at: float) -> Run:
+    log = self.out / f"{job}.txt"
+    with open(log, "a", encoding="utf-8") as f:
+      f.write(f"$ {shlex.join(argv)}\n# {name}, started {datetime.datetime.now():%H:%M:%S}\n")
+      f.flush()
+      offset = f.tell()
+      start = time.monotonic()
+      process = subprocess.Popen(argv, cwd=ROOT, stdout=f, stderr=subprocess.STDOUT,
+                                 env=self.env, start_new_session=True)
+      run = Run(name)
+      try:
+        run.returncode = process.wait(timeout=max(0.1, min(ends_at, self.deadline_at) - start))
+      except subprocess.TimeoutExpired:
+        run.timed_out = True
+        _stop(process)
+        run.returncode = process.returncode
+      run.seconds = time.monotonic() - start
+      with open(log, encoding="utf-8", errors="replace") as written:
+        written.seek(offset)
+        run.output = written.read()
+      f.seek(0, os.SEEK_END)
+      f.write(f"\n# {name}: {'timed out, stopped' if run.timed_out else 'exit'} "
+              f"{run.returncode} after {run.seconds:.0f} s\n\n")
+    return run
+
+
+def _stop(process: subprocess.Popen) -> None:
+  """SIGTERM to the process's group, SIGKILL 10 s later if it still runs."""
+  for sig, wait in ((signal.SIGTERM, 10), (signal.SIGKILL, 30)):
+    try:
+      os.killpg(process.pid, sig)
+    except ProcessLookupError:
+      return
+    try:
+      process.wait(timeout=wait)
+      return
+    except subprocess.TimeoutExpired:
+      continue
+
+
+def carried_site(bundle: Path) -> Path | None:
+  """The bundle's wheels unpacked into bundle/site-cp3XY (once; None without wheels). A wheel is
+  a zip of its files as installed, so unpacking is installing without pip; its compiled parts
+  must be for this Python, which the tag in its name says."""
+  wheels = sorted((bundle / "wheels").glob("*.whl"))
+  if not wheels:
+    return None
+  tag = f"cp{sys.version_info.major}{sys.version_info.minor}"
+  wrong = [w.name for w in wheels if "-cp" in w.name and f"-{tag}-" not in w.name]
+  if wrong:
+    raise app.UsageError(f"{bundle}/wheels: {', '.join(wrong)} are not for this Python ({tag}); "
+                         "build the bundle with make_bundle.py --python_version="
+                         f"{sys.version_info.major}.{sys.version_info.minor}")
+  site = bundle / f"site-{tag}"
+  stamp = site / ".wheels"
+  names = "\n".join(w.name for w in wheels)
+  if not stamp.exists() or stamp.read_text() != names:
+    tmp = bundle / f"site-{tag}.tmp-{os.getpid()}"
+    shutil.rmtree(tmp, ignore_errors=True)
+    for wheel in wheels:
+      with zipfile.ZipFile(wheel) as z:
+        z.extractall(tmp)
+    (tmp / ".wheels").write_text(names)
+    shutil.rmtree(site, ignore_errors=True)
+    os.rename(tmp, site)
+  return site
 
 
 def key_values(output: str) -> dict[str, str]:
@@ -129,141 +199,241 @@ def key_values(output: str) -> dict[str, str]:
 
 
 def rate(x: float) -> str:
-  """2.56M, 88.9k, 333 (benchmark_step.py prints four figures)."""
+  """2.56M, 88.9k, 333."""
   return f"{x / 1e6:.2f}M" if x >= 1e6 else f"{x / 1e3:.1f}k" if x >= 1e3 else f"{x:.0f}"
 
 
-def step_row(job: Job) -> str:
-  """A table row from a benchmark_step.py job."""
-  if not job.ok:
-    return f"| {job.name} | failed: {job.last_line()} |"
-  v = key_values(job.output)
+def step_row(run: Run) -> str:
+  """A table row from a benchmark_step.py run."""
+  if not run.ok:
+    return f"| {run.name} | {run.failure()} |"
+  v = key_values(run.output)
   mfu = v["mfu"] if v["mfu"].startswith("n/a") else f"{float(v['mfu']):.1%}"
-  return (f"| {job.name} | {v['devices']}, {v['batch']}, {v['dtype']}, microbatches "
+  return (f"| {run.name} | {v['devices']}, {v['batch']}, {v['dtype']}, microbatches "
           f"{v['microbatches']}: {1e3 * float(v['step_seconds']):.1f} ms a step, "
           f"{rate(float(v['all_tokens_per_second']))} tokens/s (source + target), "
           f"{v['tflops_per_step']} model TFLOP a step, MFU {mfu} |")
 
 
-def flax_rows(job: Job) -> list[str]:
+def flax_rows(run: Run) -> list[str]:
   """compare_flax_wmt.py's own table rows (tfm / flax ratio and both sides' figures)."""
-  rows = [line for line in job.output.splitlines() if line.startswith("| train step")]
-  if not job.ok or not rows:
-    return [f"| {job.name} | failed: {job.last_line()} |"]
+  rows = [line for line in run.output.splitlines() if line.startswith("| train step")]
+  if not run.ok or not rows:
+    return [f"| {run.name} | {run.failure() if not run.ok else 'no rows: ' + run.last_line()} |"]
   cells = [[cell.strip() for cell in line.strip().strip("|").split(" | ")] for line in rows]
-  return [f"| {job.name} | {work}: tfm / flax {ratio} ({detail}) |" for work, ratio, detail in cells]
+  return [f"| {run.name} | {work}: tfm / flax {ratio} ({detail}) |" for work, ratio, detail in cells]
 
 
-def beam_row(job: Job) -> str:
-  found = re.search(r"^beam .*tokens/s.*$", job.output, re.M)
-  if not job.ok or not found:
-    return f"| {job.name} | failed: {job.last_line()} |"
-  return f"| {job.name} | {found.group(0)} |"
+def beam_row(run: Run) -> str:
+  found = re.search(r"^beam .*tokens/s.*$", run.output, re.M)
+  if not run.ok or not found:
+    return f"| {run.name} | {run.failure() if not run.ok else 'no figure: ' + run.last_line()} |"
+  return f"| {run.name} | {found.group(0)} |"
 
 
-def bible_jobs(minutes: float, quick: bool, out: Path) -> tuple[list[Job], dict]:
-  """Times configs/bible_base.py's step, trains it for `minutes` of steps, evaluates it averaged."""
-  config = ["--config=configs/bible_base.py", *(QUICK_BIBLE if quick else [])]
-  timing = run(Job("bible_base_step", [sys.executable, "experiments/benchmark_step.py", *config,
-                                       "--steps=20" if not quick else "--steps=3"]), out)
+class Table:
+  """The jobs' rows, written to OUT/table.md (and OUT/rows.json) after every job."""
+
+  def __init__(self, out: Path, quick: bool):
+    self.out, self.quick = out, quick
+    saved = out / "rows.json"
+    self.rows = json.loads(saved.read_text()) if saved.exists() else {}
+    self.header: list[str] = []
+
+  def set(self, job: str, rows: list[str]) -> None:
+    self.rows[job] = rows
+    self.write()
+
+  def write(self) -> None:
+    note = " (--quick: plumbing only, not figures)" if self.quick else ""
+    text = "\n".join([*self.header, "", f"| job{note} | result |", "|---|---|",
+                      *(row for name in ("preflight",) + JOBS for row in self.rows.get(name, ())),
+                      ""])
+    for name, content in (("rows.json", json.dumps(self.rows, indent=1)), ("table.md", text)):
+      tmp = self.out / f".{name}.tmp"
+      tmp.write_text(content)
+      os.replace(tmp, self.out / name)
+
+
+def step_rows(runner: Runner, impl: str, ends_at: float, quick: bool) -> list[str]:
+  """benchmark_step.py for base then big with attention `impl`; on OOM, twice the microbatches."""
+  rows = []
+  for size in ("base", "big"):
+    microbatches = 1
+    while True:
+      shape = ([f"--config.{o}" for o in QUICK_MODEL] + QUICK_STEP) if quick else PAPER_BATCH
+      run = runner.run(f"step_{impl}", f"step_{size}_{impl}", [
+          sys.executable, "experiments/benchmark_step.py", f"--config=configs/{size}.py",
+          f"--config.model.attention_impl={impl}", f"--config.train.microbatches={microbatches}",
+          *shape], ends_at)
+      if run.ok or run.timed_out or not OOM.search(run.output) or microbatches == 8:
+        break
+      microbatches *= 2
+    rows.append(step_row(run))
+    if run.timed_out:  # the job's time is spent
+      break
+  return rows
+
+
+def bible_rows(runner: Runner, bundle: Path, ends_at: float, quick: bool) -> list[str]:
+  """configs/bible_base.py on the bundle's corpus: step timed, trained, evaluated averaged."""
+  from configs import bible_base  # pylint: disable=import-outside-toplevel  (ml_collections)
+  manifest_path = bundle / "manifest.json"
+  if not manifest_path.exists():
+    return [f"| bible_base | skipped: no bundle at {bundle} (experiments/gpu/make_bundle.py) |"]
+  data = json.loads(manifest_path.read_text())["data"]
+  overrides = [f"data.{k}={v}" for k, v in data.items()] + [
+      f"model.vocab_size={data['vocab_size']}", f"data.data_dir={bundle / 'data'}",
+      f"data.vocab_dir={bundle / 'data' / 'vocab'}"]
+  if quick:
+    overrides += QUICK_MODEL + QUICK_BIBLE
+  config = ["--config=configs/bible_base.py", *(f"--config.{o}" for o in overrides)]
+  timing = runner.run("bible", "bible_base_step", [
+      sys.executable, "experiments/benchmark_step.py", *config,
+      "--steps=3" if quick else "--steps=20"], ends_at)
   if not timing.ok:
-    return [timing], {}
+    return [f"| bible_base | step timing {timing.failure()} |"]
   step_s = float(key_values(timing.output)["step_seconds"])
-  run_of = bible_base.cadences(bible_base.steps_for(60 * minutes, step_s))
-  sizing = {"steps": run_of["train"]["steps"], "step_s": step_s}
-  workdir = out / "bible_base"
-  shutil.rmtree(workdir, ignore_errors=True)  # a fresh run: never resume an older one
-  overrides = [f"--config.{section}.{k}={v}" for section, values in run_of.items()
+  minutes = min(FLAGS.minutes, QUICK_BIBLE_MINUTES) if quick else FLAGS.minutes
+  train_s = min(60 * minutes, min(ends_at, runner.deadline_at) - time.monotonic()
+                - BIBLE_OVERHEAD_S[quick])
+  if train_s < 10:
+    return [f"| bible_base | skipped: {train_s + BIBLE_OVERHEAD_S[quick]:.0f} s left for its "
+            "training and evaluations |"]
+  run_of = bible_base.cadences(bible_base.steps_for(train_s, step_s))
+  workdir = Path(tempfile.mkdtemp(prefix="gpu_table_bible_"))
+  try:
+    cadence = [f"--config.{section}.{k}={v}" for section, values in run_of.items()
                for k, v in values.items()]
-  train = run(Job("bible_base_train", [sys.executable, "-m", "tfm.cli", "train", *config,
-                                       *overrides, f"--workdir={workdir}"]), out)
-  if not train.ok:
-    return [timing, train], sizing
-  evaluate = run(Job("bible_base_eval", [sys.executable, "-m", "tfm.cli", "eval",
-                                         f"--workdir={workdir}", "--average=5"]), out)
-  return [timing, train, evaluate], sizing
-
-
-def bible_row(jobs: list[Job], sizing: dict, workdir: Path) -> str:
-  failed = [j for j in jobs if not j.ok]
-  if failed:
-    return f"| {failed[0].name} | failed: {failed[0].last_line()} |"
-  _, train, _ = jobs
+    train = runner.run("bible", "bible_base_train", [
+        sys.executable, "-m", "tfm.cli", "train", *config, *cadence,
+        f"--workdir={workdir}"], ends_at)
+    if not train.ok:
+      return [f"| bible_base | training {train.failure()} |"]
+    evaluate = runner.run("bible", "bible_base_eval", [
+        sys.executable, "-m", "tfm.cli", "eval", f"--workdir={workdir}", "--average=5"], ends_at)
+    evaluated = sorted(workdir.glob("eval_dev_*.json"))
+    final = json.loads(evaluated[-1].read_text()) if evaluated else {}
+    with open(runner.out / "bible.txt", "a", encoding="utf-8") as f:
+      f.write(f"# {evaluated[-1].name if evaluated else 'no eval_dev_*.json'}: "
+              f"{json.dumps(final)}\n")
+  finally:
+    shutil.rmtree(workdir, ignore_errors=True)
   bleus = re.findall(r"\[dev\] step (\d+) \| bleu ([\d.]+(?:e[+-]\d+)?)", train.output)
   mfus = [float(m) for m in re.findall(r"^\[train\].*\| mfu ([\d.e+-]+)", train.output, re.M)]
-  evaluated = sorted(workdir.glob("eval_dev_*.json"))
-  final = json.loads(evaluated[-1].read_text()) if evaluated else {}
   curve = ", ".join(f"{float(b):.1f} at {int(s):,}" for s, b in bleus)
-  return (f"| bible_base | {sizing['steps']:,} steps of {1e3 * sizing['step_s']:.1f} ms "
-          f"(timed alone; the run took {train.seconds / 60:.1f} minutes with data preparation, "
-          f"compilation and evaluations)"
-          + (f", training MFU {statistics.median(mfus):.1%}" if mfus else "")
-          + f"; dev BLEU {curve}; last 5 checkpoints averaged: sacreBLEU "
-          f"{final.get('bleu', float('nan')):.1f}, perplexity {final.get('perplexity', float('nan')):.2f}"
-          f" on {final.get('sentences', '?')} dev verses |")
+  row = (f"| bible_base | {run_of['train']['steps']:,} steps of {1e3 * step_s:.1f} ms (timed "
+         f"alone; the run took {train.seconds / 60:.1f} minutes with data, compilation and "
+         f"evaluations)" + (f", training MFU {statistics.median(mfus):.1%}" if mfus else "")
+         + f"; dev BLEU {curve or 'none logged'}; ")
+  if not evaluate.ok:
+    return [row + f"averaged evaluation {evaluate.failure()} |"]
+  return [row + f"last 5 checkpoints averaged: sacreBLEU {final.get('bleu', float('nan')):.1f}, "
+          f"perplexity {final.get('perplexity', float('nan')):.2f} on "
+          f"{final.get('sentences', '?')} dev verses |"]
+
+
+def job_rows(name: str, runner: Runner, bundle: Path, ends_at: float) -> list[str]:
+  quick = FLAGS.quick
+  if name.startswith("step_"):
+    return step_rows(runner, name.split("_")[1], ends_at, quick)
+  if name == "beam":
+    shape = ["--batch_size=2", "--source_length=8", "--repeats=1",
+             *(f"--config.{o}" for o in QUICK_MODEL)] if quick else []
+    run = runner.run(name, "beam_base", [sys.executable, "experiments/decode_speed.py",
+                                         "--config=configs/base.py", *shape], ends_at)
+    return [beam_row(run)]
+  if name == "flax":
+    shape = (["--only=train_small", "--train_rows=2", "--train_length=16", "--rounds=1",
+              "--calls=1"] if quick else
+             ["--only=train_base,train_big", "--train_rows=96", "--train_length=256",
+              "--dtype=bfloat16", "--tfm_overrides=model.attention_impl=cudnn", "--rounds=5"])
+    run = runner.run(name, "flax", [sys.executable, "experiments/compare_flax_wmt.py",
+                                    f"--flax_wmt_dir={FLAGS.flax_wmt_dir}", *shape], ends_at)
+    return flax_rows(run)
+  return bible_rows(runner, bundle, ends_at, quick)
+
+
+def parse_timeouts(values: list[str]) -> dict[str, float]:
+  """TIMEOUTS with --timeouts' JOB=SECONDS items applied."""
+  timeouts = {**TIMEOUTS, **({"preflight": QUICK_PREFLIGHT_TIMEOUT} if FLAGS.quick else {})}
+  for item in values:
+    name, _, seconds = item.partition("=")
+    try:
+      value = float(seconds)
+    except ValueError:
+      value = float("nan")
+    if name not in TIMEOUTS or not value > 0:
+      raise app.UsageError(f"--timeouts: {item!r} is not JOB=SECONDS with JOB one of "
+                           f"{', '.join(TIMEOUTS)} and SECONDS > 0")
+    timeouts[name] = value
+  return timeouts
 
 
 def device_name() -> str:
   """The GPU's name from nvidia-smi (no jax here: this process must not take the GPU's memory)."""
   try:
     names = subprocess.run(["nvidia-smi", "--query-gpu=name", "--format=csv,noheader"],
-                           capture_output=True, text=True, check=True, timeout=30).stdout.split("\n")
-    return names[0].strip() or "no GPU"
+                           capture_output=True, text=True, check=True, timeout=30).stdout
+    return names.split("\n")[0].strip() or "no GPU"
   except (OSError, subprocess.SubprocessError):
     return "no GPU (nvidia-smi found none)"
 
 
-JOBS = ("step_base_cudnn", "step_base_xla", "step_big_cudnn", "step_big_xla", "flax_base",
-        "flax_big", "beam_base", "bible_base")
-
-
-def job_rows(name: str, out: Path) -> list[str]:
-  """Runs job `name` (its processes) and returns its table rows."""
-  quick = FLAGS.quick
-  if name.startswith("step_"):
-    _, size, impl = name.split("_")
-    return [step_row(step_job(name, f"configs/{size}.py", impl, quick, out))]
-  if name.startswith("flax_"):
-    if not FLAGS.flax_wmt_dir:
-      return [f"| {name} | skipped: no --flax_wmt_dir |"]
-    shape = (["--train_rows=2", "--train_length=16", "--rounds=1", "--calls=1"] if quick else
-             ["--train_rows=96", "--train_length=256", "--dtype=bfloat16",
-              "--tfm_overrides=model.attention_impl=cudnn"])
-    return flax_rows(run(Job(name, [sys.executable, "experiments/compare_flax_wmt.py",
-                                    f"--flax_wmt_dir={FLAGS.flax_wmt_dir}",
-                                    f"--only=train_{name.split('_')[1]}", *shape]), out))
-  if name == "beam_base":
-    shape = ["--batch_size=2", "--source_length=8", "--repeats=1"] if quick else []
-    return [beam_row(run(Job(name, [sys.executable, "experiments/decode_speed.py",
-                                    "--config=configs/base.py", *shape]), out))]
-  jobs, sizing = bible_jobs(0.3 if quick else FLAGS.minutes, quick, out)
-  return [bible_row(jobs, sizing, out / "bible_base")]
-
-
 def main(argv):
   del argv
+  deadline_at = time.monotonic() + 60 * FLAGS.deadline
   unknown = sorted(set(FLAGS.jobs or ()) - set(JOBS))
   if unknown:
     raise app.UsageError(f"--jobs: unknown job(s) {', '.join(unknown)}; expected some of "
                          f"{', '.join(JOBS)}")
-  device = device_name()
+  timeouts = parse_timeouts(FLAGS.timeouts)
+  bundle = Path(FLAGS.bundle).resolve()
+  site = carried_site(bundle)
+  if site:
+    sys.path.insert(0, str(site))  # this process imports configs (ml_collections) for the Bible run
+  device = "CPU (--quick)" if FLAGS.quick else device_name()
   slug = re.sub(r"[^A-Za-z0-9]+", "-", device).strip("-").lower()
   out = Path(FLAGS.out or ROOT / "experiments/results/gpu" /
              f"{datetime.date.today().isoformat()}_{slug}{'_quick' if FLAGS.quick else ''}")
   out.mkdir(parents=True, exist_ok=True)
-  # Rows of earlier runs into the same directory stay (--jobs splits the table over several calls).
-  saved = out / "rows.json"
-  rows = json.loads(saved.read_text()) if saved.exists() else {}
+  env = {**os.environ, "PYTHONUNBUFFERED": "1",
+         "PYTHONPATH": os.pathsep.join([str(ROOT), *([str(site)] if site else []),
+                                        *filter(None, [os.environ.get("PYTHONPATH")])])}
+  for key, value in (("CUDA_VISIBLE_DEVICES", "0"),  # one GPU, unless the caller chose
+                     ("JAX_PLATFORMS", "cpu" if FLAGS.quick else "cuda")):  # never a quiet CPU run
+    env[key] = env.get(key) or value
+  runner, table = Runner(out, env, deadline_at), Table(out, FLAGS.quick)
+
+  preflight = runner.run("preflight", "preflight", [
+      sys.executable, "experiments/gpu/preflight.py", *(["--allow_cpu"] if FLAGS.quick else [])],
+      time.monotonic() + timeouts["preflight"])
+  found = dict(re.findall(r"^(device|versions): (.*)$", preflight.output, re.M))
+  table.header = [f"Device: {found.get('device', device)}", f"Versions: {found.get('versions', '?')}",
+                  f"Run: {datetime.datetime.now(datetime.timezone.utc):%Y-%m-%d %H:%M} UTC, "
+                  f"--deadline {FLAGS.deadline:g} min, JAX_PLATFORMS={env['JAX_PLATFORMS']}"]
+  if not preflight.ok:
+    hint = "" if site else f" (no wheels in {bundle}/wheels: experiments/gpu/make_bundle.py)"
+    table.set("preflight", [f"| preflight | {preflight.failure()}{hint} |"])
+    print(f"[gpu_table] preflight {preflight.failure()}{hint}", flush=True)
+    return 3
+  ready = re.search(r"^preflight ok in .*$", preflight.output, re.M)
+  table.set("preflight", [f"| preflight | {ready.group(0) if ready else 'ok'} |"])
+  print(f"[gpu_table] {found.get('device', device)}: preflight ok in {preflight.seconds:.0f} s; "
+        f"outputs in {out}", flush=True)
   for name in JOBS:
-    if FLAGS.jobs is None or name in FLAGS.jobs:
-      rows[name] = job_rows(name, out)
-      saved.write_text(json.dumps(rows, indent=1))
-  table = "\n".join([f"Device: {device}{' (--quick: plumbing only, not figures)' if FLAGS.quick else ''}",
-                     "", "| job | result |", "|---|---|",
-                     *(row for name in JOBS for row in rows.get(name, ())), ""])
-  (out / "table.md").write_text(table)
-  print(table)
-  print(f"[gpu_table] outputs in {out}")
+    if FLAGS.jobs is not None and name not in FLAGS.jobs:
+      continue
+    if runner.left() < MIN_SECONDS:
+      table.set(name, [f"| {name} | skipped: {max(0, runner.left()):.0f} s of --deadline left |"])
+      continue
+    start = time.monotonic()
+    rows = job_rows(name, runner, bundle, start + timeouts[name])
+    table.set(name, rows)
+    print(f"[gpu_table] {name} in {time.monotonic() - start:.0f} s:\n" + "\n".join(rows),
+          flush=True)
+  print((out / "table.md").read_text(), flush=True)
+  return 0
 
 
 if __name__ == "__main__":

@@ -42,7 +42,7 @@ FLAGS = flags.FLAGS
 flags.DEFINE_enum("size", "base", ["small", "base", "big"], "which of the comparison's models")
 flags.DEFINE_integer("traced", 3, "traced steps (after 3 warm ones)")
 flags.DEFINE_integer("top", 12, "the most expensive ops listed per side")
-# --flax_wmt_dir (without it: tfm alone), --dtype and --tfm_overrides are compare_flax_wmt.py's flags.
+# --flax_wmt_dir (default: the vendored example; --flax_wmt_dir= for tfm alone), --dtype and --tfm_overrides are compare_flax_wmt.py's flags.
 
 KINDS = ("products", "copies", "reductions", "random", "elementwise")
 CONTAINERS = ("while", "conditional", "call")

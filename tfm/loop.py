@@ -166,8 +166,9 @@ def _train(config: Config, held: Workdir, log: logs.WorkdirLog, stream, preempti
 
 
 def _draw_curves(writer: MetricsWriter, workdir: str) -> None:
-  """WORKDIR/curves.png (tfm plot's figure) from every run's events so far; lead host."""
-  if jax.process_index() == 0:
+  """WORKDIR/curves.png (tfm plot's figure) from every run's events so far; lead host, where
+  the events are written (not without tensorboardX: metrics_writer.py)."""
+  if jax.process_index() == 0 and writer.tensorboard is not None:
     writer.sync()
     curves.write_png([workdir], storage.path(workdir) / "curves.png")
 

@@ -12,6 +12,8 @@ from tests.integration.conftest import corpus  # noqa: F401  pylint: disable=unu
 def cluster(tmp_path_factory):
   """munged, slurmctld and slurmd on this host (2 CPUs), reached through SLURM_CONF."""
   missing = missing_binaries()
+  if missing and os.environ.get("TFM_CI"):
+    pytest.fail(f"no SLURM in CI: .ci/run installs {PACKAGES} (missing {', '.join(missing)})")
   if missing:
     pytest.skip(f"no SLURM here: apt-get install {PACKAGES} (missing {', '.join(missing)})")
   started = Cluster(tmp_path_factory.mktemp("slurm"))

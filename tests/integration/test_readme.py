@@ -209,13 +209,8 @@ def test_relative_links_resolve():
       file, _, anchor = target.partition("#")
       resolved = (path.parent / file).resolve() if file else path
       if not resolved.exists():
-        if resolved.relative_to(ROOT).as_posix() not in WRITTEN_ELSEWHERE:
-          missing.append(f"{path.relative_to(ROOT)} -> {target}")
+        missing.append(f"{path.relative_to(ROOT)} -> {target}")
       elif anchor and resolved.suffix == ".md" and anchor not in _anchors(resolved):
         missing.append(f"{path.relative_to(ROOT)} -> {target} (no such heading)")
   assert not missing, missing
 
-
-# Pages linked from the README that are written beside this change (issue 42); delete this set once
-# they are in the repository, so that their links are checked like every other.
-WRITTEN_ELSEWHERE = {"docs/cluster.md", "docs/gpu.md"}

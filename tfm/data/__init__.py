@@ -1,4 +1,5 @@
-"""Input pipeline: TFDS sources (WMT'14, offline Bible), SentencePiece vocab, packed batches.
+"""Input pipeline: TFDS sources (WMT'14, offline Bible) or their text-pair exports
+(tfm.data.exported, read without TFDS), SentencePiece vocab, packed batches.
 
 Public interface:
   DataConfig (the `data` section, validated when built)   -- tfm.data.config

@@ -59,8 +59,8 @@ def cache_root(cfg) -> str:
   if cfg.cache_dir is not None:  # validated local by DataConfig
     root = cfg.cache_dir
   else:
-    import tensorflow_datasets as tfds  # pylint: disable=import-outside-toplevel
-    root = os.path.join(cfg.data_dir or tfds.core.constants.DATA_DIR, "tfm_cache")
+    root = os.path.join(cfg.data_dir or sources.tfds_module().core.constants.DATA_DIR,
+                        "tfm_cache")
     if storage.is_remote(root):
       raise ValueError(f"data.data_dir={cfg.data_dir!r} is remote and the token cache is "
                        "memory-mapped: set data.cache_dir to a local directory")

@@ -7,6 +7,10 @@ Either direction works: `data.source_lang` / `data.target_lang` pick the feature
 `open_split` returns a `TextPairSource`: `len(src)` and `src[i] -> (source_text, target_text)`
 (bytes from array_record, or str under `tfds.testing.mock_data`), picklable so grain worker
 processes can use it. Reading never downloads: `prepare(cfg)` does that once.
+
+Where data.data_dir holds an export of data.dataset (tfm/data/exported.py: the splits as text
+pairs, made where TFDS is installed), both read the export instead, and TFDS is never imported:
+TensorFlow and TFDS are imported on the first use of a TFDS split, not with this module.
 """
 
 from __future__ import annotations
@@ -15,16 +19,23 @@ import contextlib
 import io
 import logging
 
-import tensorflow_datasets as tfds
 from etils import epath
 
-from tfm.data import bible  # noqa: F401  (registers the `bible_translate` builder with TFDS)
+from tfm.data import exported
 from tfm.data.config import DataConfig
 from tfm.data.datasets import resolve_dataset
 
 log = logging.getLogger(__name__)
 
 SPLITS = {"train": "train", "dev": "validation", "test": "test"}
+
+
+def tfds_module():
+  """tensorflow_datasets, with tfm's `bible_translate` builder registered (imported on first use:
+  TensorFlow takes seconds to import, and machines that read exports have neither)."""
+  import tensorflow_datasets as tfds  # pylint: disable=import-outside-toplevel
+  from tfm.data import bible  # noqa: F401  pylint: disable=import-outside-toplevel,unused-import
+  return tfds
 
 
 class TextPairSource:
@@ -114,6 +125,10 @@ def open_split(cfg: DataConfig, split: str) -> TextPairSource:
   if split not in SPLITS:
     raise ValueError(f"split must be one of {sorted(SPLITS)}, got {split!r}")
   spec = resolve_dataset(cfg)
+  directory = exported.find(cfg)
+  if directory is not None:
+    return exported.ExportedSplit(directory, SPLITS[split], cfg.source_lang, cfg.target_lang)
+  tfds = tfds_module()
   try:
     data_source = tfds.data_source(spec.name, split=SPLITS[split], data_dir=cfg.data_dir,
                                    download=False)
@@ -128,17 +143,21 @@ def open_split(cfg: DataConfig, split: str) -> TextPairSource:
 def prepare(cfg: DataConfig, create_data_dir: bool = False):
   """Downloads (WMT) or builds (Bible, from SWORD modules) data.dataset as array_record.
 
-  Idempotent: an already prepared dataset is left as is. Returns the tfds builder. A data.data_dir
+  Idempotent: an already prepared dataset is left as is. Returns the tfds builder, or None where
+  data.data_dir holds an export of the dataset (which is ready as it is). A data.data_dir
   that does not exist is an error unless create_data_dir (`tfm prepare-data`): training never
   silently builds a second copy of a dataset in a mistyped directory.
   """
+  spec = resolve_dataset(cfg)
+  if exported.find(cfg) is not None:
+    return None
   _check_manual_dir(cfg)
   if cfg.data_dir is not None and not create_data_dir and not epath.Path(cfg.data_dir).is_dir():
     raise FileNotFoundError(
         f"data.data_dir={cfg.data_dir!r} does not exist; expected the TFDS directory the dataset "
         "is prepared in (None = TFDS's default, ~/tensorflow_datasets); `tfm prepare-data` builds "
         "it in a new directory")
-  spec = resolve_dataset(cfg)
+  tfds = tfds_module()
   builder = tfds.builder(spec.name, data_dir=cfg.data_dir, file_format="array_record")
   download_config = tfds.download.DownloadConfig(manual_dir=cfg.manual_dir)
   try:

@@ -10,17 +10,24 @@ reproduction reports both).
   "##AT##-##AT##" compound splitting (`tfm.eval.paper_tokenize`, compounds='t2t'), then multi-bleu.perl-style BLEU (`tfm.eval.ngram_bleu`):
   case-sensitive, 4-gram, brevity penalty, no smoothing.
 Hypotheses must be detokenized text (the subword vocabulary decoded back to strings), one line per
-sentence, in the order of the references.
+sentence, in the order of the references. Where sacremoses (the Moses tokenizer) is not installed,
+as on a GPU node with a preinstalled Python (docs/gpu.md), the tokenized BLEU's figures are NaN and
+one warning says so; sacreBLEU needs only sacrebleu.
 """
 
 from __future__ import annotations
 
+import functools
+import importlib.util
+import logging
 from typing import Any, Sequence
 
 from sacrebleu.metrics import BLEU
 
 from tfm.eval.ngram_bleu import check_corpus, tokenized_corpus_bleu
 from tfm.eval.paper_tokenize import paper_tokenize
+
+NAN = float("nan")
 
 
 def sacrebleu_score(hypotheses: Sequence[str], references: Sequence[str], *, tokenize: str = "13a",
@@ -57,19 +64,31 @@ def score(hypotheses: Sequence[str], references: Sequence[str], target_lang: str
   """
   check_corpus(hypotheses, references)
   sacre = sacrebleu_score(hypotheses, references, tokenize=sacrebleu_tokenize)
-  tok = tokenized_corpus_bleu(paper_tokenize(hypotheses, target_lang, compounds),
-                              paper_tokenize(references, target_lang, compounds))
+  if _moses_installed():
+    tok = tokenized_corpus_bleu(paper_tokenize(hypotheses, target_lang, compounds),
+                                paper_tokenize(references, target_lang, compounds))
+    tokenized = {"tokenized_bleu": tok.bleu, "tokenized_bp": tok.brevity_penalty,
+                 "tokenized_precisions": list(tok.precisions), "tokenized_hyp_len": tok.hyp_len,
+                 "tokenized_ref_len": tok.ref_len, "tokenized_ratio": tok.ratio}
+  else:
+    tokenized = {"tokenized_bleu": NAN, "tokenized_bp": NAN, "tokenized_precisions": [NAN] * 4,
+                 "tokenized_hyp_len": 0, "tokenized_ref_len": 0, "tokenized_ratio": NAN}
   return {
       "sacrebleu": sacre["score"],
       "sacrebleu_signature": sacre["signature"],
       "sacrebleu_bp": sacre["brevity_penalty"],
       "sacrebleu_precisions": sacre["precisions"],
-      "tokenized_bleu": tok.bleu,
-      "tokenized_bp": tok.brevity_penalty,
-      "tokenized_precisions": list(tok.precisions),
-      "tokenized_hyp_len": tok.hyp_len,
-      "tokenized_ref_len": tok.ref_len,
-      "tokenized_ratio": tok.ratio,
+      **tokenized,
       "compounds": compounds,
       "num_sentences": len(hypotheses),
   }
+
+
+@functools.lru_cache(maxsize=None)
+def _moses_installed() -> bool:
+  """Whether sacremoses can be imported; says once when it cannot."""
+  if importlib.util.find_spec("sacremoses") is not None:
+    return True
+  logging.getLogger(__name__).warning(
+      "sacremoses is not installed: the paper's tokenized BLEU is NaN, sacreBLEU is computed")
+  return False

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import glob
 import os
+import re
 import shutil
 import subprocess
 
@@ -42,14 +43,34 @@ def present_accelerator() -> str | None:
 
 
 def gpu_plugins() -> set[str]:
-  """The GPU platforms ('cuda', 'rocm') that an installed jax plugin registers. jax's own plugin
-  discovery decides (internals of the pinned jax 0.10.2): it imports the plugins and calls their
-  initialize(), which registers a backend only where the plugin's library loads; no backend is
-  started."""
-  from jax._src import xla_bridge  # pylint: disable=import-outside-toplevel
-  xla_bridge._discover_and_register_pjrt_plugins()  # pylint: disable=protected-access
-  registered = set(xla_bridge._backend_factories)  # pylint: disable=protected-access
-  return {platform for platform in ("cuda", "rocm") if platform in registered}
+  """The GPU platforms ('cuda', 'rocm') that an installed jax plugin registers.
+
+  jax's own plugin discovery decides where its internals are the ones this was written for
+  (jax 0.10.2 and 0.11.x: xla_bridge's `_discover_and_register_pjrt_plugins` and
+  `_backend_factories`): it imports the plugins and calls their initialize(), which registers a
+  backend only where the plugin's library loads; no backend is started. Where a jax release has
+  moved them, the installed plugin distributions (jax-cuda13-plugin, jax-rocm7-plugin, ...)
+  answer instead, without the check that their library loads.
+  """
+  try:
+    from jax._src import xla_bridge  # pylint: disable=import-outside-toplevel
+    discover = xla_bridge._discover_and_register_pjrt_plugins  # pylint: disable=protected-access
+    factories = xla_bridge._backend_factories  # pylint: disable=protected-access
+  except (ImportError, AttributeError):
+    return installed_gpu_plugins()
+  discover()
+  return {platform for platform in ("cuda", "rocm") if platform in factories}
+
+
+def installed_gpu_plugins() -> set[str]:
+  """'cuda' / 'rocm' for each jax GPU plugin distribution installed (jax-cuda12-plugin, ...)."""
+  from importlib import metadata  # pylint: disable=import-outside-toplevel
+  found = set()
+  for dist in metadata.distributions():
+    match = re.fullmatch(r"jax[-_](cuda|rocm)\d+[-_]plugin", (dist.metadata["Name"] or "").lower())
+    if match:
+      found.add(match.group(1))
+  return found
 
 
 def limit_platforms() -> None:

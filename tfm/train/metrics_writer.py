@@ -1,7 +1,9 @@
 """Training metrics to the console and to TensorBoard event files, from the lead host only.
 
 Event files go to workdir/tensorboard, on any storage (tfm.storage.Staged copies them to a gs://
-workdir at most every 30 s and at the end).
+workdir at most every 30 s and at the end). Where tensorboardX (the event files' writer) is not
+installed, as on a GPU node with a preinstalled Python (docs/gpu.md), the metrics go to the console
+only, and one line says so.
 """
 
 from __future__ import annotations
@@ -28,15 +30,25 @@ class MetricsWriter:
     self.total_steps = total_steps
     self.tensorboard = None
     if self.lead:
-      self._events = storage.Staged(epath.Path(workdir) / "tensorboard")
-      self.tensorboard = EventWriter(self._events.local)
+      events = storage.Staged(epath.Path(workdir) / "tensorboard")
+      try:
+        self.tensorboard = EventWriter(events.local)
+      except ModuleNotFoundError as e:
+        if e.name is None or e.name.split(".")[0] != "tensorboardX":
+          raise
+        events.close()
+        print("[metrics] tensorboardX is not installed: metrics go to the console only (no "
+              "TensorBoard event files, no curves.png)", file=self.stream, flush=True)
+      else:
+        self._events = events
 
   def write(self, step: int, scalars: Mapping[str, float], prefix: str = "train") -> None:
     if not self.lead:
       return
-    self.tensorboard.scalars(step, {f"{prefix}/{name}": value for name, value in scalars.items()
-                                    if isinstance(value, (int, float))})  # strings: console only
-    self._events.sync()
+    if self.tensorboard is not None:
+      self.tensorboard.scalars(step, {f"{prefix}/{name}": value for name, value in scalars.items()
+                                      if isinstance(value, (int, float))})  # strings: console only
+      self._events.sync()
     text = " | ".join(f"{name} {_format(value)}" for name, value in scalars.items())
     where = f"{step}" if prefix != "train" or not self.total_steps else (
         f"{step}/{self.total_steps} ({100 * step // self.total_steps}%)")
@@ -44,7 +56,7 @@ class MetricsWriter:
 
   def sync(self) -> None:
     """Flushes the events and copies them to a remote workdir now (lead host)."""
-    if self.lead:
+    if self.tensorboard is not None:
       self._events.sync(force=True)
 
   def text(self, message: str) -> None:
