@@ -35,11 +35,11 @@ def test_published_runs_resume_a_sweep_on_a_fresh_root(corpus, tmp_path, capsys)
   assert [p.suffix for p in (published / "vocab").iterdir()] == [".model"]
   assert (published / "table.md").exists() and (published / "sweep.png").exists()
   mine = execute.read_result(str(published / name))
-  assert mine["status"] == "ok" and len(mine["fingerprint"]) == 64
+  assert mine.status == "ok" and len(mine.fingerprint) == 64
   capsys.readouterr()
 
   assert [json.loads(line) for line in (published / "results.jsonl").read_text().splitlines()] == [
-      mine]
+      mine.to_json()]
 
   # A fresh root (another machine, the workdirs gone): the published run is taken, not trained,
   # with the published vocabulary.
@@ -51,15 +51,15 @@ def test_published_runs_resume_a_sweep_on_a_fresh_root(corpus, tmp_path, capsys)
   assert not (root2 / name / "checkpoints").exists()
   assert (root2 / "vocab").exists() and sorted(os.listdir(root2 / name)) == files
   lines = [json.loads(line) for line in (root2 / "results.jsonl").read_text().splitlines()]
-  assert lines == [mine]
+  assert lines == [mine.to_json()]
 
   # Another step count or fingerprint (another config or vocabulary): not taken.
   root3 = tmp_path / "root3"
-  steps = mine["steps"]
-  assert publish.take_published([(name, mine["fingerprint"], steps + 1)], str(root3),
+  steps = mine.steps
+  assert publish.take_published([(name, mine.fingerprint, steps + 1)], str(root3),
                                 str(published)) == []
   assert publish.take_published([(name, "0" * 64, steps)], str(root3), str(published)) == []
-  assert publish.take_published([(name, mine["fingerprint"], steps)], str(root3),
+  assert publish.take_published([(name, mine.fingerprint, steps)], str(root3),
                                 str(published)) == [name]
 
 

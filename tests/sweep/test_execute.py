@@ -7,6 +7,7 @@ import subprocess
 import sys
 
 from tfm.sweep import execute
+from tfm.sweep.result import RunResult
 from tfm.sweep.runs import Run
 
 
@@ -22,8 +23,8 @@ def _sweep(root, reached: int, steps: int = 6):
     self.proc = subprocess.Popen([sys.executable, "-c", "pass"])
 
   def describe(run, workdir, wall_s):
-    return dict(name=run.name, group=run.group, row=run.row, seed=run.seed, steps=steps,
-                wall_s=wall_s)
+    return RunResult(name=run.name, group=run.group, row=run.row, seed=run.seed, index=0,
+                     steps=steps, wall_s=wall_s)
 
   run = Run("configs/table3_mini.py", "base", (), 0)
   original = execute.Job._launch
@@ -40,13 +41,13 @@ def _sweep(root, reached: int, steps: int = 6):
 def test_a_run_stopped_before_its_last_step_is_not_evaluated_and_runs_again(tmp_path):
   results, launched, finished = _sweep(tmp_path, reached=3)
   assert launched == ["train"] and not finished
-  assert results[0]["status"] == "stopped"
-  assert results[0]["error"] == "tfm train stopped at step 3 of 6; run the sweep again to resume it"
+  assert results[0].status == "stopped"
+  assert results[0].error == "tfm train stopped at step 3 of 6; run the sweep again to resume it"
 
 
 def test_a_run_that_reached_its_last_step_is_evaluated(tmp_path):
   results, launched, finished = _sweep(tmp_path, reached=6)
-  assert launched == ["train", "eval"] and finished and results[0]["status"] == "ok"
+  assert launched == ["train", "eval"] and finished and results[0].status == "ok"
 
 
 def test_one_row_of_a_table_is_a_run_named_after_the_row(tmp_path, capsys):

@@ -1,12 +1,14 @@
 """The sweep's arithmetic and outputs on hand-made results: ranks, Spearman, means over seeds, the
 direction count, the table and the figure."""
 
+import dataclasses
 import math
 
 import numpy as np
 import pytest
 
 from tfm.sweep import compare, report
+from tfm.sweep.result import RunResult
 from tfm.sweep.runs import Run, expand, parse_grid
 
 
@@ -38,7 +40,7 @@ def test_spearman_by_hand():
 
 
 def _result(row, seed, ppl, bleu, paper_ppl, paper_bleu, status="ok"):
-  return dict(name=f"{row}-s{seed}", group=row, row=row, seed=seed, index=0, status=status,
+  return RunResult(name=f"{row}-s{seed}", group=row, row=row, seed=seed, index=0, status=status,
               error=None if status == "ok" else "tfm train exited with 1: boom",
               dev_ppl=ppl if status == "ok" else None, bleu=bleu, tokenized_bleu=bleu + 1,
               params=1_000_000, steps=10, tokens_seen=1000, wall_s=60.0, changes={},
@@ -111,7 +113,8 @@ def test_figure_title_names_the_paper_only_when_it_is_drawn(tmp_path):
   """A --grid sweep has no paper figures: its figure is not titled as a comparison with them."""
   from tfm.figures import sweep as sweep_figure  # pylint: disable=import-outside-toplevel
   table = sweep_figure.plot(compare.groups(RESULTS), str(tmp_path / "table.png"))
-  grid = [dict(r, row=None, group=f"model.num_heads={i}", paper={}) for i, r in enumerate(RESULTS)]
+  grid = [dataclasses.replace(r, row=None, group=f"model.num_heads={i}", paper={})
+          for i, r in enumerate(RESULTS)]
   title = sweep_figure.plot(compare.groups(grid), str(tmp_path / "grid.png"))
   assert "paper" in table and "paper" not in title
   assert (tmp_path / "table.png").exists() and (tmp_path / "grid.png").exists()
@@ -150,6 +153,7 @@ def test_collect_orders_table_rows_as_the_paper_whichever_sweep_ran_them(tmp_pat
           ("A1-s0", "A1", 2), ("C7-s0", "C7", 0), ("base-s0", "base", 0)]
   for name, row, index in runs:
     (tmp_path / name).mkdir()
-    (tmp_path / name / execute.RESULT).write_text(json.dumps(dict(name=name, row=row, index=index)))
-  assert [r["name"] for r in execute.collect(str(tmp_path))] == [
+    (tmp_path / name / execute.RESULT).write_text(json.dumps(dict(
+        name=name, group=row, row=row, index=index, seed=0, steps=10)))
+  assert [r.name for r in execute.collect(str(tmp_path))] == [
       "base-s0", "base-s1", "A1-s0", "C7-s0", "C10-s0", "E-s0", "big-s0"]

@@ -33,6 +33,7 @@ from tfm import storage
 from tfm.commands import UsageError
 from tfm.commands import eval as eval_command
 from tfm.sweep import execute, publish, report, slurm
+from tfm.sweep.result import RunResult
 from tfm.sweep.runs import Run, expand, parse_grid
 
 COMMAND = "sweep_command.txt"  # the command that ran the sweep, for the table's header
@@ -127,16 +128,15 @@ class _Results:
           c, tokenizer.get_tokenizer(c.data).model_sha256, self.eval_limit(r))
     return self._fingerprints[r]
 
-  def static(self, r: Run, wall_s: float) -> dict:
+  def static(self, r: Run, wall_s: float) -> RunResult:
     """What the result says before its evaluation is read (also a run that never started)."""
     c = self.configs[r]
-    return dict(name=r.name, group=r.group, row=r.row, seed=r.seed, index=self.index[r],
-                fingerprint=self.fingerprint(r),
-                changes=execute.changed_keys(c, self.reference), params=self.params[r],
-                steps=c.train.steps, paper=c.paper, wall_s=wall_s, dev_ppl=None, bleu=None,
-                tokenized_bleu=None, tokens_seen=None)
+    return RunResult(name=r.name, group=r.group, row=r.row, seed=r.seed, index=self.index[r],
+                     steps=c.train.steps, fingerprint=self.fingerprint(r),
+                     changes=execute.changed_keys(c, self.reference), params=self.params[r],
+                     paper=c.paper or {}, wall_s=wall_s)
 
-  def describe(self, r: Run, workdir: str, wall_s: float) -> dict:
+  def describe(self, r: Run, workdir: str, wall_s: float) -> RunResult:
     out = self.static(r, wall_s)
     evals = [(int(m["step"]), int(m["limit"] or 0) == self.eval_limit(r),
               os.path.getmtime(os.path.join(workdir, name)), name)
@@ -144,11 +144,7 @@ class _Results:
              if (m := eval_command.RESULT.fullmatch(name)) and m["split"] == "dev"]
     if evals:  # the last step's, scored as this sweep scores it (a hand-run eval may sit beside it)
       with open(os.path.join(workdir, max(evals)[-1]), encoding="utf-8") as f:
-        e = json.load(f)
-      out.update(dev_ppl=e["perplexity"], bleu=e["bleu"], tokenized_bleu=e["tokenized_bleu"],
-                 bleu_sentences=e.get("sentences"),
-                 compounds=e.get("compounds"), tokens_seen=e.get("train_target_tokens"),
-                 trained_steps=e["checkpoints"][-1])
+        out = out.with_eval(json.load(f))
     return out
 
 
@@ -209,7 +205,7 @@ def run(fv: flags.FlagValues, config: config_lib.Config | None):
                               describe=results.describe)
   if fv.run_index is not None:  # one task of a --slurm array: data and command are the submitter's
     done = run_all([runs[fv.run_index]], shares=execute.device_shares(1))
-    return 1 if any(r["status"] != "ok" for r in done) else None  # no report: tasks run at once
+    return 1 if any(not r.ok for r in done) else None  # no report: tasks run at once
   shares = execute.device_shares(fv.parallel)
   os.makedirs(root, exist_ok=True)
   with open(os.path.join(root, COMMAND), "w", encoding="utf-8") as f:
@@ -231,7 +227,7 @@ def run(fv: flags.FlagValues, config: config_lib.Config | None):
     if published and execute.collect(published):
       _write(execute.collect(published), published, quiet=True)
   names = {r.name for r in runs}
-  failed = [r["name"] for r in gathered if r["name"] in names and r["status"] != "ok"]
+  failed = [r.name for r in gathered if r.name in names and not r.ok]
   if failed:
     print(f"tfm sweep: {len(failed)} of {len(runs)} runs failed ({', '.join(failed)}); their errors "
           f"are in {os.path.join(root, 'table.md')}; rerun the command to retry them",
@@ -251,9 +247,9 @@ def _publisher(runs: list[Run], configs: dict, results: _Results, root: str, pub
     publish.publish_vocab(d, published)
   storage.write_atomically(os.path.join(published, COMMAND), _command() + "\n")
 
-  def on_result(result: dict) -> None:
-    if result["status"] == "ok":
-      publish.publish_run(os.path.join(root, result["name"]), published)
+  def on_result(result: RunResult) -> None:
+    if result.ok:
+      publish.publish_run(os.path.join(root, result.name), published)
       _write(execute.collect(published), published, quiet=True)
   return on_result
 
@@ -302,7 +298,7 @@ def _submit(fv: flags.FlagValues, root: str, user_args: list[str], runs: list[Ru
     _prepare_data(list(configs.values()))
     slurm.write_record(root, job, [
         dict(index=i, name=r.name, steps=steps[r], submitted=i in pending,
-             description=results.static(r, 0.0)) for i, r in enumerate(runs)])
+             description=results.static(r, 0.0).to_json()) for i, r in enumerate(runs)])
     with open(os.path.join(root, COMMAND), "w", encoding="utf-8") as f:
       f.write(_command() + "\n")
   except BaseException:

@@ -22,6 +22,8 @@ from typing import Sequence
 
 import numpy as np
 
+from tfm.sweep.result import RunResult
+
 KEY_DELTA = 0.1  # paper PPL points: a row further from base than this is a key row
 DIVERGED_RATIO = 2.0  # a row whose mean dev PPL exceeds this multiple of base's has diverged
 
@@ -61,23 +63,22 @@ def _stats(values: list[float]) -> tuple[float, float, float]:
   return float(np.mean(values)), float(np.std(values, ddof=1)), float(max(values) - min(values))
 
 
-def groups(results: Sequence[dict]) -> list[dict]:
+def groups(results: Sequence[RunResult]) -> list[dict]:
   """One entry per group in sweep order: the seeds' mean / std / range of each figure, the paper's."""
-  by_group: dict[str, list[dict]] = {}
+  by_group: dict[str, list[RunResult]] = {}
   for r in results:
-    by_group.setdefault(r["group"], []).append(r)
+    by_group.setdefault(r.group, []).append(r)
   out = []
   for name, runs in by_group.items():
-    ok = [r for r in runs if r["status"] == "ok"]
-    entry = dict(group=name, row=runs[0].get("row"), changes=runs[0].get("changes", {}),
-                 paper=runs[0].get("paper") or {}, runs=len(runs), finished=len(ok),
-                 params=runs[0].get("params"), steps=runs[0].get("steps"),
-                 tokens_seen=_stats([r["tokens_seen"] for r in ok if r.get("tokens_seen")])[0],
-                 wall_s=sum(r.get("wall_s", 0.0) for r in runs),
-                 failed=len(ok) < len(runs))
+    ok = [r for r in runs if r.ok]
+    first = runs[0]
+    entry = dict(group=name, row=first.row, changes=dict(first.changes), paper=first.paper,
+                 runs=len(runs), finished=len(ok), params=first.params, steps=first.steps,
+                 tokens_seen=_stats([r.tokens_seen for r in ok if r.tokens_seen])[0],
+                 wall_s=sum(r.wall_s for r in runs), failed=len(ok) < len(runs))
     for key in ("dev_ppl", "bleu", "tokenized_bleu"):
       entry[key], entry[key + "_std"], entry[key + "_range"] = _stats(
-          [r[key] for r in ok if r.get(key) is not None])
+          [getattr(r, key) for r in ok if getattr(r, key) is not None])
     out.append(entry)
   return out
 

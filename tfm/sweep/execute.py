@@ -28,6 +28,7 @@ import time
 from typing import Callable, Sequence, TextIO
 
 from tfm import config as config_lib
+from tfm.sweep.result import RunResult
 from tfm.sweep.runs import Run
 from tfm.train import backend
 from tfm.train import checkpoint as ckpt_lib
@@ -83,17 +84,21 @@ def device_shares(parallel: int) -> list[Share]:
           for s in shares]
 
 
-def read_result(workdir: str) -> dict | None:
+def read_result(workdir: str) -> RunResult | None:
   path = os.path.join(workdir, RESULT)
   if not os.path.exists(path):
     return None
   with open(path, encoding="utf-8") as f:
-    return json.load(f)
+    return RunResult.from_json(json.load(f))
+
+
+def write_result(workdir: str, result: RunResult) -> None:
+  write_json(os.path.join(workdir, RESULT), result.to_json())
 
 
 def is_finished(workdir: str, steps: int) -> bool:
   result = read_result(workdir)
-  return bool(result) and result.get("status") == "ok" and result.get("steps") == steps
+  return result is not None and result.finished(steps)
 
 
 def write_json(path: str, value) -> None:
@@ -119,7 +124,7 @@ class Job:
   """One run in one share: `tfm train`, then `tfm eval`; poll() advances it."""
 
   def __init__(self, run: Run, workdir: str, vocab_dir: str | None, share: Share, eval_limit: int,
-               describe: Callable[[Run, str, float], dict], steps: int):
+               describe: Callable[[Run, str, float], RunResult], steps: int):
     self.run, self.workdir, self.vocab_dir, self.share = run, workdir, vocab_dir, share
     self.eval_limit, self.describe, self.steps = eval_limit, describe, steps
     self.start = time.time()
@@ -138,8 +143,8 @@ class Job:
         [sys.executable, "-m", "tfm.cli", *argv], stdout=self.log, stderr=subprocess.STDOUT,
         env={**os.environ, **self.share.env, "PYTHONUNBUFFERED": "1"})
 
-  def poll(self) -> dict | None:
-    """None while running; the run's result dict when it is done (ok or failed)."""
+  def poll(self) -> RunResult | None:
+    """None while running; the run's result when it is done (ok, failed or stopped)."""
     code = self.proc.poll()
     if code is None:
       return None
@@ -157,10 +162,9 @@ class Job:
       return None
     return self._finish("ok", None)
 
-  def _finish(self, status: str, error: str | None) -> dict:
-    result = self.describe(self.run, self.workdir, time.time() - self.start)
-    result.update(status=status, error=error)
-    write_json(os.path.join(self.workdir, RESULT), result)
+  def _finish(self, status: str, error: str | None) -> RunResult:
+    result = self.describe(self.run, self.workdir, time.time() - self.start).ended(status, error)
+    write_result(self.workdir, result)
     return result
 
   def terminate(self) -> None:
@@ -170,8 +174,8 @@ class Job:
 
 def run_all(runs: Sequence[Run], root: str, *, shares: Sequence[Share], vocab_dir: str | None,
             eval_limit_of: Callable[[Run], int], steps_of: Callable[[Run], int],
-            describe: Callable[[Run, str, float], dict], stream: TextIO | None = None,
-            on_result: Callable[[dict], None] | None = None) -> list[dict]:
+            describe: Callable[[Run, str, float], RunResult], stream: TextIO | None = None,
+            on_result: Callable[[RunResult], None] | None = None) -> list[RunResult]:
   """Runs every unfinished run, len(shares) at a time; returns the results of this session.
   stream: where progress goes (default: sys.stdout as it is when called); on_result: called with
   each run's result as it ends (tfm sweep --publish)."""
@@ -206,14 +210,14 @@ def run_all(runs: Sequence[Run], root: str, *, shares: Sequence[Share], vocab_di
         results.append(result)
         if on_result is not None:
           on_result(result)
-        failed = sum(r["status"] != "ok" for r in results)
+        failed = sum(not r.ok for r in results)
         done = done_before + len(results)
         elapsed = time.time() - start
-        eta = eta_seconds([r["wall_s"] for r in results], len(pending),
+        eta = eta_seconds([r.wall_s for r in results], len(pending),
                           [time.time() - j.start for j in active.values()], len(shares))
+        ppl = float("nan") if result.dev_ppl is None else result.dev_ppl
         print(f"[sweep] {done}/{len(runs)} done ({failed} failed this session) | {job.run.name} "
-              f"{result['status']}" + (f": {result['error']}" if result["error"] else
-                                       f", dev PPL {result.get('dev_ppl', float('nan')):.2f}")
+              f"{result.status}" + (f": {result.error}" if result.error else f", dev PPL {ppl:.2f}")
               + f" | elapsed {duration(elapsed)}, ETA {duration(eta)}", file=stream, flush=True)
   finally:
     for job in active.values():
@@ -238,13 +242,11 @@ def eta_seconds(durations: list[float], pending: int, running_for: list[float],
   return (pending * mean + sum(max(mean - t, 0.0) for t in running_for)) / slots
 
 
-def collect(root: str) -> list[dict]:
+def collect(root: str) -> list[RunResult]:
   """Every run result under root (finished or failed), in sweep order."""
-  results = []
-  for path in glob.glob(os.path.join(root, "*", RESULT)):
-    with open(path, encoding="utf-8") as f:
-      results.append(json.load(f))
-  return sorted(results, key=lambda r: (_row_order(r.get("row")), r.get("index", 0), r["name"]))
+  results = [read_result(os.path.dirname(path))
+             for path in glob.glob(os.path.join(root, "*", RESULT))]
+  return sorted(results, key=lambda r: (_row_order(r.row), r.index, r.name))
 
 
 def _row_order(row: str | None) -> tuple:

@@ -86,7 +86,7 @@ def take_published(names_and_fingerprints: Iterable[tuple[str, str, int]], root:
     source, workdir = os.path.join(publish, name), os.path.join(root, name)
     if execute.is_finished(workdir, steps) or not execute.is_finished(source, steps):
       continue
-    if execute.read_result(source).get("fingerprint") != print_:
+    if execute.read_result(source).fingerprint != print_:
       continue
     _copy(sorted(glob.glob(os.path.join(source, "*"))), workdir, replace=True)
     taken.append(name)

@@ -16,6 +16,7 @@ from typing import Sequence
 
 from tfm import storage
 from tfm.sweep import compare
+from tfm.sweep.result import RunResult
 
 def _fmt(mean: float, std: float, digits: int) -> str:
   if math.isnan(mean):
@@ -43,10 +44,10 @@ def _common(rows: Sequence[dict]) -> dict:
   return common if len(rows) > 1 else {}
 
 
-def _bleu_sentences(results: Sequence[dict]) -> str:
+def _bleu_sentences(results: Sequence[RunResult]) -> str:
   """How many dev sentences the runs' BLEU was scored on (`tfm eval --limit`), or '' where their
   results do not say."""
-  counts = sorted({r["bleu_sentences"] for r in results if r.get("bleu_sentences")})
+  counts = sorted({r.bleu_sentences for r in results if r.bleu_sentences})
   if not counts:
     return ""
   return (f"; both BLEUs over the first {' / '.join(map(str, counts))} dev sentences (dev PPL over "
@@ -61,7 +62,7 @@ _DIRECTION = {"same": "yes", "other": "**no**", None: ""}
 _RESOLVED = {True: "yes", False: "no", None: ""}
 
 
-def table_markdown(results: Sequence[dict], command: str | None = None) -> str:
+def table_markdown(results: Sequence[RunResult], command: str | None = None) -> str:
   rows = compare.groups(results)
   common = _common(rows)
   for g in rows:
@@ -95,17 +96,17 @@ def table_markdown(results: Sequence[dict], command: str | None = None) -> str:
   if common:
     out += ["Every run: " + ", ".join(f"{k}={v}" for k, v in common.items()), ""]
   out += lines
-  done = [r for r in results if r["status"] == "ok"]
-  wall = sum(r.get("wall_s", 0.0) for r in results)
+  done = [r for r in results if r.ok]
+  wall = sum(r.wall_s for r in results)
   out += ["", f"{len(done)} of {len(results)} runs finished; their wall time adds up to "
           f"{wall / 3600:.2f} h. dev PPL is per word-piece without label smoothing; BLEU is "
           "sacreBLEU, tok. BLEU the paper's tokenized BLEU (tensor2tensor's recipe)"
           + _bleu_sentences(done) + "."]
   if has_paper:
     out += [""] + _comparison_lines(compare.comparison(rows))
-  failed = [r for r in results if r["status"] != "ok"]
+  failed = [r for r in results if not r.ok]
   if failed:
-    out += ["", "Failed runs:"] + [f"- {r['name']}: {r.get('error')}" for r in failed]
+    out += ["", "Failed runs:"] + [f"- {r.name}: {r.error}" for r in failed]
   return "\n".join(out) + "\n"
 
 
@@ -133,13 +134,14 @@ def _comparison_lines(c: dict) -> list[str]:
       f"{listed(c['diverged'])}."]
 
 
-def write_report(results: Sequence[dict], root: str, command: str | None = None) -> list[str]:
+def write_report(results: Sequence[RunResult], root: str, command: str | None = None) -> list[str]:
   """Writes ROOT/results.jsonl, ROOT/table.md and the figure; returns their paths."""
   from tfm.figures import sweep as sweep_figure  # pylint: disable=import-outside-toplevel
   paths = [os.path.join(root, "results.jsonl"), os.path.join(root, "table.md")]
-  storage.write_atomically(paths[0], "".join(json.dumps(r, sort_keys=True) + "\n" for r in results))
+  storage.write_atomically(paths[0], "".join(json.dumps(r.to_json(), sort_keys=True) + "\n"
+                                             for r in results))
   storage.write_atomically(paths[1], table_markdown(results, command))
-  figure = os.path.join(root, "table3.png" if any(r.get("paper") for r in results) else "sweep.png")
+  figure = os.path.join(root, "table3.png" if any(r.paper for r in results) else "sweep.png")
   if sweep_figure.plot(compare.groups(results), figure) is not None:
     paths.append(figure)
   return paths

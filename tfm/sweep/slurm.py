@@ -30,6 +30,7 @@ import subprocess
 from typing import Sequence
 
 from tfm.sweep import execute
+from tfm.sweep.result import RunResult
 
 RECORDS = "slurm"  # ROOT/slurm/: submission records and the array tasks' output
 SIGNAL_S = 120  # SIGTERM this many seconds before a task's time limit
@@ -165,7 +166,7 @@ def _state(root: str, run: dict, record: dict | None, queue) -> RunState:
       return RunState(run["name"], "running", f"job {label} {state.lower()}")
     return RunState(run["name"], "queued", f"job {label} {state.lower()} ({reason})")
   if result is not None:
-    return RunState(run["name"], "failed", result.get("error") or result["status"])
+    return RunState(run["name"], "failed", result.error or result.status)
   if task is None:
     return RunState(run["name"], "failed", "not finished and never submitted: run tfm sweep "
                     "--slurm again")
@@ -173,12 +174,11 @@ def _state(root: str, run: dict, record: dict | None, queue) -> RunState:
   error = (f"job {label} ended without a result: {execute.last_error_line(log)}"
            if os.path.exists(log) else f"job {label} ended without starting (no {log})")
   os.makedirs(workdir, exist_ok=True)
-  execute.write_json(os.path.join(workdir, execute.RESULT),
-                     {**run["description"], "status": "failed", "error": error})
+  execute.write_result(workdir, RunResult.from_json(run["description"]).ended("failed", error))
   return RunState(run["name"], "failed", error)
 
 
-def _scores(result: dict) -> str:
-  if result.get("dev_ppl") is None:
+def _scores(result: RunResult) -> str:
+  if result.dev_ppl is None:
     return "no dev evaluation"
-  return f"dev PPL {result['dev_ppl']:.2f}, BLEU {result['bleu']:.2f}"
+  return f"dev PPL {result.dev_ppl:.2f}, BLEU {result.bleu:.2f}"

@@ -1,0 +1,76 @@
+"""One run's result, as a sweep writes it (ROOT/NAME/sweep_result.json, a line of results.jsonl) and
+as execute, publish, slurm, compare and report read it: one type, so a field has one name.
+
+The dev figures come from the run's `tfm eval` result (tfm/commands/eval.py writes
+eval_dev_<step>_avg<N>[_first<K>].json), whose names are the evaluation's (perplexity, sentences,
+train_target_tokens, checkpoints); `with_eval` is the one place they become the sweep's (dev_ppl,
+bleu_sentences, tokens_seen, trained_steps).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Any
+
+STATUSES = ("pending", "ok", "failed", "stopped")
+
+
+@dataclasses.dataclass
+class RunResult:
+  """A run of a sweep: what it is (name, row, seed, config changes, parameters, the paper's
+  figures), how it ended (status, error, wall time) and its dev evaluation (None until evaluated)."""
+
+  name: str
+  group: str
+  row: str | None  # a row of a table config, or None (a grid point)
+  seed: int
+  index: int  # its place in the sweep's order
+  steps: int  # train.steps of its config
+  status: str = "pending"  # ok | failed | stopped (pending: not ended yet)
+  error: str | None = None  # why it failed or stopped
+  fingerprint: str | None = None  # its config and vocabulary (tfm/sweep/publish.py)
+  changes: dict = dataclasses.field(default_factory=dict)  # 'section.key' -> value, vs. the file
+  params: int | None = None
+  paper: dict = dataclasses.field(default_factory=dict)  # ppl, bleu, params_m (table rows)
+  wall_s: float = 0.0  # training + evaluation, this attempt's
+  dev_ppl: float | None = None  # per word-piece, without label smoothing
+  bleu: float | None = None  # sacreBLEU
+  tokenized_bleu: float | None = None  # the paper's tokenized BLEU
+  bleu_sentences: int | None = None  # dev pairs the BLEUs were scored on
+  compounds: str | None = None  # how tokenized BLEU split compounds
+  tokens_seen: int | None = None  # real target tokens trained on
+  trained_steps: int | None = None  # the step of the evaluated checkpoint
+
+  @property
+  def ok(self) -> bool:
+    return self.status == "ok"
+
+  def finished(self, steps: int) -> bool:
+    """Ended well after `steps` steps: nothing left to run."""
+    return self.ok and self.steps == steps
+
+  def with_eval(self, evaluation: dict) -> "RunResult":
+    """This result with the dev figures of a `tfm eval` result file's contents."""
+    return dataclasses.replace(
+        self, dev_ppl=evaluation["perplexity"], bleu=evaluation["bleu"],
+        tokenized_bleu=evaluation["tokenized_bleu"], bleu_sentences=evaluation.get("sentences"),
+        compounds=evaluation.get("compounds"), tokens_seen=evaluation.get("train_target_tokens"),
+        trained_steps=evaluation["checkpoints"][-1])
+
+  def ended(self, status: str, error: str | None, wall_s: float | None = None) -> "RunResult":
+    if status not in STATUSES:
+      raise ValueError(f"run status {status!r}: expected one of {STATUSES}")
+    return dataclasses.replace(self, status=status, error=error,
+                               wall_s=self.wall_s if wall_s is None else wall_s)
+
+  def to_json(self) -> dict[str, Any]:
+    return dataclasses.asdict(self)
+
+  @classmethod
+  def from_json(cls, values: dict[str, Any]) -> "RunResult":
+    """From a sweep_result.json or results.jsonl line; keys of no field are dropped (a result
+    written by an older tfm may carry some), missing ones take their defaults."""
+    names = {f.name for f in dataclasses.fields(cls)}
+    values = {k: v for k, v in values.items() if k in names}
+    values["paper"] = values.get("paper") or {}
+    return cls(**values)
