@@ -119,6 +119,9 @@ def test_figure_title_names_the_paper_only_when_it_is_drawn(tmp_path):
   assert "paper" in table and "paper" not in title
   assert (tmp_path / "table.png").exists() and (tmp_path / "grid.png").exists()
   assert sweep_figure.plot([], str(tmp_path / "none.png")) is None
+  # The first run of a table sweep to finish, base alone: its perplexity, no change from base yet.
+  base_only = sweep_figure.plot(compare.groups(RESULTS[:2]), str(tmp_path / "base.png"))
+  assert base_only == "Dev perplexity per run group" and (tmp_path / "base.png").exists()
   assert not (tmp_path / "none.png").exists()
 
 

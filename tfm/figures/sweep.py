@@ -49,6 +49,8 @@ def plot(rows: Sequence[dict], path: str) -> str | None:
     return None
   verdicts = compare.row_verdicts(rows)
   base = next((g for g in rows if g["row"] == "base" and g["group"] in verdicts), None)
+  if base is not None and not any(g is not base and g["group"] in verdicts for g in rows):
+    base = None  # base alone: no change to draw yet, so its perplexity as a group's
   fig, ax = plt.subplots(figsize=(max(6.0, 0.5 * len(rows) + 2), 4.2), dpi=120)
   if base is None:
     xs, bounds = _positions(rows)
