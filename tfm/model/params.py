@@ -18,7 +18,7 @@ def param_shapes(cfg: ModelConfig, length: int = 8):
   """The (unboxed) parameter tree of Transformer(cfg) as ShapeDtypeStructs; nothing is allocated.
 
   `init` is traced with the layers scanned (model.scan_layers), which traces one layer a stack
-  instead of N (the paper's base: 1.5 s -> 0.3 s on a CPU core); the stacked shapes [N, ...] are
+  instead of N (faster to trace: see experiments/SPEED.md); the stacked shapes [N, ...] are
   then split into the unrolled layout when cfg asks for it (tfm/model/scan_convert.py).
   """
   tokens = jnp.ones((1, length), jnp.int32)
