@@ -24,12 +24,13 @@ import sys
 import jax
 
 from tfm import logs, storage
-from tfm.config import Config
+from tfm.config import Config, check_vocabulary
 from tfm.data import bucketing, pipeline, prefetch, sources, tokenizer as tokenizer_lib
 from tfm.eval.dev_bleu import DevBleu
 from tfm.eval.dev_loss import DevLoss
 from tfm.experiment import Experiment
 from tfm.figures import curves
+from tfm.model.params import parameter_count
 from tfm.train import checkpoint as ckpt_lib
 from tfm.train import backend, distributed
 from tfm.train import flops as flops_lib
@@ -37,7 +38,6 @@ from tfm.train.cadence import Cadence
 from tfm.train.metrics_writer import MetricsWriter
 from tfm.train.preemption import Preemption
 from tfm.train.progress import Progress
-from tfm.train.state import parameter_count
 from tfm.train.trace import ProfileTrace
 from tfm.train.window import Window
 from tfm.train.workdir import Workdir
@@ -66,10 +66,7 @@ def prepare_data(config: Config, workdir: str):
   if not lead:
     sources.prepare(config.data, create_data_dir=True)  # the lead checked that the path exists
   tokenizer = tokenizer_lib.get_tokenizer(config.data, workdir)
-  if tokenizer.vocab_size != config.model.vocab_size:
-    raise ValueError(f"the vocabulary has {tokenizer.vocab_size} tokens but model.vocab_size is "
-                     f"{config.model.vocab_size}; set model.vocab_size and data.vocab_size to "
-                     f"{tokenizer.vocab_size} (a small corpus can give fewer than asked)")
+  check_vocabulary(config, tokenizer.vocab_size)
   distributed.barrier("tfm-data-everywhere")
   return tokenizer
 

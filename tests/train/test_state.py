@@ -8,7 +8,7 @@ from tests.train.helpers import experiment_config, mesh_cfg, train_cfg
 from tfm import experiment as experiment_lib
 from tfm.experiment import Experiment
 from tfm.model.config import ModelConfig
-from tfm.train.state import parameter_count
+from tfm.model.params import parameter_count
 
 
 def test_bfloat16_model_keeps_float32_state():

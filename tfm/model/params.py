@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
+from typing import Any
 
 import flax.linen as nn
 import jax
@@ -30,6 +31,11 @@ def param_shapes(cfg: ModelConfig, length: int = 8):
   return shapes if cfg.scan_layers else jax.eval_shape(unstack_layers, shapes)
 
 
+def parameter_count(params: Any) -> int:
+  """Number of scalars in a parameter tree of arrays or ShapeDtypeStructs."""
+  return sum(math.prod(leaf.shape) for leaf in jax.tree.leaves(params))
+
+
 def count_params(cfg: ModelConfig) -> int:
-  """Total number of trainable scalars."""
-  return sum(math.prod(leaf.shape) for leaf in jax.tree.leaves(param_shapes(cfg)))
+  """Total number of trainable scalars of Transformer(cfg)."""
+  return parameter_count(param_shapes(cfg))
