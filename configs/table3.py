@@ -6,6 +6,7 @@ Rows use no checkpoint averaging (PAPER.md, Inference). Perplexity is per word-p
 """
 
 from configs import base, big
+from tfm.config import check_rows
 
 # row: (changes to config.model, changes to config.train, paper PPL, paper BLEU, paper params in M;
 # where the paper prints ".", same as base, the base's 65)
@@ -38,8 +39,7 @@ def get_config(row=None):
     c = base.get_config()
     c.rows = tuple(ROWS)  # a table: `tfm params` and `tfm sweep` run every row
     return c
-  if row not in ROWS:
-    raise ValueError(f"configs/table3.py: unknown row {row!r}; expected one of {', '.join(ROWS)}")
+  check_rows(row, tuple(ROWS), "configs/table3.py")
   model, train, ppl, bleu, params = ROWS[row]
   if model is None:
     c = big.get_config()

@@ -33,9 +33,9 @@ from tfm import config as config_lib  # noqa: E402
 from tfm.data.batching import round_up_rows  # noqa: E402
 from tfm.data.prefetch import to_device  # noqa: E402
 from tfm.experiment import Experiment  # noqa: E402
+from tfm.model.params import parameter_count  # noqa: E402
 from tfm.train import backend  # noqa: E402
 from tfm.train.flops import mfu, peak_flops, train_flops  # noqa: E402
-from tfm.train.state import parameter_count  # noqa: E402
 
 FLAGS = flags.FLAGS
 flags.DEFINE_integer("rows", None, "global batch rows (default: data.tokens_per_batch // length)")

@@ -173,6 +173,27 @@ def flag_error_message(error: Exception) -> str:
   return lines[-1] if lines else str(error)
 
 
+def check_vocabulary(config: Config, vocab_size: int) -> None:
+  """Raises ValueError unless the vocabulary trained for config.data (vocab_size pieces) is the one
+  model.vocab_size embeds: a small corpus can give fewer pieces than data.vocab_size asks for."""
+  if vocab_size != config.model.vocab_size:
+    raise ValueError(f"the vocabulary of {config.data.dataset} has {vocab_size} pieces but "
+                     f"model.vocab_size is {config.model.vocab_size}; set model.vocab_size and "
+                     f"data.vocab_size to {vocab_size} (a small corpus can give fewer than asked)")
+
+
+def check_rows(names: str | Sequence[str], rows: Sequence[str], table: str) -> None:
+  """Raises ValueError naming what in `names` is not a row of the table config `table`: one row
+  (a config file's argument) or a list of them (a command's --rows)."""
+  if isinstance(names, str):
+    if names not in rows:
+      raise ValueError(f"{table}: unknown row {names!r}; expected one of {', '.join(rows)}")
+    return
+  unknown = [n for n in names if n not in rows]
+  if unknown:
+    raise ValueError(f"unknown row(s) {unknown} of {table}; expected some of {', '.join(rows)}")
+
+
 def config_file(flag_values: flags.FlagValues) -> str:
   return config_flags.get_config_filename(flag_values["config"])
 
@@ -185,10 +206,7 @@ def table_rows(flag_values: flags.FlagValues, names: Sequence[str] | None = None
   config = build(flag_values.config)
   if config.rows is None:
     return [(config.row or "config", config)]
-  unknown = [n for n in names or () if n not in config.rows]
-  if unknown:
-    raise ValueError(f"unknown row(s) {unknown} of {config_file(flag_values)}; expected some of "
-                     f"{', '.join(config.rows)}")
+  check_rows(names or (), config.rows, config_file(flag_values))
   overrides = config_flags.get_override_values(flag_values["config"])
   out = []
   for row in names or config.rows:

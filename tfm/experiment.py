@@ -22,18 +22,20 @@ eval and translate pay only for the parameters. `model` replaces the Transformer
 of the same call contract (the train tests' tiny model); `devices` replaces jax.devices() (a TPU
 topology's devices for ahead-of-time compilation).
 
-Within one process, Experiments whose model, mesh and train sections (less what only the loop
-reads: tfm/train/config.step_fields), devices and compiler options are equal share those pieces
-(the last SHARED_KEEP such sets are kept): a second run, a resume, a longer run, an evaluation after
-training or the next run of a sweep calls the jitted steps the first one traced and compiled,
-instead of tracing them again and loading them from the persistent cache. Nothing else feeds a step
-(data and eval settings reach it as arguments), so equal sections give the same computation. Code
-that replaces a builder at run time (a test's monkeypatch) calls forget_shared().
+The pieces are an Experiment's `parts` (Parts), built from a PartsKey: the model and mesh sections,
+the train section's step fields (less what only the loop reads: tfm/train/config.step_fields),
+the devices and the compiler options; all a piece reads. Within one process, Experiments of equal
+PartsKeys share their Parts (the last SHARED_KEEP are kept): a second run, a resume, a longer run,
+an evaluation after training or the next run of a sweep calls the jitted steps the first one traced
+and compiled, instead of tracing them again and loading them from the persistent cache. Nothing
+else feeds a step (data and eval settings reach it as arguments), so equal sections give the same
+computation. Code that replaces a builder at run time (a test's monkeypatch) calls forget_shared().
 """
 
 from __future__ import annotations
 
 import collections
+import dataclasses
 import functools
 from typing import Any, Sequence
 
@@ -45,9 +47,10 @@ from tfm.config import Config
 from tfm.data.batching import BATCH_KEYS, global_rows, rows_note
 from tfm.decode.translate import make_translate_fn
 from tfm.model.attention_weights import attention_weights
+from tfm.model.config import ModelConfig
 from tfm.model.transformer import Transformer
 from tfm.train import compile_cache
-from tfm.train.config import step_fields
+from tfm.train.config import MeshConfig, TrainConfig, step_fields
 from tfm.train.mesh import create_mesh
 from tfm.train.optimizer import make_optimizer
 from tfm.train.sharding import (OnMesh, axes_size, batch_row_multiple, batch_sharding, batch_spec,
@@ -59,36 +62,62 @@ from tfm.train.step import make_eval_step, make_train_step
 SHARED_KEEP = 8
 
 
-class _Built:
-  """The pieces that depend only on the model and mesh sections, the train section's step_fields, the
-  devices and the compiler options; each built on first use."""
+@dataclasses.dataclass(frozen=True)
+class PartsKey:
+  """Everything the built parts read, and so the cache key of Experiments that share them.
 
-  def __init__(self, config: Config, model: nn.Module | None, devices: Sequence | None,
-               compiler_options: dict | None):
-    self.config, self._model, self.devices = config, model, devices
-    self.compiler_options = compiler_options
+  step_train is the train section as the steps see it (tfm/train/config.step_fields): the fields
+  only the training loop reads hold their defaults there, never the run's (read those from
+  Experiment.config).
+  """
+  model: ModelConfig
+  mesh: MeshConfig
+  step_train: TrainConfig
+  devices: tuple
+  compiler_options: tuple[tuple[str, Any], ...]  # sorted (name, value) pairs
+
+  @classmethod
+  def of(cls, config: Config, devices: Sequence | None, compiler_options: dict | None) -> PartsKey:
+    return cls(model=config.model, mesh=config.mesh, step_train=step_fields(config.train),
+               devices=tuple(jax.devices() if devices is None else devices),
+               compiler_options=tuple(sorted((compiler_options or {}).items())))
+
+
+class Parts:
+  """An Experiment's built parts, each built from `key` on first use and kept: the mesh, rules,
+  model, optimizer, abstract state and parameters, init, the train and eval steps, and the
+  translate and attention-weight functions. model: a module to use instead of
+  Transformer(key.model) (the key then does not say what it computes, so such parts are never
+  shared)."""
+
+  def __init__(self, key: PartsKey, model: nn.Module | None = None):
+    self.key, self._model = key, model
     self._translate_fns: dict[tuple, OnMesh] = {}
+
+  @property
+  def compiler_options(self) -> dict | None:
+    return dict(self.key.compiler_options) or None
 
   @functools.cached_property
   def mesh(self) -> jax.sharding.Mesh:
-    return create_mesh(self.config.mesh, self.devices)
+    return create_mesh(self.key.mesh, self.key.devices)
 
   @functools.cached_property
   def rules(self):
-    return rules_for_model(self.config.mesh.rules, self.mesh, self.config.model)
+    return rules_for_model(self.key.mesh.rules, self.mesh, self.key.model)
 
   @functools.cached_property
   def model(self) -> nn.Module:
-    return self._model if self._model is not None else Transformer(self.config.model)
+    return self._model if self._model is not None else Transformer(self.key.model)
 
   @functools.cached_property
   def optimizer(self):
-    return make_optimizer(self.config.train, self.config.model.d_model)
+    return make_optimizer(self.key.step_train, self.key.model.d_model)
 
   @functools.cached_property
   def abstract_state(self):
     return abstract_train_state(self.model, self.optimizer[0], self.mesh, self.rules,
-                                self.config.train.seed)
+                                self.key.step_train.seed)
 
   @functools.cached_property
   def abstract_params(self):
@@ -99,12 +128,12 @@ class _Built:
 
   @functools.cached_property
   def init(self):
-    return make_init(self.model, self.optimizer[0], self.mesh, self.config.train.seed,
+    return make_init(self.model, self.optimizer[0], self.mesh, self.key.step_train.seed,
                      self.abstract_state[1], self.compiler_options)
 
   @functools.cached_property
   def train_step(self) -> OnMesh:
-    t = self.config.train
+    t = self.key.step_train
     tx, schedule = self.optimizer
     return make_train_step(self.model, tx, schedule, label_smoothing=t.label_smoothing,
                            microbatches=t.microbatches, mesh=self.mesh, rules=self.rules,
@@ -113,11 +142,11 @@ class _Built:
 
   @functools.cached_property
   def eval_step(self) -> OnMesh:
-    return make_eval_step(self.model, self.config.train.label_smoothing, self.mesh, self.rules,
+    return make_eval_step(self.model, self.key.step_train.label_smoothing, self.mesh, self.rules,
                           self.abstract_params[1], self.compiler_options)
 
   def translate_fn(self, **settings: Any) -> OnMesh:
-    architecture = self.config.model.architecture
+    architecture = self.key.model.architecture
     if architecture != "encoder_decoder":
       raise ValueError(f"model.architecture={architecture!r}: translating (dev BLEU, tfm eval, tfm "
                        "translate) needs 'encoder_decoder'; train it with eval.bleu_every=0")
@@ -132,23 +161,20 @@ class _Built:
     return OnMesh(jax.jit(functools.partial(attention_weights, self.model)), self.mesh, self.rules)
 
 
-_shared: collections.OrderedDict[tuple, _Built] = collections.OrderedDict()
+_shared: collections.OrderedDict[PartsKey, Parts] = collections.OrderedDict()
 
 
 def forget_shared() -> None:
-  """Drops the pieces kept for later Experiments (after replacing a function they are built from)."""
+  """Drops the parts kept for later Experiments (after replacing a function they are built from)."""
   _shared.clear()
 
 
-def _shared_built(config: Config, devices: Sequence | None, compiler_options: dict | None) -> _Built:
-  """The _Built of these sections, devices and options, shared (the SHARED_KEEP last used kept)."""
-  devices = tuple(jax.devices() if devices is None else devices)
-  key = (config.model, config.train, config.mesh, devices,
-         tuple(sorted((compiler_options or {}).items())))
+def shared_parts(key: PartsKey) -> Parts:
+  """The Parts of `key`, shared within the process (the SHARED_KEEP last used kept)."""
   if key in _shared:
     _shared.move_to_end(key)
   else:
-    _shared[key] = _Built(config, None, devices, compiler_options)
+    _shared[key] = Parts(key)
     while len(_shared) > SHARED_KEEP:
       _shared.popitem(last=False)
   return _shared[key]
@@ -166,63 +192,64 @@ class Experiment:
     self.compilation_cache_dir = compile_cache.enable(config.train.compilation_cache_dir)
 
   @functools.cached_property
-  def _built(self) -> _Built:
-    # What only the training loop reads builds nothing: Experiments differing there share.
-    config = self.config.replace(train=step_fields(self.config.train))
+  def parts(self) -> Parts:
+    """The built parts; shared with the process's other Experiments of an equal PartsKey (what
+    only the training loop reads builds nothing, so Experiments differing there share)."""
+    key = PartsKey.of(self.config, self._devices, self.compiler_options)
     if self._model is not None:  # another module: its config does not say what it computes
-      return _Built(config, self._model, self._devices, self.compiler_options)
-    return _shared_built(config, self._devices, self.compiler_options)
+      return Parts(key, self._model)
+    return shared_parts(key)
 
   @property
   def mesh(self) -> jax.sharding.Mesh:
-    return self._built.mesh
+    return self.parts.mesh
 
   @property
   def rules(self):
     """mesh.rules with every rule whose model dimension its mesh axes do not divide replicated."""
-    return self._built.rules
+    return self.parts.rules
 
   @property
   def model(self) -> nn.Module:
-    return self._built.model
+    return self.parts.model
 
   @property
   def tx(self):
-    return self._built.optimizer[0]
+    return self.parts.optimizer[0]
 
   @property
   def schedule(self):
-    return self._built.optimizer[1]
+    return self.parts.optimizer[1]
 
   @property
   def abstract_state(self):
     """The TrainState as jax.ShapeDtypeStructs carrying their shardings (a restore target)."""
-    return self._built.abstract_state[0]
+    return self.parts.abstract_state[0]
 
   @property
   def state_shardings(self):
-    return self._built.abstract_state[1]
+    return self.parts.abstract_state[1]
 
   @property
   def abstract_params(self):
     """The parameters as ShapeDtypeStructs with shardings, without building an optimizer."""
-    return self._built.abstract_params[0]
+    return self.parts.abstract_params[0]
 
   @property
   def param_shardings(self):
-    return self._built.abstract_params[1]
+    return self.parts.abstract_params[1]
 
   def init_state(self):
     """A fresh TrainState (seed train.seed), every array created directly in its shards."""
-    return self._built.init()
+    return self.parts.init()
 
   @property
   def train_step(self) -> OnMesh:
-    return self._built.train_step
+    return self.parts.train_step
 
   @property
   def eval_step(self) -> OnMesh:
-    return self._built.eval_step
+    return self.parts.eval_step
 
   @property
   def batch_sharding(self) -> jax.sharding.NamedSharding:
@@ -265,7 +292,7 @@ class Experiment:
     """translate(params, inputs, rng) on this mesh: beam search with the eval section's settings
     (beam_size overrides eval.beam_size; 1 = greedy), or sampling when `temperature` is set."""
     e = self.config.eval
-    return self._built.translate_fn(
+    return self.parts.translate_fn(
         beam_size=e.beam_size if beam_size is None else beam_size, alpha=e.length_penalty,
         max_extra_length=e.max_extra_length, eos_id=eos_id, temperature=temperature, top_k=top_k,
         top_p=top_p, cache_phases=e.cache_phases)
@@ -274,4 +301,4 @@ class Experiment:
     """weights(params, inputs [b, s], targets [b, t]) on this mesh -> {kind: float32 [layers, b,
     heads, q_length, kv_length]}: the model's own softmax probabilities of a teacher-forced forward
     pass (tfm/model/attention_weights.py), kinds 'encoder', 'decoder' and 'cross'."""
-    return self._built.attention_weights_fn
+    return self.parts.attention_weights_fn

@@ -20,27 +20,26 @@ from __future__ import annotations
 import contextlib
 import os
 import sys
-import time
 
 import jax
-import numpy as np
 
 from tfm import logs, storage
-from tfm.config import Config
+from tfm.config import Config, check_vocabulary
 from tfm.data import bucketing, pipeline, prefetch, sources, tokenizer as tokenizer_lib
 from tfm.eval.dev_bleu import DevBleu
 from tfm.eval.dev_loss import DevLoss
 from tfm.experiment import Experiment
 from tfm.figures import curves
+from tfm.model.params import parameter_count
 from tfm.train import checkpoint as ckpt_lib
 from tfm.train import backend, distributed
 from tfm.train import flops as flops_lib
+from tfm.train.cadence import Cadence
 from tfm.train.metrics_writer import MetricsWriter
 from tfm.train.preemption import Preemption
 from tfm.train.progress import Progress
-from tfm.train.state import parameter_count
-from tfm.train.step import check_nonfinite
 from tfm.train.trace import ProfileTrace
+from tfm.train.window import Window
 from tfm.train.workdir import Workdir
 
 # Input-pipeline figures logged beside the train metrics (TrainIterator.stats()).
@@ -67,29 +66,9 @@ def prepare_data(config: Config, workdir: str):
   if not lead:
     sources.prepare(config.data, create_data_dir=True)  # the lead checked that the path exists
   tokenizer = tokenizer_lib.get_tokenizer(config.data, workdir)
-  if tokenizer.vocab_size != config.model.vocab_size:
-    raise ValueError(f"the vocabulary has {tokenizer.vocab_size} tokens but model.vocab_size is "
-                     f"{config.model.vocab_size}; set model.vocab_size and data.vocab_size to "
-                     f"{tokenizer.vocab_size} (a small corpus can give fewer than asked)")
+  check_vocabulary(config, tokenizer.vocab_size)
   distributed.barrier("tfm-data-everywhere")
   return tokenizer
-
-
-def _window_summary(window: list[dict], seconds: float, timed: int) -> dict[str, float]:
-  """Per-window figures from the fetched per-step metrics; the rates (tokens/s, s/step) from its
-  last `timed` steps, which took `seconds` (none when 0: a window of the compiling step alone).
-  Losses, accuracy and gradient norm are means over the applied steps (train.nonfinite='skip'
-  leaves out a non-finite step, counted in nonfinite_count; NaN when none was applied)."""
-  tokens = lambda steps: sum(float(m["tokens"]) for m in steps)
-  applied = [m for m in window if not int(m["nonfinite"])]
-  mean = lambda k: float(np.mean([float(m[k]) for m in applied])) if applied else float("nan")
-  summary = dict(loss=mean("loss"), nll=mean("nll"), perplexity=float(np.exp(mean("nll"))),
-                 accuracy=mean("accuracy"), grad_norm=mean("grad_norm"),
-                 learning_rate=float(window[-1]["learning_rate"]), tokens=int(tokens(window)))
-  if timed:
-    summary.update(target_tokens_per_s=tokens(window[len(window) - timed:]) / seconds,
-                   step_s=seconds / timed)
-  return {**summary, "nonfinite_count": int(window[-1]["nonfinite_count"])}
 
 
 def train(config: Config, workdir: str, stream=None):
@@ -136,7 +115,8 @@ def _train(config: Config, held: Workdir, log: logs.WorkdirLog, stream, preempti
     state, start = (exp.init_state(), 0) if restored is None else (restored[0], restored[2])
     held.commit(config.to_dict())  # config.json only now that the state is known to fit it
     log.publish(held.path)  # and the log file (every host's, into WORKDIR/logs/)
-    progress = Progress(tc.steps, start, stream, evals_left=_evaluations_left(config, start))
+    cadence = Cadence.of(config)
+    progress = Progress(tc.steps, start, stream, evals_left=cadence.evaluations_left(start))
     cleanup.callback(progress.close)
     writer = MetricsWriter(workdir, progress, total_steps=tc.steps)
     cleanup.callback(writer.close)
@@ -161,8 +141,10 @@ def _train(config: Config, held: Workdir, log: logs.WorkdirLog, stream, preempti
       evaluate_bleu = DevBleu(config.data, tokenizer, exp.translate_fn(eos_id=tokenizer.eos_id),
                               batch_size=exp.decode_rows(config.eval.batch_size),
                               limit=config.eval.bleu_examples, compounds=config.eval.compounds)
-    return _run_steps(config, exp.train_step, state, start, batches, checkpointer, writer,
-                      evaluate_dev, evaluate_bleu, preemption, progress, workdir)
+    return _run_steps(config=config, cadence=cadence, train_step=exp.train_step, state=state,
+                      step=start, batches=batches, checkpointer=checkpointer, writer=writer,
+                      evaluate_dev=evaluate_dev, evaluate_bleu=evaluate_bleu,
+                      preemption=preemption, progress=progress, workdir=workdir)
 
 
 def _draw_curves(writer: MetricsWriter, workdir: str) -> None:
@@ -173,82 +155,70 @@ def _draw_curves(writer: MetricsWriter, workdir: str) -> None:
     curves.write_png([workdir], storage.path(workdir) / "curves.png")
 
 
-def _evaluations_left(config: Config, start: int) -> int:
-  """How many dev-loss and dev-BLEU evaluations steps start+1..train.steps will run."""
-  steps, bleu = config.train.steps, config.eval.bleu_every
-  due = lambda every: sum(1 for s in range(start + 1, steps + 1) if s % every == 0 or s == steps)
-  return due(config.train.eval_every) + (due(bleu) if bleu else 0)
-
-
-def _run_steps(config, train_step, state, step, batches, checkpointer, writer, evaluate_dev,
-               evaluate_bleu, preemption, progress, workdir):
-  """Steps from `step` to train.steps (or a preemption); returns the last state."""
-  tc, bleu_every = config.train, config.eval.bleu_every
-  peak, devices = flops_lib.peak_flops(), jax.device_count()
-  window, window_flops, window_start, compile_s = [], 0, time.perf_counter(), None
-  untimed = 0  # steps at the window's start whose time is not in it (the compiling step)
+def _run_steps(*, config, cadence: Cadence, train_step, state, step: int, batches, checkpointer,
+               writer: MetricsWriter, evaluate_dev, evaluate_bleu, preemption: Preemption,
+               progress: Progress, workdir: str):
+  """Steps from `step` to train.steps (or a preemption); returns the last state. cadence says
+  which periodic actions a step is due for (evaluate_bleu None: cadence.bleu_every is 0)."""
+  tc = config.train
+  window = Window(devices=jax.device_count(), peak=flops_lib.peak_flops())
+  compiled = False
   with ProfileTrace(tc.profile_steps, step, workdir, writer.text) as trace:
     while step < tc.steps:
       trace.before(step)
       batch = next(batches)
-      window_flops += flops_lib.batch_flops(config.model, batch)  # shapes only, no device sync
-      if compile_s is None:  # the first step of this process compiles (or loads the cached step)
-        with progress.timed("compiling the train step") as compiled:
-          state, metrics = train_step(state, batch)
-          jax.block_until_ready(metrics)
-        compile_s = compiled["seconds"]
-        untimed, window_flops = 1, 0  # its time is the compile's, not in the window's rates
-        writer.text(f"tfm: train step compiled (or loaded from the compilation cache) in "
-                    f"{compile_s:.1f} s")
-        window_start = time.perf_counter()
-      else:
+      if compiled:
+        flops = flops_lib.batch_flops(config.model, batch)  # shapes only, no device sync
         state, metrics = train_step(state, batch)
+        window.add(metrics, flops)
+      else:  # the first step of this process compiles (or loads the cached step)
+        state, metrics = _compile_and_step(train_step, state, batch, progress, writer)
+        window.add_compiled(metrics)  # its time is the compile's, not in the window's rates
+        compiled = True
       step += 1
       progress.dispatched(step)
-      window.append(metrics)
-      done = step == tc.steps
-      stop = preemption.stop()
-      evaluate = step % tc.eval_every == 0 or done
-      decode = evaluate_bleu is not None and (step % bleu_every == 0 or done)
-      save = step % tc.checkpoint_every == 0 or done or stop
+      due = cadence.due(step, stop=preemption.stop())
       trace.after(step, state)
-      # The window ends before anything that is not a train step (an evaluation, a save), so its
-      # seconds are its steps' alone.
-      flush = step % tc.log_every == 0 or evaluate or decode or save
-      if flush:
-        window = jax.device_get(window)  # the one host sync: this window's metrics
-        for offset, m in enumerate(window):
-          check_nonfinite(m, step - len(window) + offset + 1, tc.nonfinite)
-        seconds, timed_steps = time.perf_counter() - window_start, len(window) - untimed
-        summary = _window_summary(window, seconds, timed_steps)
-        utilisation = (flops_lib.mfu(window_flops / timed_steps, seconds / timed_steps, devices,
-                                     peak) if timed_steps else None)
-        if utilisation is not None:
-          summary["mfu"] = utilisation
-        progress.window(timed_steps, seconds, {
-            "loss": f"{summary['loss']:.3f}", "lr": f"{summary['learning_rate']:.2e}",
-            **({"tok/s": f"{summary['target_tokens_per_s']:,.0f}"} if timed_steps else {}),
-            **({"mfu": f"{summary['mfu']:.1%}"} if "mfu" in summary else {})})
-        writer.write(step, {**summary, "eta": progress.eta_text()})
-        window, window_flops, untimed = [], 0, 0
+      if due.flush:
+        _log_window(step, *window.end(step, tc.nonfinite), progress, writer)
       # Saved before any evaluation: after SIGTERM an evaluation could outlast the grace period.
-      if save:
+      if due.save:
         checkpointer.save(step, state, batches.get_state())
-      if stop and not done:
+      if due.stop and not due.last:
         writer.text(f"tfm: SIGTERM: saved step {step}, exiting")
         break
-      if evaluate:
+      if due.evaluate:
         stats = batches.stats()  # this host's pipeline so far (it reads a few batches ahead)
         writer.write(step, {k: stats[k] for k in DATA_STATS if k in stats}, prefix="data")
         with progress.timed("evaluating dev loss", evaluation=True) as timed:
           dev = evaluate_dev(state.params)
         writer.write(step, {**dev, "eval_s": timed["seconds"]}, prefix="dev")
-      if decode:
+      if due.decode:
         with progress.timed("decoding dev BLEU", evaluation=True) as timed:
           bleu = evaluate_bleu(state.params)
         writer.write(step, {**bleu, "eval_s": timed["seconds"]}, prefix="dev")
-      if tc.curves and (evaluate or decode):
+      if tc.curves and (due.evaluate or due.decode):
         _draw_curves(writer, workdir)
-      if flush:
-        window_start = time.perf_counter()
+      if due.flush:
+        window.restart()
   return state
+
+
+def _compile_and_step(train_step, state, batch, progress: Progress, writer: MetricsWriter):
+  """The first train step of this process, timed apart: it compiles (or loads the cached step)."""
+  with progress.timed("compiling the train step") as compiled:
+    state, metrics = train_step(state, batch)
+    jax.block_until_ready(metrics)
+  writer.text(f"tfm: train step compiled (or loaded from the compilation cache) in "
+              f"{compiled['seconds']:.1f} s")
+  return state, metrics
+
+
+def _log_window(step: int, summary: dict, timed: int, seconds: float, progress: Progress,
+                writer: MetricsWriter) -> None:
+  """The window ending at `step`: the console line and the TensorBoard scalars."""
+  progress.window(timed, seconds, {
+      "loss": f"{summary['loss']:.3f}", "lr": f"{summary['learning_rate']:.2e}",
+      **({"tok/s": f"{summary['target_tokens_per_s']:,.0f}"} if timed else {}),
+      **({"mfu": f"{summary['mfu']:.1%}"} if "mfu" in summary else {})})
+  writer.write(step, {**summary, "eta": progress.eta_text()})

@@ -90,7 +90,7 @@ def test_bible_base_cadences_fit_the_run_they_are_sized_for(step_seconds):
   step time, dev loss 10 times and dev BLEU 5 times (the last at the last step), counted as the loop
   counts them, and the five checkpoints `tfm eval --average 5` takes are the run's last fifth,
   evenly spaced, ending at its last step."""
-  from tfm.loop import _evaluations_left  # pylint: disable=import-outside-toplevel
+  from tfm.train.cadence import Cadence  # pylint: disable=import-outside-toplevel
   from tfm.train.checkpoint import periodic  # pylint: disable=import-outside-toplevel
   steps = bible_base.steps_for(600, step_seconds)
   assert abs(steps * step_seconds - 600) <= 10 * step_seconds or steps == 20
@@ -102,7 +102,7 @@ def test_bible_base_cadences_fit_the_run_they_are_sized_for(step_seconds):
   due = lambda every: [s for s in range(1, steps + 1) if s % every == 0 or s == steps]
   assert len(due(built.train.eval_every)) == 10
   assert len(due(built.eval.bleu_every)) == 5 and due(built.eval.bleu_every)[-1] == steps
-  assert _evaluations_left(built, 0) == 15
+  assert Cadence.of(built).evaluations_left(0) == 15
   series = periodic(range(1, steps + 1), built.train.checkpoint_every, steps)
   kept = series[-built.train.keep_checkpoints:]
   assert built.train.average_checkpoints == 5

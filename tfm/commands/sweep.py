@@ -83,10 +83,10 @@ def _runs(fv: flags.FlagValues, config: config_lib.Config) -> list[Run]:
     if config.row is not None:  # FILE:ROW, one row of a table: the run is named after it
       path, rows = path.rpartition(":")[0], [config.row]
   else:
-    unknown = [r for r in fv.rows or () if r not in config.rows]
-    if unknown:
-      raise UsageError(f"--rows: unknown row(s) {unknown} of {path}; expected some of "
-                       f"{', '.join(config.rows)}")
+    try:
+      config_lib.check_rows(fv.rows or (), config.rows, path)
+    except ValueError as e:
+      raise UsageError(f"--rows: {e}") from None
     rows = list(fv.rows or config.rows)
   try:
     grid = parse_grid(fv.grid)
@@ -102,10 +102,8 @@ def _prepare_data(configs) -> None:
     sources.prepare(data)
     tok = tokenizer.get_tokenizer(data)
     for c in configs:
-      if c.data == data and tok.vocab_size != c.model.vocab_size:
-        raise ValueError(f"the vocabulary of {data.dataset} has {tok.vocab_size} pieces but "
-                         f"model.vocab_size is {c.model.vocab_size}; set model.vocab_size and "
-                         f"data.vocab_size to {tok.vocab_size}")
+      if c.data == data:
+        config_lib.check_vocabulary(c, tok.vocab_size)
 
 
 class _Results:

@@ -7,10 +7,10 @@ Layout follows the flax WMT example: segment ids 1, 2, ... per row and 0 on padd
 restart at 0 in every segment, padding tokens are 0.
 
 grain 0.2.18 has the same algorithm as `grain.experimental.FirstFitPackIterDataset` (with the
-same checkpoint idea: parent state at the group start). We measured it at ~130 us per example
-plus ~40 us of per-element grain iterator overhead on this 2-core CPU, which alone capped the
-pipeline near 1,300 examples/s; building the whole batch at once from chunks costs a few us per
-example, so packing here is our own and the state is the `ExampleCursor` position of the first
+same checkpoint idea: parent state at the group start). Its per-example cost and grain's
+per-element iterator overhead alone capped the pipeline far below what training reads (see
+experiments/SPEED.md); building the whole batch at once from chunks costs a few us per example,
+so packing here is our own and the state is the `ExampleCursor` position of the first
 example of the next batch.
 """
 

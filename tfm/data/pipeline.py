@@ -8,11 +8,10 @@ small `get_state()`/`set_state()` (a few integers per stage), so a restored run 
 batches it would have seen. Tokenization can move to worker processes (`mp_prefetch`,
 data.num_workers) without changing that. tf.data would need its (large, opaque) iterator
 checkpoints and a TF runtime next to JAX. Batching (packing or buckets) runs in the main process
-on an ExampleCursor: grain's own packer costs ~170 us per example here (see packing.py), ours
-handles ~35-70k examples/s, so the producer (record reads + SentencePiece, ~0.4 ms per pair on
-one core) is what data.num_workers scales and data.cache removes: with the token cache a chunk is
-a memory-mapped gather (~3M real tokens/s per core) and the main process's packer is the limit
-(experiments/data_throughput.py, experiments/results/pipeline/).
+on an ExampleCursor: ours is far cheaper per example than grain's own packer (see packing.py),
+so the producer (record reads + SentencePiece) is what data.num_workers scales and data.cache
+removes: with the token cache a chunk is a memory-mapped gather and the main process's packer is
+the limit (the figures: experiments/SPEED.md; experiments/data_throughput.py measures them).
 
 Stages (per host):
   chunk k -> ShuffledPositions: CHUNK_SIZE positions in the host's shard, grain's shuffle(seed)
@@ -126,8 +125,7 @@ class ShuffledPositions:
   .batch(chunk_size)`: grain's index shuffle with seed + epoch, chunks running across epochs.
   Each epoch's permutation is computed whole by tfm/data/shuffle.py (the last two are kept: a
   chunk may span two), not element by element through grain's dataset, whose per-element
-  overhead (~40 us) and index shuffle (~7 us; ~100 us for an epoch of a few hundred) would cap
-  the pipeline near 3,000 examples/s per core.
+  overhead and index shuffle would cap the pipeline (see experiments/SPEED.md).
   """
 
   def __init__(self, n: int, seed: int, chunk_size: int, num_epochs: int | None):

@@ -4,16 +4,16 @@ grain's `MapDataset.shuffle(seed)` (and `grain.experimental.index_shuffle`) maps
 epoch of n elements to index_shuffle(i, max_index=n - 1, seed=seed + epoch, rounds=4): a
 4-round Simon-style Feistel cipher on B-bit blocks, B = max(16, ceil(log2(n - 1)) rounded up to
 even), whose outputs above n - 1 are encrypted again until they fall in [0, n) (cycle walking,
-Black and Rogaway 2002). Called once per element it costs ~7 us for large n and much more for
-small ones (B is at least 16, so an epoch of 250 examples walks ~260 steps per element: ~100 us).
+Black and Rogaway 2002). Called once per element it is slow, slower still for small n (B is at
+least 16, so an epoch of 250 examples walks ~260 steps per element; see experiments/SPEED.md).
 
 `epoch_permutation(n, seed)` returns the n numbers at once, bit for bit grain's (the tests compare
 them): the cipher runs on numpy arrays, and for B = 16 it is tabulated over all 2^16 blocks, whose
 walks are then followed by pointer doubling (log2 of the longest walk passes over the table).
-An epoch of 4.5M examples (WMT14 en-de) takes ~1.4 s on one core instead of ~30 s. One exception:
-when n - 1 is 2^16, 2^18, 2^20, ..., grain's B is one bit short (index n - 1 encrypts as index 0
-does, so one example comes twice an epoch and another never); there B is taken for n itself, two
-bits more, and the result is a permutation, not grain's.
+An epoch of 4.5M examples (WMT14 en-de) takes a small fraction of the element-by-element time
+(see experiments/SPEED.md). One exception: when n - 1 is 2^16, 2^18, 2^20, ..., grain's B is one
+bit short (index n - 1 encrypts as index 0 does, so one example comes twice an epoch and another
+never); there B is taken for n itself, two bits more, and the result is a permutation, not grain's.
 
 The cipher, with W = B / 2 and x = (left, right) in two W-bit words:
   keys k_0..k_3 = std::seed_seq{seed}.generate(4) (C++ [rand.util.seedseq]), truncated to W bits

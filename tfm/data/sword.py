@@ -94,7 +94,8 @@ def _open_module(sword_dir: str, module: str):
     raise FileNotFoundError(missing_message((module,), [sword_dir]))
   bible = library.get_bible_from_module(module)
   # pysword decompresses a whole block (a book) for every verse it returns; remembering the last
-  # few blocks makes reading a module ~15x faster. Only affects compressed (zText) modules.
+  # few blocks makes reading a module much faster (see experiments/SPEED.md). Only affects
+  # compressed (zText) modules.
   if hasattr(bible, "_decompressed_text"):
     bible._decompressed_text = functools.lru_cache(maxsize=4)(bible._decompressed_text)  # pylint: disable=protected-access
   return bible

@@ -32,8 +32,8 @@ def _plain(value):
   """A worker's array copied into a plain ndarray (which also frees its shared memory at once).
 
   grain hands over SharedMemoryArray, an ndarray subclass whose every view runs a Python
-  __array_finalize__; the packer slices per example, and that cost the main process ~1.5x the CPU
-  per token (measured with experiments/data_throughput.py)."""
+  __array_finalize__; the packer slices per example, and that cost the main process CPU time per
+  token (see experiments/SPEED.md)."""
   return np.array(value) if isinstance(value, np.ndarray) else value
 
 

@@ -38,7 +38,7 @@ allows it.
 
 from __future__ import annotations
 
-from typing import Callable, NamedTuple, Sequence
+from typing import Any, Callable, NamedTuple, Sequence
 
 import jax
 import jax.numpy as jnp
@@ -182,7 +182,38 @@ def beam_search_result(tokens_to_logits: TokensToLogits, cache: PyTree, *, beam_
                        beam_invariant: Callable | None = None,
                        cache_lengths: Sequence[int] = (),
                        grow_cache: Callable[[PyTree, int], PyTree] | None = None) -> BeamSearchResult:
-  """Runs the search described in the module docstring; see `beam_search` for the arguments."""
+  """Beam search (section 6.1 / GNMT scoring), the search of the module docstring.
+
+  Args:
+    tokens_to_logits: ids int32[batch*beam, 1], cache -> (logits [batch*beam, vocab], cache).
+    cache: the model's decode cache for the batch, every leaf [batch, ...]; tiled to
+      [batch*beam, ...] here (row b*beam + k is beam k of example b) and reordered each step,
+      except the leaves beam_invariant picks.
+      Arrays a `tokens_to_logits` closure holds per example must be tiled with `tile_beams`.
+    beam_size: beams (and finished hypotheses) kept per example; static.
+    alpha: length-penalty exponent (0 = raw log-probabilities).
+    max_decode_len: static length of the output arrays.
+    max_lengths: int32[batch] per-example limit on |Y| (the paper: input length + 50), clipped to
+      [1, max_decode_len]; None = max_decode_len. Hypotheses reaching it are kept, truncated.
+    eos_id / start_id: EOS token and the token fed at the first step.
+    batch_size: static batch size; by default from max_lengths or the first cache leaf.
+    early_stopping: stop a row once no live beam can beat its worst finished hypothesis.
+    pad_id: a token never generated (the padding id, 0); None lets the model emit it.
+    beam_invariant: optional predicate on a cache leaf's key path (as `jax.tree_util` gives it),
+      true for leaves that are the same in every beam of an example and that tokens_to_logits reads
+      once per example: they stay [batch, ...] (neither tiled nor reordered) while the ids and the
+      other leaves have batch*beam rows (the projected encoder output: read once per example, not
+      once per beam).
+    cache_lengths: increasing cache lengths L_1 < ... < L_n = max_decode_len; the cache passed
+      must hold L_1 positions, and after step L_i - 1 the search calls grow_cache(cache, L_{i+1})
+      (see `tfm.decode.common`). () = one loop over the cache as given.
+    grow_cache: needed with several cache_lengths.
+
+  Returns:
+    BeamSearchResult: sequences int32[batch, beam, max_decode_len] (tokens, EOS, then 0), scores
+    float32[batch, beam] = log P(Y) / lp(|Y|) sorted best first, lengths and the steps run. Jit
+    with the keyword arguments static (e.g. via functools.partial).
+  """
   phases = check_cache_lengths(cache_lengths, grow_cache, max_decode_len)
   batch = infer_batch_size(cache, max_lengths, batch_size)
   limits = resolve_max_lengths(max_lengths, batch, max_decode_len)  # [batch]
@@ -257,48 +288,9 @@ def beam_search_result(tokens_to_logits: TokensToLogits, cache: PyTree, *, beam_
   )
 
 
-def beam_search(tokens_to_logits: TokensToLogits, cache: PyTree, *, beam_size: int = 4,
-                alpha: float | jax.Array = 0.6, max_decode_len: int,
-                max_lengths: jax.Array | None = None, eos_id: int = 1, start_id: int = 0,
-                batch_size: int | None = None, early_stopping: bool = True, pad_id: int | None = 0,
-                beam_invariant: Callable | None = None, cache_lengths: Sequence[int] = (),
-                grow_cache: Callable[[PyTree, int], PyTree] | None = None
+def beam_search(tokens_to_logits: TokensToLogits, cache: PyTree, **options: Any
                 ) -> tuple[jax.Array, jax.Array]:
-  """Beam search (section 6.1 / GNMT scoring); returns (sequences, scores), best beam first.
-
-  Args:
-    tokens_to_logits: ids int32[batch*beam, 1], cache -> (logits [batch*beam, vocab], cache).
-    cache: the model's decode cache for the batch, every leaf [batch, ...]; tiled to
-      [batch*beam, ...] here (row b*beam + k is beam k of example b) and reordered each step,
-      except the leaves beam_invariant picks.
-      Arrays a `tokens_to_logits` closure holds per example must be tiled with `tile_beams`.
-    beam_size: beams (and finished hypotheses) kept per example; static.
-    alpha: length-penalty exponent (0 = raw log-probabilities).
-    max_decode_len: static length of the output arrays.
-    max_lengths: int32[batch] per-example limit on |Y| (the paper: input length + 50), clipped to
-      [1, max_decode_len]; None = max_decode_len. Hypotheses reaching it are kept, truncated.
-    eos_id / start_id: EOS token and the token fed at the first step.
-    batch_size: static batch size; by default from max_lengths or the first cache leaf.
-    early_stopping: stop a row once no live beam can beat its worst finished hypothesis.
-    pad_id: a token never generated (the padding id, 0); None lets the model emit it.
-    beam_invariant: optional predicate on a cache leaf's key path (as `jax.tree_util` gives it),
-      true for leaves that are the same in every beam of an example and that tokens_to_logits reads
-      once per example: they stay [batch, ...] (neither tiled nor reordered) while the ids and the
-      other leaves have batch*beam rows (the projected encoder output: read once per example, not
-      once per beam).
-    cache_lengths: increasing cache lengths L_1 < ... < L_n = max_decode_len; the cache passed
-      must hold L_1 positions, and after step L_i - 1 the search calls grow_cache(cache, L_{i+1})
-      (see `tfm.decode.common`). () = one loop over the cache as given.
-    grow_cache: needed with several cache_lengths.
-
-  Returns:
-    sequences int32[batch, beam, max_decode_len] (tokens, EOS, then 0) and scores
-    float32[batch, beam] = log P(Y) / lp(|Y|), sorted best first. Jit with the keyword arguments
-    static (e.g. via functools.partial); `beam_search_result` also returns lengths and steps.
-  """
-  r = beam_search_result(tokens_to_logits, cache, beam_size=beam_size, alpha=alpha,
-                         max_decode_len=max_decode_len, max_lengths=max_lengths, eos_id=eos_id,
-                         start_id=start_id, batch_size=batch_size, early_stopping=early_stopping,
-                         pad_id=pad_id, beam_invariant=beam_invariant, cache_lengths=cache_lengths,
-                         grow_cache=grow_cache)
+  """`beam_search_result`'s (sequences, scores), best beam first; the options are its keyword
+  arguments: sequences int32[batch, beam, max_decode_len], scores float32[batch, beam]."""
+  r = beam_search_result(tokens_to_logits, cache, **options)
   return r.sequences, r.scores

@@ -106,7 +106,7 @@ def make_translate_fn(model: Transformer, *, beam_size: int = 4, alpha: float = 
     raise ValueError(f"beam_size: expected a positive integer, got {beam_size!r}")
   # A scanned model (model.scan_layers) decodes as its unrolled twin, its parameters unstacked once
   # per call: a scan over the layers inside the search's loop, with the cache stacked, made beam
-  # search 1.7x slower on CPU (311 vs 187 ms, experiments/compare_flax_wmt.py's beam row).
+  # search slower on CPU (see experiments/SPEED.md).
   scanned = getattr(getattr(model, "cfg", None), "scan_layers", False)
   if scanned:
     model = Transformer(dataclasses.replace(model.cfg, scan_layers=False))

@@ -4,10 +4,9 @@
 multiplying. The product and its value are the same; what changes is the gradient: the kernel's
 gradient x^T dy then contracts one tokens axis instead of two, and XLA:CPU, given two, copied an
 operand into a transposed layout first; in the tied output projection that copy was a second pass
-over the [tokens, vocab] loss gradient, its exp recomputed. Flattened, a train step ran 1.12x as
-fast at the base model's shape (experiments/SPEED.md, sixth pass). The kernel's own axes stay as
-they are: merging (heads, d_k) as well was as fast on CPU but not free in a TPU's tiled layouts
-(`tfm plan` v5e:4x4 base: 15.04 -> 15.93 GB of HBM traffic a step; with tokens alone, unchanged).
+over the [tokens, vocab] loss gradient, its exp recomputed. Flattened, a CPU train step is faster
+(see experiments/SPEED.md). The kernel's own axes stay as they are: merging (heads, d_k) as well
+gained nothing on CPU and added HBM traffic in a TPU's tiled layouts (see experiments/SPEED.md).
 Merging leading axes of row-major arrays moves no data, and rows split over the mesh along batch
 stay split along the tokens axis.
 """
@@ -48,11 +47,11 @@ def _cpu_kernel_grad(x, kernel, in_dims: int):
   Both gradients are taken on 2-D views, x [tokens, IN], kernel [IN, OUT], dy [tokens, OUT] (IN =
   prod(in), OUT = prod(out); merging axes of row-major arrays moves no data):
   - dx = dy kernel^T. Contracting a kernel's (heads, d_k) axes where they lie, XLA:CPU first copied
-    the whole kernel into another layout (the twelfth pass's copies).
+    the whole kernel into another layout (see experiments/SPEED.md).
   - dkernel = x^T dy, from a transposed copy of x, [IN, tokens]. Autodiff contracts the tokens axis
     of x and dy where they lie, a product XLA:CPU runs as its plain dot; with x transposed first,
-    YNNPACK's, 11% faster for [512, 512]^T x [512, 2048] here, more than the copy of the smaller
-    operand costs (hence prod(in) <= prod(out) in `token_matmul`). The optimization barrier keeps
+    YNNPACK's, which gains more than the copy of the smaller operand costs (hence prod(in) <=
+    prod(out) in `token_matmul`; see experiments/SPEED.md). The optimization barrier keeps
     XLA from folding the transpose back into the product.
   The forward pass is unchanged; the gradients are the same products, summed in another order.
   """

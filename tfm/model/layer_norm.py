@@ -15,9 +15,8 @@ mean(g x_hat) = ((dy * x_hat) . scale) / d, so no array of the scale broadcast o
 reduction (in full float32 precision: a TPU's default would round the products' inputs to
 bfloat16). Autodiff of the forward pass gave XLA:CPU such reductions (of dy * broadcast(scale) and
 of broadcast(r) * ...), which its YNNPACK reduction kernels take only materialised: two extra
-[rows, d_model] arrays written per LayerNorm, 30 of them in the base model's step. Here the base
-step's scratch memory is 60 MiB smaller (626 -> 566 MiB) and it has 240 fewer kernels
-(experiments/SPEED.md, fifteenth pass).
+[rows, d_model] arrays written per LayerNorm, 30 of them in the base model's step, which this
+backward pass does not write (its scratch memory and kernel count: see experiments/SPEED.md).
 """
 
 from __future__ import annotations

@@ -54,7 +54,7 @@ class EncoderLayer(nn.Module):
   cfg: ModelConfig
 
   @nn.compact
-  def __call__(self, x, mask, bias, positions, train: bool = False):
+  def __call__(self, x, mask, bias, positions, *, train: bool = False):
     cfg = self.cfg
     self_attn = attention(cfg, "self_attention")
     x = add(cfg, x, lambda y: self_attn(y, mask=mask, bias=bias, positions=positions, train=train),
@@ -68,15 +68,17 @@ class DecoderLayer(nn.Module):
   """Masked self-attention, encoder-decoder attention (when there is an encoder), then FFN.
 
   x [b, t, d_model]; encoded [b, s, d_model] or None; self_mask [b, 1, t, t'], cross_mask
-  [b, 1, t, s]. In 'init_cache' mode only the caches are created and x is returned unchanged.
+  [b, 1, t, s]; decode_index [b] in 'decode' mode. The Python values, train and mode ('full',
+  'init_cache', 'decode'), are keyword-only. In 'init_cache' mode only the caches are created (from
+  x's and encoded's shapes; the masks, bias and positions are not read) and x is returned unchanged.
   """
 
   cfg: ModelConfig
   cross_attention: bool = True
 
   @nn.compact
-  def __call__(self, x, encoded, self_mask, cross_mask, bias, positions, train: bool = False,
-               mode: str = "full", decode_index=None):
+  def __call__(self, x, encoded=None, self_mask=None, cross_mask=None, bias=None, positions=None,
+               decode_index=None, *, train: bool = False, mode: str = "full"):
     cfg = self.cfg
     self_attn = attention(cfg, "self_attention")
     cross_attn = attention(cfg, "cross_attention", is_cross=True) if self.cross_attention else None

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
+from typing import Any
 
 import flax.linen as nn
 import jax
@@ -18,7 +19,7 @@ def param_shapes(cfg: ModelConfig, length: int = 8):
   """The (unboxed) parameter tree of Transformer(cfg) as ShapeDtypeStructs; nothing is allocated.
 
   `init` is traced with the layers scanned (model.scan_layers), which traces one layer a stack
-  instead of N (the paper's base: 1.5 s -> 0.3 s on a CPU core); the stacked shapes [N, ...] are
+  instead of N (faster to trace: see experiments/SPEED.md); the stacked shapes [N, ...] are
   then split into the unrolled layout when cfg asks for it (tfm/model/scan_convert.py).
   """
   tokens = jnp.ones((1, length), jnp.int32)
@@ -30,6 +31,11 @@ def param_shapes(cfg: ModelConfig, length: int = 8):
   return shapes if cfg.scan_layers else jax.eval_shape(unstack_layers, shapes)
 
 
+def parameter_count(params: Any) -> int:
+  """Number of scalars in a parameter tree of arrays or ShapeDtypeStructs."""
+  return sum(math.prod(leaf.shape) for leaf in jax.tree.leaves(params))
+
+
 def count_params(cfg: ModelConfig) -> int:
-  """Total number of trainable scalars."""
-  return sum(math.prod(leaf.shape) for leaf in jax.tree.leaves(param_shapes(cfg)))
+  """Total number of trainable scalars of Transformer(cfg)."""
+  return parameter_count(param_shapes(cfg))

@@ -17,7 +17,7 @@ model fails with one line naming the key (`config key model.remat: ...`), not de
 
 from __future__ import annotations
 
-from typing import Callable
+from typing import Any, Callable
 
 import flax.linen as nn
 import jax
@@ -46,15 +46,15 @@ def policy(name: str) -> Callable | None:
   raise ValueError(f"config key model.remat: expected one of none, full, dots, offload, got {name!r}")
 
 
-def remat(layer_cls: type[nn.Module], name: str, static_argnums: tuple[int, ...],
-          scanned: bool = False) -> type[nn.Module]:
-  """layer_cls rematerialised with policy `name` (the class itself for 'none').
+def remat(call: Callable[..., Any], name: str, scanned: bool = False) -> Callable[..., Any]:
+  """call(layer, *arrays) rematerialised with policy `name` (call itself for 'none').
 
-  static_argnums: positions of the Python-valued arguments of __call__, counting self as 0.
-  scanned: the layer runs inside nn.scan, whose loop already keeps XLA from merging the
-  recomputation with the forward pass, so the CSE barriers are left out (jax.checkpoint's advice).
+  call applies a layer module to array arguments (or None); the Python values the layer takes
+  (train, mode) are in call's closure, so they are constants of the traced function and no
+  argument needs to be marked static. scanned: the layer runs inside nn.scan, whose loop already
+  keeps XLA from merging the recomputation with the forward pass, so the CSE barriers are left out
+  (jax.checkpoint's advice).
   """
   if name == "none":
-    return layer_cls
-  return nn.remat(layer_cls, policy=policy(name), static_argnums=static_argnums,
-                  prevent_cse=not scanned)
+    return call
+  return nn.remat(call, policy=policy(name), prevent_cse=not scanned)

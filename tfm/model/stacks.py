@@ -34,7 +34,7 @@ class _Inputs(nn.Module):
   bidirectional: bool
 
   @nn.compact
-  def __call__(self, tokens, positions, k_positions, train):
+  def __call__(self, tokens, positions, k_positions, *, train: bool):
     cfg = self.cfg
     x = self.embed(tokens)
     if cfg.positions == "sinusoidal":
@@ -58,15 +58,15 @@ class Encoder(nn.Module):
   embed: Embed
 
   @nn.compact
-  def __call__(self, tokens, segmentation, positions, train: bool = False):
+  def __call__(self, tokens, segmentation, positions, *, train: bool = False):
     cfg = self.cfg
-    x, bias = _Inputs(cfg, self.embed, bidirectional=True, name="inputs")(tokens, positions, positions,
-                                                                           train)
+    x, bias = _Inputs(cfg, self.embed, bidirectional=True, name="inputs")(
+        tokens, positions, positions, train=train)
     mask = masks.segment_mask(segmentation, segmentation)
-    layer = remat(EncoderLayer, cfg.remat, static_argnums=(5,), scanned=cfg.scan_layers)
-    x = apply_stack(lambda name: layer(cfg, name=name),
-                    lambda lyr, y, *inputs: lyr(y, *inputs, train),
-                    cfg.num_encoder_layers, cfg.scan_layers, x, mask, bias, positions)
+    call = remat(lambda layer, y, *inputs: layer(y, *inputs, train=train), cfg.remat,
+                 scanned=cfg.scan_layers)
+    x = apply_stack(lambda name: EncoderLayer(cfg, name=name), call, cfg.num_encoder_layers,
+                    cfg.scan_layers, x, mask, bias, positions)
     if cfg.norm == "pre":
       x = norm(cfg, "final_norm")(x)
     return x
@@ -79,7 +79,8 @@ class Decoder(nn.Module):
   'init_cache': tokens [b, max_len] give the cache shapes; creates the cache and returns None.
   'decode': tokens [b, 1], the previous output token; returns logits [b, 1, vocab] and advances the
   cache index. encoded [b, s, d_model] and encoder_segmentation [b, s] are needed in 'full' and
-  'init_cache' (they are cached for 'decode'); None for decoder-only models.
+  'init_cache' (they are cached for 'decode'); None for decoder-only models. segmentation and
+  positions are None in 'init_cache' and 'decode'. train and mode are keyword-only.
   """
 
   cfg: ModelConfig
@@ -87,8 +88,8 @@ class Decoder(nn.Module):
   output_embed: Embed | None = None  # the tied matrix for logits; None: a separate projection
 
   @nn.compact
-  def __call__(self, tokens, segmentation, positions, encoded=None, encoder_segmentation=None,
-               train: bool = False, mode: str = "full"):
+  def __call__(self, tokens, segmentation=None, positions=None, encoded=None,
+               encoder_segmentation=None, *, train: bool = False, mode: str = "full"):
     cfg = self.cfg
     cross = cfg.architecture == "encoder_decoder"
     index = None
@@ -98,7 +99,7 @@ class Decoder(nn.Module):
       if cross:
         self.variable("cache", "encoder_segmentation", lambda: encoder_segmentation.astype(jnp.int32))
       apply_stack(lambda name: DecoderLayer(cfg, cross, name=name),
-                  lambda lyr, y, enc: lyr(y, enc, None, None, None, None, mode=mode),
+                  lambda layer, y, enc: layer(y, enc, mode=mode),
                   cfg.num_decoder_layers, cfg.scan_layers,
                   jnp.zeros((b, max_len, cfg.d_model), cfg.compute_dtype), encoded)
       return None
@@ -123,16 +124,13 @@ class Decoder(nn.Module):
     if not cross:
       cross_mask = None
 
-    x, bias = _Inputs(cfg, self.embed, bidirectional=False, name="inputs")(tokens, positions, k_positions,
-                                                                            train)
-    layer = DecoderLayer
-    if mode == "full":
-      layer = remat(DecoderLayer, cfg.remat, static_argnums=(7, 8), scanned=cfg.scan_layers)
-    x = apply_stack(lambda name: layer(cfg, cross, name=name),
-                    lambda lyr, y, enc, smask, cmask, b, pos, idx: lyr(y, enc, smask, cmask, b, pos,
-                                                                       train, mode, idx),
-                    cfg.num_decoder_layers, cfg.scan_layers, x, encoded, self_mask, cross_mask, bias,
-                    positions, index)
+    x, bias = _Inputs(cfg, self.embed, bidirectional=False, name="inputs")(
+        tokens, positions, k_positions, train=train)
+    call = lambda layer, y, *inputs: layer(y, *inputs, train=train, mode=mode)
+    if mode == "full":  # decoding has no backward pass to rematerialise for
+      call = remat(call, cfg.remat, scanned=cfg.scan_layers)
+    x = apply_stack(lambda name: DecoderLayer(cfg, cross, name=name), call, cfg.num_decoder_layers,
+                    cfg.scan_layers, x, encoded, self_mask, cross_mask, bias, positions, index)
     if cfg.norm == "pre":
       x = norm(cfg, "final_norm")(x)
     if mode == "decode":

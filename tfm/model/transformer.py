@@ -73,17 +73,19 @@ class Transformer(nn.Module):
       self.output = output if output is not None else vocab_projection(cfg.vocab_size,
                                                                        cfg.compute_dtype)
 
-  def encode(self, inputs, inputs_segmentation=None, inputs_positions=None, train: bool = False):
+  def encode(self, inputs, inputs_segmentation=None, inputs_positions=None, *,
+             train: bool = False):
     """inputs [b, s] -> encoded [b, s, d_model]."""
     segmentation, positions = _defaults(inputs, inputs_segmentation, inputs_positions)
-    return self.encoder(inputs, segmentation, positions, train)
+    return self.encoder(inputs, segmentation, positions, train=train)
 
   def decode(self, encoded, targets, inputs_segmentation=None, targets_segmentation=None,
-             targets_positions=None, train: bool = False):
+             targets_positions=None, *, train: bool = False):
     """Teacher-forced decoder: targets [b, t] (not yet shifted) -> logits [b, t, vocab] float32."""
     segmentation, positions = _defaults(targets, targets_segmentation, targets_positions)
     decoder_inputs = shift_right(targets, segmentation if targets_segmentation is not None else None)
-    return self.decoder(decoder_inputs, segmentation, positions, encoded, inputs_segmentation, train)
+    return self.decoder(decoder_inputs, segmentation, positions, encoded, inputs_segmentation,
+                        train=train)
 
   def __call__(self, inputs, targets, *, inputs_segmentation=None, targets_segmentation=None,
                inputs_positions=None, targets_positions=None, train: bool = False):
@@ -93,21 +95,21 @@ class Transformer(nn.Module):
     """
     arch = self.cfg.architecture
     if arch == "decoder_only":
-      return self.decode(None, targets, None, targets_segmentation, targets_positions, train)
+      return self.decode(None, targets, None, targets_segmentation, targets_positions, train=train)
     if inputs_segmentation is None:
       inputs_segmentation = masks.segments_from_tokens(inputs)
-    encoded = self.encode(inputs, inputs_segmentation, inputs_positions, train)
+    encoded = self.encode(inputs, inputs_segmentation, inputs_positions, train=train)
     if arch == "encoder_only":
       logits = self.output.attend(encoded) if self.cfg.tie_embeddings else self.output(encoded)
       return P.constrain(logits.astype(jnp.float32), P.BLV)
     return self.decode(encoded, targets, inputs_segmentation, targets_segmentation, targets_positions,
-                       train)
+                       train=train)
 
   def init_cache(self, encoded, inputs_segmentation, batch_size: int, max_decode_len: int):
     """Creates the decode cache (run with mutable=['cache']). encoded [b, s, d_model] or None."""
     dummy = jnp.zeros((batch_size, max_decode_len), jnp.int32)
-    self.decoder(dummy, None, None, encoded, inputs_segmentation, False, "init_cache")
+    self.decoder(dummy, encoded=encoded, encoder_segmentation=inputs_segmentation, mode="init_cache")
 
   def decode_step(self, tokens):
     """One decoding step (run with mutable=['cache']): tokens [b, 1] -> logits [b, vocab]."""
-    return self.decoder(tokens, None, None, None, None, False, "decode")[:, 0]
+    return self.decoder(tokens, mode="decode")[:, 0]

@@ -28,6 +28,7 @@ import time
 from typing import Callable, Sequence, TextIO
 
 from tfm import config as config_lib
+from tfm import storage
 from tfm.sweep.result import RunResult
 from tfm.sweep.runs import Run
 from tfm.train import backend
@@ -93,20 +94,12 @@ def read_result(workdir: str) -> RunResult | None:
 
 
 def write_result(workdir: str, result: RunResult) -> None:
-  write_json(os.path.join(workdir, RESULT), result.to_json())
+  storage.write_json(os.path.join(workdir, RESULT), result.to_json())
 
 
 def is_finished(workdir: str, steps: int) -> bool:
   result = read_result(workdir)
   return result is not None and result.finished(steps)
-
-
-def write_json(path: str, value) -> None:
-  """Writes value to path as JSON through a temporary file: readers see all of it or nothing."""
-  tmp = path + ".tmp"
-  with open(tmp, "w", encoding="utf-8") as f:
-    json.dump(value, f, indent=1)
-  os.replace(tmp, path)  # never half written
 
 
 def last_error_line(log_path: str) -> str:

@@ -29,6 +29,7 @@ import shutil
 import subprocess
 from typing import Sequence
 
+from tfm import storage
 from tfm.sweep import execute
 from tfm.sweep.result import RunResult
 
@@ -91,7 +92,7 @@ def write_record(root: str, job: str, runs: list[dict]) -> str:
   description}); written whole or not at all."""
   path = os.path.join(root, RECORDS, f"{job}.json")
   os.makedirs(os.path.dirname(path), exist_ok=True)
-  execute.write_json(path, dict(job=job, runs=runs))
+  storage.write_json(path, dict(job=job, runs=runs))
   return path
 
 

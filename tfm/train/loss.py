@@ -27,8 +27,8 @@ import jax.numpy as jnp
 from tfm.model.platform import target_platform
 
 # The longest row XLA:CPU reduces at full speed when the reduction has an elementwise prologue
-# (exp(l - m), a masked max): over rows of 37000 such reductions ran at ~2.5 ns an element, ~7x
-# slower than over rows of 18500 or less (experiments/SPEED.md, thirteenth pass).
+# (exp(l - m), a masked max): over rows of 37000 such reductions ran several times slower than
+# over rows of 18500 or less (see experiments/SPEED.md).
 CPU_ROW = 16384
 
 
@@ -58,7 +58,7 @@ def _vocab_statistics(logits: jax.Array, targets: jax.Array):
   correct is 1.0 where argmax_v l_v == y with argmax's tie rule (the lowest index of the maximum):
   l_y == m and every v < y has l_v < l_y, a max over the masked logits. argmax's (value, index)
   reduction, or a min over the indices of the maximum, cost more on CPUs (an int32 [b, t, V]
-  materialised and reduced: 83 vs 68 ms for these statistics at the base step's [8, 64, 37000]).
+  materialised and reduced; see experiments/SPEED.md).
   """
   vocab = logits.shape[-1]
   c = row_chunks(vocab)

@@ -120,8 +120,3 @@ def make_init(model: nn.Module, tx: optax.GradientTransformation, mesh: Mesh, se
   options, e.g. a lower optimisation level for CPU tests)."""
   return jax.jit(lambda: nn.meta.unbox(_boxed_state(model, tx, seed, _batch_rows(mesh))),
                  out_shardings=shardings, compiler_options=compiler_options)
-
-
-def parameter_count(params: Any) -> int:
-  """Number of scalars in a (possibly abstract) parameter tree."""
-  return sum(int(x.size) for x in jax.tree_util.tree_leaves(params))

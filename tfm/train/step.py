@@ -70,7 +70,8 @@ def gradient_norm(grads: Any, shardings: Any = None, pooled_size: int = POOLED_L
   A weight matrix's square-sum is one kernel (on XLA:CPU, a YNNPACK reduction of the product that
   made its gradient). A bias or layer-norm gradient is itself a reduction over the tokens, and on
   XLA:CPU its square-sum compiled to three kernels of its own (the square, the reduce-window of
-  XLA's tree reduction, a last reduce): ~480 for the paper's base model. So the small replicated
+  XLA's tree reduction, a last reduce), hundreds of kernels for the paper's base model (see
+  experiments/SPEED.md). So the small replicated
   leaves (norm_groups; shardings: a tree like grads, or None) are raveled into one vector and
   reduced once; the others are reduced one by one.
   """
@@ -223,9 +224,9 @@ class KeptGradients(OnMesh):
 
   XLA:CPU allocates a program's temporaries afresh on every call, as one block as large as their
   peak. glibc maps a block that large anew each time, so the kernel faults in and zeroes every page
-  of it on first write, every step (here about 0.5 s of system CPU per GiB). The gradients, a tree
-  like the parameters, are all in that block when the update reads them: taken out, the block of the
-  paper's base model at 8 x 64 tokens a side shrinks from 494 to 257 MiB.
+  of it on first write, every step, in system CPU time. The gradients, a tree like the parameters,
+  are all in that block when the update reads them, so taking them out shrinks it (the figures: see
+  experiments/SPEED.md).
 
   Here the jitted function also takes the last step's gradients, donated, and returns this step's,
   so XLA writes them into that buffer, whose pages are already mapped; this object holds it between
