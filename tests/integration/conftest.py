@@ -33,6 +33,20 @@ def tiny_overrides(corpus, *extra) -> list[str]:
   return MODEL + data + train + list(extra)
 
 
+def sweep_overrides(corpus, steps: int, *extra) -> list[str]:
+  """The overrides of a tiny sweep run on the fake corpus: `steps` steps, logged, checkpointed and
+  evaluated at the last, BLEU left to the sweep's `tfm eval`, the vocabulary under the sweep's
+  root; then `extra`."""
+  return MODEL + [
+      f"data.manual_dir={corpus['sword']}", f"data.data_dir={corpus['tfds']}",
+      "data.vocab_size=300", "data.max_length=32", "data.tokens_per_batch=256",
+      "data.eval_max_examples=16", "data.overlong=truncate", f"train.steps={steps}",
+      "train.warmup_steps=2", f"train.log_every={steps}", f"train.eval_every={steps}",
+      f"train.checkpoint_every={steps}", "train.keep_checkpoints=1", "train.average_checkpoints=1",
+      "eval.bleu_every=0", "eval.beam_size=2", "eval.max_extra_length=4", "eval.batch_size=4",
+      *extra]
+
+
 def tiny_flags(corpus, *extra) -> list[str]:
   """The same experiment as command-line flags (tfm train, launch.sh, experiments/soak.py)."""
   return ["--config=configs/quickstart.py"] + [f"--config.{o}" for o in tiny_overrides(corpus, *extra)]

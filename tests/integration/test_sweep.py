@@ -5,7 +5,7 @@ import os
 
 import pytest
 
-from tests.integration.conftest import MODEL
+from tests.integration.conftest import sweep_overrides
 from tfm import cli
 from tfm.config import load_config
 from tfm.model.params import count_params
@@ -14,13 +14,7 @@ from tfm.model.params import count_params
 @pytest.mark.slow
 def test_grid_sweep_records_failures_and_skips_finished_runs(corpus, tmp_path, capsys):
   root = tmp_path / "sweep"
-  overrides = MODEL + [
-      f"data.manual_dir={corpus['sword']}", f"data.data_dir={corpus['tfds']}",
-      "data.vocab_size=300", "data.max_length=32", "data.tokens_per_batch=256",
-      "data.eval_max_examples=16", "data.overlong=truncate", "train.steps=3",
-      "train.warmup_steps=2", "train.log_every=3", "train.eval_every=3", "train.checkpoint_every=3",
-      "train.keep_checkpoints=1", "train.average_checkpoints=1", "eval.bleu_every=0",
-      "eval.beam_size=2", "eval.max_extra_length=4", "eval.batch_size=4"]
+  overrides = sweep_overrides(corpus, 3)
   # mesh.data=3 cannot be built on this 1-device machine: those runs fail when they start.
   argv = (["tfm", "sweep", "--config=configs/quickstart.py", f"--root={root}", "--parallel=2",
            "--eval_limit=4", "--grid=model.num_heads=1,2", "--grid=mesh.data=1,3"]

@@ -6,20 +6,13 @@ import os
 
 import pytest
 
-from tests.integration.conftest import MODEL
+from tests.integration.conftest import sweep_overrides
 from tfm import cli
 from tfm.sweep import execute, publish
 
 
 def _argv(corpus, root, published, *extra):
-  overrides = MODEL + [
-      f"data.manual_dir={corpus['sword']}", f"data.data_dir={corpus['tfds']}",
-      "data.vocab_size=300", "data.max_length=32", "data.tokens_per_batch=256",
-      "data.eval_max_examples=16", "data.overlong=truncate", "train.steps=2",
-      "train.warmup_steps=2", "train.log_every=2", "train.eval_every=2", "train.checkpoint_every=2",
-      "train.keep_checkpoints=1", "train.average_checkpoints=1", "train.curves=False",
-      "eval.bleu_every=0", "eval.beam_size=2", "eval.max_extra_length=4", "eval.batch_size=4",
-      *extra]
+  overrides = sweep_overrides(corpus, 2, "train.curves=False", *extra)
   return (["tfm", "sweep", "--config=configs/quickstart.py", f"--root={root}", "--eval_limit=4",
            f"--publish={published}"]
           + [f"--config.{o}" for o in overrides])
