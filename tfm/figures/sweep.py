@@ -90,6 +90,7 @@ def plot(rows: Sequence[dict], path: str) -> str | None:
     title = "Table 3: dev perplexity change from base, ours beside the paper's"
   for b in bounds:
     ax.axvline(b, color="0.85", linewidth=1)
+  ax.set_xlim(min(xs) - 0.7, max(xs) + 0.7)  # room beside the outer rows' marks
   ax.set_title(title, fontsize=10)
   fig.tight_layout()
   fig.savefig(path)
