@@ -209,13 +209,14 @@ def run(fv: flags.FlagValues, config: config_lib.Config | None):
   with open(os.path.join(root, COMMAND), "w", encoding="utf-8") as f:
     f.write(_command() + "\n")
   published = os.path.abspath(fv.publish) if fv.publish else None
+  vocab_dirs = sorted({c.data.vocab_dir for c in configs.values()})
   if published:
-    for d in sorted({c.data.vocab_dir for c in configs.values()}):
+    for d in vocab_dirs:
       publish.restore_vocab(published, d)
   _prepare_data(list(configs.values()))
   on_result = None
   if published:
-    on_result = _publisher(runs, configs, results, root, published)
+    on_result = _publisher(runs, configs, results, root, published, vocab_dirs)
   try:
     run_all(runs, shares=shares, on_result=on_result)
   finally:
@@ -234,14 +235,15 @@ def run(fv: flags.FlagValues, config: config_lib.Config | None):
   return None
 
 
-def _publisher(runs: list[Run], configs: dict, results: _Results, root: str, published: str):
+def _publisher(runs: list[Run], configs: dict, results: _Results, root: str, published: str,
+               vocab_dirs: list[str]):
   """--publish: takes the published runs that match into root, publishes the vocabulary and the
   command; returns what publishes each run that finishes, with the report."""
   taken = publish.take_published(
       [(r.name, results.fingerprint(r), configs[r].train.steps) for r in runs], root, published)
   if taken:
     print(f"[sweep] {len(taken)} finished runs taken from {published}: {', '.join(taken)}")
-  for d in sorted({c.data.vocab_dir for c in configs.values()}):
+  for d in vocab_dirs:
     publish.publish_vocab(d, published)
   storage.write_atomically(os.path.join(published, COMMAND), _command() + "\n")
 
