@@ -1,6 +1,9 @@
 """The bible_translate builder on a fake SWORD library, its split rule, and the real modules."""
 
 import os
+import subprocess
+import sys
+import time
 
 import pytest
 import tensorflow_datasets as tfds
@@ -107,3 +110,38 @@ def test_kjv_web_config_english_pair(cfg, tmp_path):
   assert got == expected
   assert sources.open_split(cfg, "train")[0] in set(expected.values()) | {
       tuple(v.encode() for v in pair) for pair in expected.values()}
+
+
+@pytest.mark.parametrize("mode", ["lock", "nolock"])
+def test_processes_preparing_one_data_dir_at_once_all_get_the_dataset(bible_env, tmp_path, mode):
+  """Two runs that start together on an unprepared data_dir (a sweep's parallel runs, a cluster
+  job beside a local one) both train on it. With the directory's lock, one builds and the other
+  waits and finds it prepared; without (object storage), both build and the one whose rename
+  comes second takes the first's build."""
+  data_dir = tmp_path / "tfds"
+  data_dir.mkdir()
+  go = tmp_path / "go"
+  workers = [subprocess.Popen(
+      [sys.executable, os.path.join(os.path.dirname(__file__), "prepare_worker.py"),
+       bible_env["sword_dir"], str(data_dir), str(tmp_path / f"ready{i}"), str(go), mode],
+      stderr=subprocess.PIPE, text=True) for i in range(2)]
+  deadline = time.monotonic() + 120
+  while not all((tmp_path / f"ready{i}").exists() for i in range(2)):
+    assert time.monotonic() < deadline and all(w.poll() is None for w in workers), \
+        [w.communicate()[1][-2000:] for w in workers]
+    time.sleep(0.05)
+  go.touch()
+  logs = [w.communicate(timeout=120)[1] for w in workers]
+  assert [w.returncode for w in workers] == [0, 0], [log[-2000:] for log in logs]
+  built = sum("preparing dataset" in log for log in logs)
+  took_other = sum("prepared by another process meanwhile" in log for log in logs)
+  if mode == "lock":
+    assert (built, took_other) == (1, 0), logs
+  else:
+    assert (built, took_other) == (2, 1), logs
+  cfg = bible_env["cfg"].replace(data_dir=str(data_dir))
+  got = {e["ref"]: (e["en"], e["es"]) for split in ("train", "validation", "test")
+         for e in _read_split(cfg, split)}
+  assert got == testlib.clean_pairs()
+  assert not [p.name for p in (data_dir / "bible_translate" / "web-sparv").iterdir()
+              if p.name != "1.0.0"]  # the second build's directory is gone

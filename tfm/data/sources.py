@@ -16,8 +16,10 @@ TensorFlow and TFDS are imported on the first use of a TFDS split, not with this
 from __future__ import annotations
 
 import contextlib
+import fcntl
 import io
 import logging
+import os
 
 from etils import epath
 
@@ -140,6 +142,25 @@ def open_split(cfg: DataConfig, split: str) -> TextPairSource:
   return TextPairSource(data_source, cfg.source_lang, cfg.target_lang)
 
 
+@contextlib.contextmanager
+def _one_builder_at_a_time(builder):
+  """Holds an exclusive lock on a file in the data directory's root while the dataset is checked
+  and built there. Runs that start together on an unprepared data_dir (a sweep's parallel runs, a
+  cluster job beside a local run; each the lead of its own job, so no barrier orders them) then
+  build it once: the first builds, the others wait and find it prepared. Object stores (gs://)
+  have no such locks; there `prepare` accepts the build another process renamed into place first.
+  """
+  root = builder.data_dir_root
+  if "://" in os.fspath(root):
+    yield
+    return
+  root.mkdir(parents=True, exist_ok=True)
+  name = builder.info.full_name.replace("/", "-")
+  with open(root / f".tfm-prepare-{name}.lock", "a", encoding="utf-8") as lock:
+    fcntl.flock(lock, fcntl.LOCK_EX)  # released when the file closes, also if this process dies
+    yield
+
+
 def prepare(cfg: DataConfig, create_data_dir: bool = False):
   """Downloads (WMT) or builds (Bible, from SWORD modules) data.dataset as array_record.
 
@@ -161,18 +182,31 @@ def prepare(cfg: DataConfig, create_data_dir: bool = False):
   builder = tfds.builder(spec.name, data_dir=cfg.data_dir, file_format="array_record")
   download_config = tfds.download.DownloadConfig(manual_dir=cfg.manual_dir)
   try:
-    if builder.is_prepared():
-      return builder
-    log.info("preparing dataset %s in %s (the first run only; TFDS's output goes to the log file)",
-             spec.name, builder.data_dir)
-    tfds.disable_progress_bar()  # carriage-return progress bars would fill the console and logs
-    printed = io.StringIO()
-    with contextlib.redirect_stdout(printed):
-      builder.download_and_prepare(download_config=download_config)
-    for line in printed.getvalue().splitlines():  # the log file's, not the console's
-      if line.strip():
-        logging.getLogger("tensorflow_datasets").info("%s", line.strip())
-    log.info("dataset %s ready", spec.name)
+    with _one_builder_at_a_time(builder):
+      if builder.is_prepared():
+        return builder
+      # A process that held the lock may have finished a build meanwhile: read the directory anew.
+      builder = tfds.builder(spec.name, data_dir=cfg.data_dir, file_format="array_record")
+      if builder.is_prepared():
+        return builder
+      log.info("preparing dataset %s in %s (the first run only; TFDS's output goes to the log "
+               "file)", spec.name, builder.data_dir)
+      tfds.disable_progress_bar()  # carriage-return progress bars would fill the console and logs
+      printed = io.StringIO()
+      try:
+        with contextlib.redirect_stdout(printed):
+          builder.download_and_prepare(download_config=download_config)
+      except FileExistsError:
+        # Another process renamed its finished build into place first (storage without locks):
+        # TFDS removed this one's, and the dataset is there, the same deterministic build.
+        if not builder.is_prepared():
+          raise
+        log.info("dataset %s was prepared by another process meanwhile", spec.name)
+        return builder
+      for line in printed.getvalue().splitlines():  # the log file's, not the console's
+        if line.strip():
+          logging.getLogger("tensorflow_datasets").info("%s", line.strip())
+      log.info("dataset %s ready", spec.name)
   except ModuleNotFoundError as e:
     if e.name != "importlib_resources":
       raise
