@@ -37,6 +37,10 @@ def test_grid_sweep_records_failures_and_skips_finished_runs(corpus, tmp_path, c
     assert r["changes"]["model.num_heads"] == heads and r["changes"]["train.steps"] == 3
     assert r["dev_ppl"] > 1 and 0 <= r["bleu"] <= 100 and r["steps"] == r["trained_steps"] == 3
     assert 0 < r["tokens_seen"] <= 3 * 256  # real target tokens of 3 steps of 256 slots
+    # Training's own dev evaluation at its last step (TensorBoard) scores the same checkpoint on
+    # the same examples as `tfm eval`.
+    assert [s for s, _ in r["dev_curve"]] == [3]
+    assert r["dev_curve"][0][1] == pytest.approx(r["dev_ppl"], rel=1e-5)
   table = (root / "table.md").read_text()
   assert "| model.num_heads=1,mesh.data=1 | num_heads=1, data=1 | 1/1 |" in table
   assert "Failed runs:" in table and (root / "sweep.png").exists()

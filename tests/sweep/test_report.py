@@ -39,16 +39,18 @@ def test_spearman_by_hand():
   assert math.isnan(compare.spearman([1, 2], [1, 2]))
 
 
-def _result(row, seed, ppl, bleu, paper_ppl, paper_bleu, status="ok"):
+def _result(row, seed, ppl, bleu, paper_ppl, paper_bleu, status="ok", curve=None):
   return RunResult(name=f"{row}-s{seed}", group=row, row=row, seed=seed, index=0, status=status,
               error=None if status == "ok" else "tfm train exited with 1: boom",
               dev_ppl=ppl if status == "ok" else None, bleu=bleu, tokenized_bleu=bleu + 1,
               params=1_000_000, steps=10, tokens_seen=1000, wall_s=60.0, changes={},
-              paper=dict(ppl=paper_ppl, bleu=paper_bleu, params_m=65))
+              paper=dict(ppl=paper_ppl, bleu=paper_bleu, params_m=65), dev_curve=curve)
 
 
 RESULTS = [
-    _result("base", 0, 10.0, 5.0, 4.92, 25.8), _result("base", 1, 12.0, 7.0, 4.92, 25.8),
+    # 10 steps, dev evaluated every 3: the last fifth counts from step 6 (the last at or before 8)
+    _result("base", 0, 10.0, 5.0, 4.92, 25.8, curve=[[3, 20.0], [6, 12.5], [9, 10.0]]),
+    _result("base", 1, 12.0, 7.0, 4.92, 25.8, curve=[[3, 20.0], [6, 12.0], [9, 12.0]]),
     _result("A1", 0, 13.0, 4.0, 5.29, 24.9), _result("A1", 1, 13.0, 4.0, 5.29, 24.9),  # up, as the
     # paper, by 2 = base's seed range: not beyond the seeds
     _result("A2", 0, 14.0, 3.0, 5.00, 25.5), _result("A2", 1, 14.5, 3.0, 5.00, 25.5),  # up by 3.25
@@ -56,7 +58,8 @@ RESULTS = [
     _result("C5", 0, 9.0, 8.0, 4.66, 26.0),
     _result("C5", 1, 0.0, 0.0, 4.66, 26.0, status="failed"),  # down, as the paper; a seed failed
     _result("C1", 0, 10.5, 6.0, 6.11, 23.7),  # 10.5 < 11: down, the paper goes up
-    _result("C3", 0, 30.0, 0.5, 4.88, 25.5),  # over twice base's 11: diverged
+    _result("C3", 0, 30.0, 0.5, 4.88, 25.5, curve=[[6, 29.8], [9, 30.0]]),  # over twice base's
+    # 11: diverged
     _result("E", 0, 11.5, 6.0, 4.92, 25.7),  # the paper: same as base
 ]
 
@@ -91,14 +94,30 @@ def test_comparison_with_the_paper(spearmanr):
   assert v["A2"]["resolved"] is True and v["C5"]["resolved"] is None
 
 
+def test_late_change_counts_from_the_last_evaluation_at_or_before_four_fifths():
+  assert compare.late_change([[9, 10.0], [3, 20.0], [6, 12.5]], 10) == (pytest.approx(-0.2), 6)
+  assert compare.late_change([[250 * i, 100.0 / i] for i in range(1, 13)], 3000) == (
+      pytest.approx(9 / 12 - 1), 2250)
+  assert compare.late_change([[9, 10.0]], 10) is None  # nothing at or before step 8
+  assert compare.late_change([[2, 10.0], [8, 9.0]], 10) is None  # nothing after step 8
+  assert compare.late_change(None, 10) is None
+  g = {x["group"]: x for x in compare.groups(RESULTS)}
+  assert g["base"]["late_change"] == pytest.approx((-0.2 + 0.0) / 2) and g["base"]["late_from"] == [6]
+  assert math.isnan(g["A1"]["late_change"]) and g["A1"]["late_from"] == []
+
+
 def test_table_and_figure(tmp_path):
   paths = report.write_report(RESULTS, str(tmp_path), "tfm sweep --config=x --root=y")
   table = (tmp_path / "table.md").read_text()
-  assert ("| base | · | 2/2 | 11.00 ± 1.41 | 4.92 |  |  |  |  | 6.0 ± 1.4 | 7.0 ± 1.4 | 25.8 | 1.00 "
-          "| 65 |") in table
-  assert "| A1 * | · | 2/2 | 13.00 ± 0.00 | 5.29 | +18.2% | +7.5% | yes | no | 4.0 ± 0.0 | 5.0 ± 0.0 | 24.9 |" in table
-  assert "| A2 | · | 2/2 | 14.25 ± 0.35 | 5.00 | +29.5% | +1.6% | yes | yes |" in table
-  assert "| C1 * | · | 1/1 | 10.50 | 6.11 | -4.5% | +24.2% | **no** |  |" in table
+  assert ("| base | · | 2/2 | 11.00 ± 1.41 | -10.0% | 4.92 |  |  |  |  | 6.0 ± 1.4 | 7.0 ± 1.4 | "
+          "25.8 | 1.00 | 65 |") in table
+  assert ("| A1 * | · | 2/2 | 13.00 ± 0.00 |  | 5.29 | +18.2% | +7.5% | yes | no | 4.0 ± 0.0 | "
+          "5.0 ± 0.0 | 24.9 |") in table
+  assert "| A2 | · | 2/2 | 14.25 ± 0.35 |  | 5.00 | +29.5% | +1.6% | yes | yes |" in table
+  assert "| C1 * | · | 1/1 | 10.50 |  | 6.11 | -4.5% | +24.2% | **no** |  |" in table
+  assert "| C3 | · | 1/1 | 30.00 | +0.7% | 4.88 |" in table
+  assert ("(step 6) to the last one. Still falling by 1% or more there, so not converged: 1 of 2 "
+          "(base).") in table
   assert "Key rows in the paper's direction: 2 of 3 scored (3 key rows); against it: C1." in table
   assert "All rows in the paper's direction: 3 of 5; the paper's PPL equals base's for E." in table
   assert "Changes within the seeds' spread: A1." in table

@@ -17,6 +17,7 @@ runs as one SLURM job array instead, one task per run, each running `tfm sweep .
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import glob
 import json
@@ -35,6 +36,7 @@ from tfm.commands import eval as eval_command
 from tfm.sweep import execute, publish, report, slurm
 from tfm.sweep.result import RunResult
 from tfm.sweep.runs import Run, expand, parse_grid
+from tfm.train import events
 
 COMMAND = "sweep_command.txt"  # the command that ran the sweep, for the table's header
 
@@ -143,7 +145,17 @@ class _Results:
     if evals:  # the last step's, scored as this sweep scores it (a hand-run eval may sit beside it)
       with open(os.path.join(workdir, max(evals)[-1]), encoding="utf-8") as f:
         out = out.with_eval(json.load(f))
-    return out
+    return dataclasses.replace(out, dev_curve=dev_curve(workdir))
+
+
+def dev_curve(workdir: str) -> list | None:
+  """[[step, dev PPL]] of the run's dev evaluations during training, from its TensorBoard events
+  (None where it wrote none: no dev evaluation, or no tensorboardX)."""
+  directory = os.path.join(workdir, "tensorboard")
+  if not os.path.isdir(directory):
+    return None
+  points = events.read_scalars(directory).get("dev/perplexity")
+  return [[step, value] for step, value in points] if points else None
 
 
 def _root(fv: flags.FlagValues) -> str:

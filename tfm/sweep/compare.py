@@ -13,6 +13,11 @@ Against the paper (rows of configs/table3*.py carry the paper's PPL and BLEU):
     changes the paper's table resolves (A1, B1, C1, C2, C4-C7, D1, D3, D4, big). Rows closer to
     base than that are within the paper's own noise, so their direction is not counted.
   * diverged rows: a failed or non-finite run, or a mean dev PPL over DIVERGED_RATIO x base's.
+
+How far from converged (any sweep whose runs evaluated dev during training): a run's late change is
+its dev PPL's relative change over the last LATE_FRACTION (a fifth) of training, from the last
+training evaluation at or before step (1 - LATE_FRACTION) x steps to the last one; a group's is the
+mean over its finished seeds. A run that has stopped improving changes by under 1% there.
 """
 
 from __future__ import annotations
@@ -26,6 +31,8 @@ from tfm.sweep.result import RunResult
 
 KEY_DELTA = 0.1  # paper PPL points: a row further from base than this is a key row
 DIVERGED_RATIO = 2.0  # a row whose mean dev PPL exceeds this multiple of base's has diverged
+LATE_FRACTION = 0.2  # the last fifth of training: where a converged run's dev PPL is flat
+CONVERGED = 0.01  # a late change smaller than 1% in size: the run has stopped improving
 
 
 def ranks(values: Sequence[float]) -> np.ndarray:
@@ -63,6 +70,20 @@ def _stats(values: list[float]) -> tuple[float, float, float]:
   return float(np.mean(values)), float(np.std(values, ddof=1)), float(max(values) - min(values))
 
 
+def late_change(curve, steps: int) -> tuple[float, int] | None:
+  """(relative dev PPL change, the step it is counted from) over the last LATE_FRACTION of
+  `steps`: from the last evaluation at or before (1 - LATE_FRACTION) x steps to the last
+  evaluation. None without an evaluation in the window's start and one after it."""
+  if not curve:
+    return None
+  points = sorted((int(s), float(p)) for s, p in curve)
+  start = [(s, p) for s, p in points if s <= (1 - LATE_FRACTION) * steps]
+  if not start or points[-1][0] <= start[-1][0]:
+    return None
+  (s0, p0), (_, p1) = start[-1], points[-1]
+  return p1 / p0 - 1, s0
+
+
 def groups(results: Sequence[RunResult]) -> list[dict]:
   """One entry per group in sweep order: the seeds' mean / std / range of each figure, the paper's."""
   by_group: dict[str, list[RunResult]] = {}
@@ -79,6 +100,9 @@ def groups(results: Sequence[RunResult]) -> list[dict]:
     for key in ("dev_ppl", "bleu", "tokenized_bleu"):
       entry[key], entry[key + "_std"], entry[key + "_range"] = _stats(
           [getattr(r, key) for r in ok if getattr(r, key) is not None])
+    late = [x for x in (late_change(r.dev_curve, r.steps) for r in ok) if x is not None]
+    entry["late_change"] = _stats([change for change, _ in late])[0]
+    entry["late_from"] = sorted({start for _, start in late})
     out.append(entry)
   return out
 

@@ -68,11 +68,11 @@ def table_markdown(results: Sequence[RunResult], command: str | None = None) -> 
   for g in rows:
     g["changes"] = {k: v for k, v in g["changes"].items() if k not in common}
   has_paper = any(g["paper"] for g in rows)
-  head = ["row", "changes", "seeds", "dev PPL", "BLEU", "tok. BLEU", "params (M)"]
+  head = ["row", "changes", "seeds", "dev PPL", "last fifth", "BLEU", "tok. BLEU", "params (M)"]
   if has_paper:
-    head = ["row", "changes", "seeds", "dev PPL", "paper PPL", "ours vs base", "paper vs base",
-            "paper's way", "beyond seeds", "BLEU", "tok. BLEU", "paper BLEU", "params (M)",
-            "paper params (M)"]
+    head = ["row", "changes", "seeds", "dev PPL", "last fifth", "paper PPL", "ours vs base",
+            "paper vs base", "paper's way", "beyond seeds", "BLEU", "tok. BLEU", "paper BLEU",
+            "params (M)", "paper params (M)"]
     verdicts = compare.row_verdicts(rows)
   lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
   for g in rows:
@@ -80,15 +80,16 @@ def table_markdown(results: Sequence[RunResult], command: str | None = None) -> 
     params = "" if g["params"] is None else f"{g['params'] / 1e6:.2f}"
     ppl, bleu = _fmt(g["dev_ppl"], g["dev_ppl_std"], 2), _fmt(g["bleu"], g["bleu_std"], 1)
     tok = _fmt(g["tokenized_bleu"], g["tokenized_bleu_std"], 1)
+    late = "" if math.isnan(g["late_change"]) else _percent(g["late_change"])
     if has_paper:
       p, v = g["paper"], verdicts.get(g["group"], {})
       name = g["row"] or g["group"]
-      cells = [f"{name} *" if v.get("key") else name, _changes(g["changes"]), seeds, ppl,
+      cells = [f"{name} *" if v.get("key") else name, _changes(g["changes"]), seeds, ppl, late,
                _paper(p.get("ppl"), 2), _percent(v.get("ours")), _percent(v.get("paper")),
                _DIRECTION[v.get("direction")], _RESOLVED[v.get("resolved")], bleu, tok,
                _paper(p.get("bleu"), 1), params, _paper(p.get("params_m"), 0)]
     else:
-      cells = [g["group"], _changes(g["changes"]), seeds, ppl, bleu, tok, params]
+      cells = [g["group"], _changes(g["changes"]), seeds, ppl, late, bleu, tok, params]
     lines.append("| " + " | ".join(cells) + " |")
   out = []
   if command:
@@ -102,12 +103,28 @@ def table_markdown(results: Sequence[RunResult], command: str | None = None) -> 
           f"{wall / 3600:.2f} h. dev PPL is per word-piece without label smoothing; BLEU is "
           "sacreBLEU, tok. BLEU the paper's tokenized BLEU (tensor2tensor's recipe)"
           + _bleu_sentences(done) + "."]
+  out += _convergence_lines(rows)
   if has_paper:
     out += [""] + _comparison_lines(compare.comparison(rows))
   failed = [r for r in results if not r.ok]
   if failed:
     out += ["", "Failed runs:"] + [f"- {r.name}: {r.error}" for r in failed]
   return "\n".join(out) + "\n"
+
+
+def _convergence_lines(rows: Sequence[dict]) -> list[str]:
+  """What the "last fifth" column means, and how many groups were still improving there."""
+  scored = [g for g in rows if not math.isnan(g["late_change"])]
+  if not scored:
+    return []
+  starts = sorted({s for g in scored for s in g["late_from"]})
+  improving = [g["group"] for g in scored if g["late_change"] <= -compare.CONVERGED]
+  return ["", "\"last fifth\": the change of dev PPL (the seeds' mean) over the last fifth of "
+          "training, from the last dev evaluation during training at or before 80% of the steps "
+          f"(step {' / '.join(map(str, starts))}) to the last one. Still falling by "
+          f"{100 * compare.CONVERGED:g}% or more there, so not converged: {len(improving)} of "
+          f"{len(scored)}" + (f" ({', '.join(improving)})" if 0 < len(improving) < len(scored)
+                              else "") + "."]
 
 
 def _comparison_lines(c: dict) -> list[str]:

@@ -40,6 +40,9 @@ class RunResult:
   compounds: str | None = None  # how tokenized BLEU split compounds
   tokens_seen: int | None = None  # real target tokens trained on
   trained_steps: int | None = None  # the step of the evaluated checkpoint
+  # [[step, dev PPL]] of the dev evaluations during training (its TensorBoard events): how far
+  # from converged the run ended (tfm/sweep/compare.py: late_change)
+  dev_curve: list | None = None
 
   @property
   def ok(self) -> bool:
