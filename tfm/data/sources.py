@@ -147,8 +147,9 @@ def _one_builder_at_a_time(builder):
   """Holds an exclusive lock on a file in the data directory's root while the dataset is checked
   and built there. Runs that start together on an unprepared data_dir (a sweep's parallel runs, a
   cluster job beside a local run; each the lead of its own job, so no barrier orders them) then
-  build it once: the first builds, the others wait and find it prepared. Object stores (gs://)
-  have no such locks; there `prepare` accepts the build another process renamed into place first.
+  build it once: the first builds, the others wait and find it prepared. Object stores (gs://),
+  and shared filesystems mounted without locks, have none; there `prepare` accepts the build
+  another process renamed into place first.
   """
   root = builder.data_dir_root
   if "://" in os.fspath(root):
@@ -157,7 +158,11 @@ def _one_builder_at_a_time(builder):
   root.mkdir(parents=True, exist_ok=True)
   name = builder.info.full_name.replace("/", "-")
   with open(root / f".tfm-prepare-{name}.lock", "a", encoding="utf-8") as lock:
-    fcntl.flock(lock, fcntl.LOCK_EX)  # released when the file closes, also if this process dies
+    try:
+      fcntl.flock(lock, fcntl.LOCK_EX)  # released when the file closes, also if this process dies
+    except OSError as e:  # a shared filesystem mounted without locks (Lustre without `flock`)
+      log.warning("no lock on %s (%s): a run that prepares the dataset at the same time builds it "
+                  "too, and the later build gives way", lock.name, e)
     yield
 
 
