@@ -19,10 +19,10 @@ import contextlib
 import fcntl
 import io
 import logging
-import os
 
 from etils import epath
 
+from tfm import storage
 from tfm.data import exported
 from tfm.data.config import DataConfig
 from tfm.data.datasets import resolve_dataset
@@ -152,7 +152,7 @@ def _one_builder_at_a_time(builder):
   another process renamed into place first.
   """
   root = builder.data_dir_root
-  if "://" in os.fspath(root):
+  if storage.is_remote(root):
     yield
     return
   root.mkdir(parents=True, exist_ok=True)
