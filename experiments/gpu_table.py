@@ -70,7 +70,7 @@ flags.DEFINE_string("flax_wmt_dir", str(ROOT / "experiments" / "flax_wmt"),
                     "the Flax example's directory (default: the vendored copy)")
 
 JOBS = ("step_cudnn", "step_xla", "beam", "flax", "bible")
-TIMEOUTS = {"preflight": 90, "step_cudnn": 180, "step_xla": 180, "beam": 90, "flax": 180,
+TIMEOUTS = {"preflight": 90, "step_cudnn": 180, "step_xla": 180, "beam": 90, "flax": 330,
             "bible": 900}
 QUICK_PREFLIGHT_TIMEOUT = 240  # a loaded CPU imports and compiles slowly
 MIN_SECONDS = 20  # a job with less time left than this is skipped
