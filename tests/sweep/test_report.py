@@ -106,15 +106,58 @@ def test_late_change_counts_from_the_last_evaluation_at_or_before_four_fifths():
   assert math.isnan(g["A1"]["late_change"]) and g["A1"]["late_from"] == []
 
 
+def _curved(row, seed, paper_ppl, curve):
+  return _result(row, seed, curve[-1][1], 5.0, paper_ppl, 25.0, curve=curve)
+
+
+# 10 steps, dev every 2. Half way is step 4 (the last evaluation at or before 10 / 2 = 5).
+CURVED = [
+    _curved("base", 0, 4.92, [[2, 30.0], [4, 20.0], [6, 14.0], [8, 12.0], [10, 11.0]]),
+    _curved("base", 1, 4.92, [[2, 34.0], [4, 22.0], [6, 16.0], [8, 12.0], [10, 11.0]]),
+    # below base half way (18 vs 21), above it at the end (12 vs 11): the other side
+    _curved("A1", 0, 5.29, [[2, 28.0], [4, 18.0], [6, 14.0], [8, 12.5], [10, 12.0]]),
+    # a seed that evaluated step 3 too: only the steps both seeds share count
+    _curved("A1", 1, 5.29, [[2, 28.0], [3, 24.0], [4, 18.0], [6, 14.0], [8, 12.5], [10, 12.0]]),
+    _curved("C1", 0, 6.11, [[2, 40.0], [4, 25.0], [6, 17.0], [8, 14.0], [10, 13.0]]),
+    _curved("C5", 0, 4.66, [[2, 25.0], [4, 21.5], [6, 15.0], [8, 11.0], [10, 10.0]]),
+    _result("E", 0, 11.5, 6.0, 4.92, 25.7),  # no curve: left out of the Spearman along training
+]
+
+
+def test_mean_curves_half_way_changes_and_spearman_along_training(spearmanr):
+  g = {x["group"]: x for x in compare.groups(CURVED)}
+  assert g["base"]["dev_curve"] == {2: 32.0, 4: 21.0, 6: 15.0, 8: 12.0, 10: 11.0}
+  assert sorted(g["A1"]["dev_curve"]) == [2, 4, 6, 8, 10] and g["E"]["dev_curve"] == {}
+  assert compare.mean_curve([CURVED[0], CURVED[-1]]) == {}  # one run without a curve
+  c = compare.comparison(list(g.values()))
+  v = c["verdicts"]
+  assert v["A1"]["half"] == pytest.approx(18 / 21 - 1) and v["A1"]["ours"] == pytest.approx(1 / 11)
+  assert v["C5"]["half"] == pytest.approx(21.5 / 21 - 1) and v["E"]["half"] is None
+  assert c["flipped"] == ["A1", "C5"]  # C5: above base half way, below at the end
+  along, counted = c["along"]
+  assert counted == ["base", "A1", "C1", "C5"]
+  paper = [4.92, 5.29, 6.11, 4.66]
+  means = {2: [32, 28, 40, 25], 4: [21, 18, 25, 21.5], 6: [15, 14, 17, 15], 8: [12, 12.5, 14, 11],
+           10: [11, 12, 13, 10]}
+  assert [s for s, _ in along] == [2, 4, 6, 8, 10]
+  for step, rho in along:
+    assert rho == pytest.approx(spearmanr(means[step], paper), abs=1e-12)
+  table = report.table_markdown(CURVED)
+  assert "| A1 * | · | 2/2 | 12.00 ± 0.00 |" in table and "| +9.1% | -14.3% | +7.5% |" in table
+  assert ("at each dev evaluation during training (4 rows with dev curves), by step: "
+          f"2 {along[0][1]:.2f}, 4 {along[1][1]:.2f},") in table
+  assert "- Rows on the other side of base at the end than half way: A1, C5." in table
+
+
 def test_table_and_figure(tmp_path):
   paths = report.write_report(RESULTS, str(tmp_path), "tfm sweep --config=x --root=y")
   table = (tmp_path / "table.md").read_text()
-  assert ("| base | · | 2/2 | 11.00 ± 1.41 | -10.0% | 4.92 |  |  |  |  | 6.0 ± 1.4 | 7.0 ± 1.4 | "
+  assert ("| base | · | 2/2 | 11.00 ± 1.41 | -10.0% | 4.92 |  |  |  |  |  | 6.0 ± 1.4 | 7.0 ± 1.4 | "
           "25.8 | 1.00 | 65 |") in table
-  assert ("| A1 * | · | 2/2 | 13.00 ± 0.00 |  | 5.29 | +18.2% | +7.5% | yes | no | 4.0 ± 0.0 | "
+  assert ("| A1 * | · | 2/2 | 13.00 ± 0.00 |  | 5.29 | +18.2% |  | +7.5% | yes | no | 4.0 ± 0.0 | "
           "5.0 ± 0.0 | 24.9 |") in table
-  assert "| A2 | · | 2/2 | 14.25 ± 0.35 |  | 5.00 | +29.5% | +1.6% | yes | yes |" in table
-  assert "| C1 * | · | 1/1 | 10.50 |  | 6.11 | -4.5% | +24.2% | **no** |  |" in table
+  assert "| A2 | · | 2/2 | 14.25 ± 0.35 |  | 5.00 | +29.5% |  | +1.6% | yes | yes |" in table
+  assert "| C1 * | · | 1/1 | 10.50 |  | 6.11 | -4.5% |  | +24.2% | **no** |  |" in table
   assert "| C3 | · | 1/1 | 30.00 | +0.7% | 4.88 |" in table
   assert ("(step 6) to the last one. Still falling by 1% or more there, so not converged: 1 of 2 "
           "(base).") in table
@@ -123,6 +166,7 @@ def test_table_and_figure(tmp_path):
   assert "Changes within the seeds' spread: A1." in table
   assert "Diverged (failed, non-finite, or over 2x base's PPL): C5, C3." in table
   assert "- C5-s1: tfm train exited with 1: boom" in table
+  assert "each dev evaluation during training" not in table  # two rows with curves: no Spearman
   assert len((tmp_path / "results.jsonl").read_text().splitlines()) == len(RESULTS)
   png = tmp_path / "table3.png"
   assert str(png) in paths and png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"

@@ -18,6 +18,14 @@ How far from converged (any sweep whose runs evaluated dev during training): a r
 its dev PPL's relative change over the last LATE_FRACTION (a fifth) of training, from the last
 training evaluation at or before step (1 - LATE_FRACTION) x steps to the last one; a group's is the
 mean over its finished seeds. A run that has stopped improving changes by under 1% there.
+
+Whether more training would move the ranking: a group's mean dev curve is the mean over its finished
+seeds at each step that all of them evaluated. From these curves, each row's change from base half
+way through training (at the last evaluation at or before half the steps), and the Spearman
+correlation with the paper's PPL at every evaluation step that every row with a curve shares. A
+gap to base that holds from half way to the end, or a correlation that is flat over the last
+half, says that the ranking is settled at this protocol's length and that training longer alone
+would not change it.
 """
 
 from __future__ import annotations
@@ -84,6 +92,16 @@ def late_change(curve, steps: int) -> tuple[float, int] | None:
   return p1 / p0 - 1, s0
 
 
+def mean_curve(runs: Sequence[RunResult]) -> dict[int, float]:
+  """{step: mean dev PPL} over `runs` at the steps every one of them evaluated ({} where one has
+  no curve)."""
+  curves = [{int(s): float(p) for s, p in r.dev_curve} for r in runs if r.dev_curve]
+  if not curves or len(curves) < len(runs):
+    return {}
+  steps = sorted(set.intersection(*(set(c) for c in curves)))
+  return {s: float(np.mean([c[s] for c in curves])) for s in steps}
+
+
 def groups(results: Sequence[RunResult]) -> list[dict]:
   """One entry per group in sweep order: the seeds' mean / std / range of each figure, the paper's."""
   by_group: dict[str, list[RunResult]] = {}
@@ -103,6 +121,7 @@ def groups(results: Sequence[RunResult]) -> list[dict]:
     late = [x for x in (late_change(r.dev_curve, r.steps) for r in ok) if x is not None]
     entry["late_change"] = _stats([change for change, _ in late])[0]
     entry["late_from"] = sorted({start for _, start in late})
+    entry["dev_curve"] = mean_curve(ok)
     out.append(entry)
   return out
 
@@ -111,11 +130,32 @@ def _finite(x) -> bool:
   return x is not None and not math.isnan(x) and not math.isinf(x)
 
 
+def half_way_change(g: dict, base: dict) -> float | None:
+  """The group's relative PPL change from base at the last evaluation, shared by both mean
+  curves, at or before half of the group's steps (None without one)."""
+  shared = sorted(s for s in set(g["dev_curve"]) & set(base["dev_curve"]) if s <= g["steps"] / 2)
+  if not shared:
+    return None
+  return g["dev_curve"][shared[-1]] / base["dev_curve"][shared[-1]] - 1
+
+
+def spearman_along(rows: Sequence[dict]) -> tuple[list[tuple[int, float]], list[str]]:
+  """([(step, Spearman of the mean dev PPL with the paper's PPL)], the groups counted): at every
+  evaluation step shared by the mean curves of all groups with a paper PPL and a curve."""
+  counted = [g for g in rows if g["paper"].get("ppl") is not None and g["dev_curve"]]
+  if len(counted) < 3:
+    return [], []
+  steps = sorted(set.intersection(*(set(g["dev_curve"]) for g in counted)))
+  paper = [g["paper"]["ppl"] for g in counted]
+  return ([(s, spearman([g["dev_curve"][s] for g in counted], paper)) for s in steps],
+          [g["group"] for g in counted])
+
+
 def row_verdicts(rows: Sequence[dict]) -> dict[str, dict]:
   """Per group with a paper PPL, against base: {'ours': relative PPL change, 'paper': the paper's,
-  'key': a key row, 'direction': 'same' | 'other' | None (base, the paper unchanged, or no PPL),
-  'resolved': our change exceeds the seeds' spread (None with fewer than two seeds on a side),
-  'diverged'}."""
+  'half': ours half way through training (half_way_change), 'key': a key row, 'direction':
+  'same' | 'other' | None (base, the paper unchanged, or no PPL), 'resolved': our change exceeds
+  the seeds' spread (None with fewer than two seeds on a side), 'diverged'}."""
   base = next((g for g in rows if g["row"] == "base" and g["paper"].get("ppl") is not None), None)
   out = {}
   for g in rows:
@@ -124,8 +164,10 @@ def row_verdicts(rows: Sequence[dict]) -> dict[str, dict]:
       continue
     diverged = g["failed"] or not _finite(g["dev_ppl"]) or (
         base is not None and _finite(base["dev_ppl"]) and g["dev_ppl"] > DIVERGED_RATIO * base["dev_ppl"])
-    v = dict(ours=None, paper=None, key=False, direction=None, resolved=None, diverged=diverged)
+    v = dict(ours=None, paper=None, half=None, key=False, direction=None, resolved=None,
+             diverged=diverged)
     if base is not None and g is not base and _finite(base["dev_ppl"]):
+      v["half"] = half_way_change(g, base)
       paper_delta = paper - base["paper"]["ppl"]
       v["paper"] = paper / base["paper"]["ppl"] - 1
       v["key"] = abs(paper_delta) > KEY_DELTA + 1e-9
@@ -162,4 +204,7 @@ def comparison(rows: Sequence[dict]) -> dict:
       key_other=named(lambda v: v["key"] and v["direction"] == "other"),
       unresolved=named(lambda v: v["resolved"] is False),
       diverged=named(lambda v: v["diverged"]),
-      verdicts=verdicts)
+      flipped=named(lambda v: _finite(v["half"]) and _finite(v["ours"])
+                    and np.sign(v["half"]) != np.sign(v["ours"])),
+      verdicts=verdicts,
+      along=spearman_along(rows))

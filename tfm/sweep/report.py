@@ -71,7 +71,7 @@ def table_markdown(results: Sequence[RunResult], command: str | None = None) -> 
   head = ["row", "changes", "seeds", "dev PPL", "last fifth", "BLEU", "tok. BLEU", "params (M)"]
   if has_paper:
     head = ["row", "changes", "seeds", "dev PPL", "last fifth", "paper PPL", "ours vs base",
-            "paper vs base", "paper's way", "beyond seeds", "BLEU", "tok. BLEU", "paper BLEU",
+            "half way", "paper vs base", "paper's way", "beyond seeds", "BLEU", "tok. BLEU", "paper BLEU",
             "params (M)", "paper params (M)"]
     verdicts = compare.row_verdicts(rows)
   lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
@@ -85,7 +85,8 @@ def table_markdown(results: Sequence[RunResult], command: str | None = None) -> 
       p, v = g["paper"], verdicts.get(g["group"], {})
       name = g["row"] or g["group"]
       cells = [f"{name} *" if v.get("key") else name, _changes(g["changes"]), seeds, ppl, late,
-               _paper(p.get("ppl"), 2), _percent(v.get("ours")), _percent(v.get("paper")),
+               _paper(p.get("ppl"), 2), _percent(v.get("ours")), _percent(v.get("half")),
+               _percent(v.get("paper")),
                _DIRECTION[v.get("direction")], _RESOLVED[v.get("resolved")], bleu, tok,
                _paper(p.get("bleu"), 1), params, _paper(p.get("params_m"), 0)]
     else:
@@ -134,7 +135,9 @@ def _comparison_lines(c: dict) -> list[str]:
   return [
       "\"ours vs base\" and \"paper vs base\": the row's PPL change from base's, in percent of "
       "base's. \"paper's way\": our change has the sign of the paper's. \"beyond seeds\": our "
-      "change exceeds the range of the row's seeds and of base's. Rows marked * are the key rows, "
+      "change exceeds the range of the row's seeds and of base's. \"half way\": ours vs base at "
+      "the last dev evaluation during training at or before half the steps (the seeds' mean "
+      "curves). Rows marked * are the key rows, "
       f"whose paper PPL differs from base's by more than {compare.KEY_DELTA}.",
       "",
       f"- Spearman rank correlation of our mean dev PPL with the paper's PPL over "
@@ -147,8 +150,22 @@ def _comparison_lines(c: dict) -> list[str]:
       + (f"; the paper's PPL equals base's for {', '.join(c['paper_unchanged'])}"
          if c["paper_unchanged"] else "") + ".",
       f"- Changes within the seeds' spread: {listed(c['unresolved'])}.",
+      *_along_lines(c),
       f"- Diverged (failed, non-finite, or over {compare.DIVERGED_RATIO:g}x base's PPL): "
       f"{listed(c['diverged'])}."]
+
+
+def _along_lines(c: dict) -> list[str]:
+  """Spearman at each shared dev evaluation, and the rows whose side of base changed after half
+  way: whether training longer would move the ranking."""
+  along, counted = c["along"]
+  if not along:
+    return []
+  listed = ", ".join(f"{step} {rho:.2f}" for step, rho in along)
+  flipped = ", ".join(c["flipped"]) if c["flipped"] else "none"
+  return [f"- Spearman of our mean dev PPL with the paper's PPL at each dev evaluation during "
+          f"training ({len(counted)} rows with dev curves), by step: {listed}.",
+          f"- Rows on the other side of base at the end than half way: {flipped}."]
 
 
 def write_report(results: Sequence[RunResult], root: str, command: str | None = None) -> list[str]:
