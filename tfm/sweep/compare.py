@@ -95,7 +95,7 @@ def late_change(curve, steps: int) -> tuple[float, int] | None:
 def mean_curve(runs: Sequence[RunResult]) -> dict[int, float]:
   """{step: mean dev PPL} over `runs` at the steps every one of them evaluated ({} where one has
   no curve)."""
-  curves = [{int(s): float(p) for s, p in r.dev_curve} for r in runs if r.dev_curve]
+  curves = [{int(step): float(ppl) for step, ppl in r.dev_curve} for r in runs if r.dev_curve]
   if not curves or len(curves) < len(runs):
     return {}
   steps = sorted(set.intersection(*(set(c) for c in curves)))
@@ -133,7 +133,8 @@ def _finite(x) -> bool:
 def half_way_change(g: dict, base: dict) -> float | None:
   """The group's relative PPL change from base at the last evaluation, shared by both mean
   curves, at or before half of the group's steps (None without one)."""
-  shared = sorted(s for s in set(g["dev_curve"]) & set(base["dev_curve"]) if s <= g["steps"] / 2)
+  both = set(g["dev_curve"]) & set(base["dev_curve"])
+  shared = sorted(s for s in both if s <= g["steps"] / 2)
   if not shared:
     return None
   return g["dev_curve"][shared[-1]] / base["dev_curve"][shared[-1]] - 1

@@ -71,8 +71,8 @@ def table_markdown(results: Sequence[RunResult], command: str | None = None) -> 
   head = ["row", "changes", "seeds", "dev PPL", "last fifth", "BLEU", "tok. BLEU", "params (M)"]
   if has_paper:
     head = ["row", "changes", "seeds", "dev PPL", "last fifth", "paper PPL", "ours vs base",
-            "half way", "paper vs base", "paper's way", "beyond seeds", "BLEU", "tok. BLEU", "paper BLEU",
-            "params (M)", "paper params (M)"]
+            "half way", "paper vs base", "paper's way", "beyond seeds", "BLEU", "tok. BLEU",
+            "paper BLEU", "params (M)", "paper params (M)"]
     verdicts = compare.row_verdicts(rows)
   lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
   for g in rows:
