@@ -3,6 +3,8 @@
   --config=configs/table3.py          the whole table (a sweep; `tfm params` prints every row)
   --config=configs/table3.py:C5       one row
 Rows use no checkpoint averaging (PAPER.md, Inference). Perplexity is per word-piece on newstest2013.
+What a row costs on one H100 (base's and big's steps measured) and on a v5e-16 (`tfm plan`), and
+the one sweep command for the whole table: docs/table3.md, "At the paper's scale".
 """
 
 from configs import base, big
