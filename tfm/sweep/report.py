@@ -128,8 +128,11 @@ def _convergence_lines(rows: Sequence[dict]) -> list[str]:
                               else "") + "."]
 
 
+def _listed(names: Sequence[str]) -> str:
+  return ", ".join(names) if names else "none"
+
+
 def _comparison_lines(c: dict) -> list[str]:
-  listed = lambda names: ", ".join(names) if names else "none"
   moved = len(c["same_direction"]) + len(c["other_direction"])
   key_scored = len(c["key_same"]) + len(c["key_other"])
   return [
@@ -145,14 +148,14 @@ def _comparison_lines(c: dict) -> list[str]:
       f"- Spearman rank correlation of our mean tokenized BLEU with the paper's BLEU over "
       f"{c['bleu_spearman_rows']} rows: {c['bleu_spearman']:.3f}.",
       f"- Key rows in the paper's direction: {len(c['key_same'])} of {key_scored} scored "
-      f"({len(c['key_rows'])} key rows); against it: {listed(c['key_other'])}.",
+      f"({len(c['key_rows'])} key rows); against it: {_listed(c['key_other'])}.",
       f"- All rows in the paper's direction: {len(c['same_direction'])} of {moved}"
       + (f"; the paper's PPL equals base's for {', '.join(c['paper_unchanged'])}"
          if c["paper_unchanged"] else "") + ".",
-      f"- Changes within the seeds' spread: {listed(c['unresolved'])}.",
+      f"- Changes within the seeds' spread: {_listed(c['unresolved'])}.",
       *_along_lines(c),
       f"- Diverged (failed, non-finite, or over {compare.DIVERGED_RATIO:g}x base's PPL): "
-      f"{listed(c['diverged'])}."]
+      f"{_listed(c['diverged'])}."]
 
 
 def _along_lines(c: dict) -> list[str]:
@@ -161,11 +164,10 @@ def _along_lines(c: dict) -> list[str]:
   along, counted = c["along"]
   if not along:
     return []
-  listed = ", ".join(f"{step} {rho:.2f}" for step, rho in along)
-  flipped = ", ".join(c["flipped"]) if c["flipped"] else "none"
+  by_step = ", ".join(f"{step} {rho:.2f}" for step, rho in along)
   return [f"- Spearman of our mean dev PPL with the paper's PPL at each dev evaluation during "
-          f"training ({len(counted)} rows with dev curves), by step: {listed}.",
-          f"- Rows on the other side of base at the end than half way: {flipped}."]
+          f"training ({len(counted)} rows with dev curves), by step: {by_step}.",
+          f"- Rows on the other side of base at the end than half way: {_listed(c['flipped'])}."]
 
 
 def write_report(results: Sequence[RunResult], root: str, command: str | None = None) -> list[str]:
