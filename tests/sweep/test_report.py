@@ -159,7 +159,8 @@ def test_table_and_figure(tmp_path):
   assert "| A2 | · | 2/2 | 14.25 ± 0.35 |  | 5.00 | +29.5% |  | +1.6% | yes | yes |" in table
   assert "| C1 * | · | 1/1 | 10.50 |  | 6.11 | -4.5% |  | +24.2% | **no** |  |" in table
   assert "| C3 | · | 1/1 | 30.00 | +0.7% | 4.88 |" in table
-  assert ("(step 6) to the last one. Still falling by 1% or more there, so not converged: 1 of 2 "
+  assert ("(step 6) to the last one, averaged over the seeds. Still falling by 1% or more there, "
+          "so not converged: 1 of 2 "
           "(base).") in table
   assert "Key rows in the paper's direction: 2 of 3 scored (3 key rows); against it: C1." in table
   assert "All rows in the paper's direction: 3 of 5; the paper's PPL equals base's for E." in table

@@ -120,9 +120,10 @@ def _convergence_lines(rows: Sequence[dict]) -> list[str]:
     return []
   starts = sorted({s for g in scored for s in g["late_from"]})
   improving = [g["group"] for g in scored if g["late_change"] <= -compare.CONVERGED]
-  return ["", "\"last fifth\": the change of dev PPL (the seeds' mean) over the last fifth of "
+  return ["", "\"last fifth\": the change of each seed's dev PPL over the last fifth of "
           "training, from the last dev evaluation during training at or before 80% of the steps "
-          f"(step {' / '.join(map(str, starts))}) to the last one. Still falling by "
+          f"(step {' / '.join(map(str, starts))}) to the last one, averaged over the seeds. "
+          "Still falling by "
           f"{100 * compare.CONVERGED:g}% or more there, so not converged: {len(improving)} of "
           f"{len(scored)}" + (f" ({', '.join(improving)})" if 0 < len(improving) < len(scored)
                               else "") + "."]
