@@ -11,6 +11,7 @@ them; pip extras must exist in pyproject.toml; launch.sh's mode flags must be on
 
 import contextlib
 import io
+import json
 import pathlib
 import re
 import shlex
@@ -19,6 +20,8 @@ import tomllib
 import pytest
 
 from tfm import cli
+from tfm.sweep import report
+from tfm.sweep.result import RunResult
 
 ROOT = pathlib.Path(__file__).resolve().parents[2]
 README = ROOT / "README.md"
@@ -178,6 +181,17 @@ def _section(text: str, heading: str) -> str:
   start = text.index(heading)
   following = re.search(r"^#{1,3} ", text[start + len(heading):], flags=re.M)
   return text[start:start + len(heading) + following.start()] if following else text[start:]
+
+
+def test_readme_table3_is_the_committed_sweeps():
+  """The README's Table 3 tables are the report's glance tables of the committed results.jsonl,
+  verbatim: a figure edited by hand, or results committed without the README, fail here."""
+  results_file = ROOT / "experiments" / "results" / "table3_mini" / "results.jsonl"
+  results = [RunResult.from_json(json.loads(line)) for line in results_file.read_text().splitlines()]
+  glance = report.glance_markdown(results)
+  assert glance and glance in _section(README.read_text(), "### Table 3 at reduced scale"), (
+      "README.md's Table 3 differs from tfm.sweep.report.glance_markdown of "
+      f"{results_file.relative_to(ROOT)}:\n{glance}")
 
 
 def test_readme_lists_every_experiment_script():

@@ -224,3 +224,25 @@ def test_collect_orders_table_rows_as_the_paper_whichever_sweep_ran_them(tmp_pat
         name=name, group=row, row=row, index=index, seed=0, steps=10)))
   assert [r.name for r in execute.collect(str(tmp_path))] == [
       "base-s0", "base-s1", "A1-s0", "C7-s0", "C10-s0", "E-s0", "big-s0"]
+
+
+def test_glance_tables():
+  """The README's copy: rows as columns, changes in percent of base's PPL, every mark explained by
+  the fixture's numbers (base 11, A1 13 within base's range of 2, C1 10.5 against the paper's +24%,
+  C3 30 over twice base's, C5 on one seed, E's paper PPL equal to base's)."""
+  tables, legend = report.glance_markdown(RESULTS, per_table=4).rstrip("\n").rsplit("\n\n", 1)
+  first, second = tables.split("\n\n")
+  assert first.splitlines() == [
+      "| | base | **A1** | A2 | **C5** |", "|---|---|---|---|---|",
+      "| dev PPL | 11.0 | 13.0 | 14.2 | 9.0 (1 of 2 failed) |",
+      "| ours vs base |  | +18%~ | +30% | -18% |",  # 2/11, 3.25/11, -2/11
+      "| paper vs base |  | +7.5% | +1.6% | -5.3% |"]  # 5.29/4.92 - 1, 5.00/4.92 - 1, 4.66/4.92 - 1
+  assert second.splitlines() == [
+      "| | **C1** | C3 | E |", "|---|---|---|---|",
+      "| dev PPL | 10.5 | 30.0 (diverged) | 11.5 |",
+      "| ours vs base | **-4.5%** | **+173%** | +4.5% |",
+      "| paper vs base | +24% | -0.8% | 0% |"]
+  rho = compare.spearman([11, 13, 14.25, 9, 10.5, 30, 11.5], [4.92, 5.29, 5.00, 4.66, 6.11, 4.88, 4.92])
+  assert f"Spearman over these 7 rows: {rho:.2f} (PPL)" in " ".join(legend.splitlines())
+  assert all(len(line) <= 100 for line in legend.splitlines())
+  assert report.glance_markdown([r for r in RESULTS if r.group != "E"]).count("\n\n") == 1  # one table

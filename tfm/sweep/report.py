@@ -12,6 +12,7 @@ from __future__ import annotations
 import json
 import math
 import os
+import textwrap
 from typing import Sequence
 
 from tfm import storage
@@ -107,10 +108,57 @@ def table_markdown(results: Sequence[RunResult], command: str | None = None) -> 
   out += _convergence_lines(rows)
   if has_paper:
     out += [""] + _comparison_lines(compare.comparison(rows))
+    out += ["", "## At a glance (the README's copy)", "", glance_markdown(results).rstrip("\n")]
   failed = [r for r in results if not r.ok]
   if failed:
     out += ["", "Failed runs:"] + [f"- {r.name}: {r.error}" for r in failed]
   return "\n".join(out) + "\n"
+
+
+def _short_percent(x) -> str:
+  """A change in two significant figures at most: +24%, +5.6%, -0.2%."""
+  if x is None:
+    return "–"
+  return "0%" if x == 0 else f"{100 * x:+.0f}%" if abs(x) >= 0.095 else f"{100 * x:+.1f}%"
+
+
+def glance_markdown(results: Sequence[RunResult], per_table: int = 10) -> str:
+  """The rows as columns, `per_table` to a table (the README's copy): mean dev PPL, ours and the
+  paper's change from base. Key rows bold; a change against the paper's direction bold; `~` a
+  change within the seeds' spread; failed runs and diverged rows say so. Then both
+  Spearman figures."""
+  rows = [g for g in compare.groups(results) if g["paper"].get("ppl") is not None]
+  if not rows:
+    return ""
+  c = compare.comparison(rows)
+  verdicts = c["verdicts"]
+  tables = []
+  for i in range(0, len(rows), per_table):
+    part = rows[i:i + per_table]
+    names, ppl, ours, paper = [], [], [], []
+    for g in part:
+      v = verdicts[g["group"]]
+      name = g["row"] or g["group"]
+      names.append(f"**{name}**" if v["key"] else name)
+      ppl.append((f"{g['dev_ppl']:.1f}" if math.isfinite(g["dev_ppl"]) else "–")
+                 + (f" ({g['runs'] - g['finished']} of {g['runs']} failed)" if g["failed"]
+                    else " (diverged)" if v["diverged"] else ""))
+      if v["paper"] is None:  # base
+        ours.append("")
+        paper.append("")
+        continue
+      change = _short_percent(v["ours"]) + ("~" if v["resolved"] is False else "")
+      ours.append(f"**{change}**" if v["direction"] == "other" else change)
+      paper.append(_short_percent(v["paper"]))
+    tables.append("\n".join(["| | " + " | ".join(names) + " |", "|---" * (len(part) + 1) + "|",
+                             "| dev PPL | " + " | ".join(ppl) + " |",
+                             "| ours vs base | " + " | ".join(ours) + " |",
+                             "| paper vs base | " + " | ".join(paper) + " |"]))
+  legend = (f"Bold rows: the paper's PPL differs from base's by more than {compare.KEY_DELTA}; "
+            "bold changes go against the paper's; ~: within the seeds' spread. Spearman over "
+            f"these {c['spearman_rows']} rows: {c['spearman']:.2f} (PPL), "
+            f"{c['bleu_spearman']:.2f} (tok. BLEU).")
+  return "\n\n".join(tables) + "\n\n" + textwrap.fill(legend, 100) + "\n"
 
 
 def _convergence_lines(rows: Sequence[dict]) -> list[str]:
