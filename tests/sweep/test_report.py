@@ -167,6 +167,7 @@ def test_table_and_figure(tmp_path):
   assert "Changes within the seeds' spread: A1." in table
   assert "Diverged (failed, non-finite, or over 2x base's PPL): C5, C3." in table
   assert "- C5-s1: tfm train exited with 1: boom" in table
+  assert "## At a glance (the README's copy)\n\n" + report.glance_markdown(RESULTS) in table
   assert "each dev evaluation during training" not in table  # two rows with curves: no Spearman
   assert len((tmp_path / "results.jsonl").read_text().splitlines()) == len(RESULTS)
   png = tmp_path / "table3.png"
@@ -242,7 +243,14 @@ def test_glance_tables():
       "| dev PPL | 10.5 | 30.0 (diverged) | 11.5 |",
       "| ours vs base | **-4.5%** | **+173%** | +4.5% |",
       "| paper vs base | +24% | -0.8% | 0% |"]
-  rho = compare.spearman([11, 13, 14.25, 9, 10.5, 30, 11.5], [4.92, 5.29, 5.00, 4.66, 6.11, 4.88, 4.92])
-  assert f"Spearman over these 7 rows: {rho:.2f} (PPL)" in " ".join(legend.splitlines())
-  assert all(len(line) <= 100 for line in legend.splitlines())
-  assert report.glance_markdown([r for r in RESULTS if r.group != "E"]).count("\n\n") == 1  # one table
+  # ranks of ours 3 5 6 1 2 7 4, of the paper's 3.5 6 5 1 7 2 3.5: Pearson on ranks 0.054
+  assert "Spearman with the paper: 0.05 over 7 rows (dev PPL)" in " ".join(legend.splitlines())
+  assert "0.50 over 7 (tok. BLEU)" in " ".join(legend.splitlines())
+  assert report.glance_markdown([r for r in RESULTS if r.group != "E"]).count("\n\n") == 1  # 1 table
+  assert report.glance_markdown([r for r in RESULTS if r.group != "base"]) == ""  # no changes
+
+
+@pytest.mark.parametrize("change, shown", [(0.097, "+9.7%"), (0.0996, "+10%"), (-0.0994, "-9.9%"),
+                                           (0.0004, "+0.0%"), (0.0, "0%"), (1.734, "+173%")])
+def test_glance_percent(change, shown):
+  assert report._short_percent(change) == shown  # pylint: disable=protected-access

@@ -108,7 +108,8 @@ def table_markdown(results: Sequence[RunResult], command: str | None = None) -> 
   out += _convergence_lines(rows)
   if has_paper:
     out += [""] + _comparison_lines(compare.comparison(rows))
-    out += ["", "## At a glance (the README's copy)", "", glance_markdown(results).rstrip("\n")]
+    glance = glance_markdown(results)
+    out += ["", "## At a glance (the README's copy)", "", glance.rstrip("\n")] if glance else []
   failed = [r for r in results if not r.ok]
   if failed:
     out += ["", "Failed runs:"] + [f"- {r.name}: {r.error}" for r in failed]
@@ -116,10 +117,11 @@ def table_markdown(results: Sequence[RunResult], command: str | None = None) -> 
 
 
 def _short_percent(x) -> str:
-  """A change in two significant figures at most: +24%, +5.6%, -0.2%."""
+  """A change in percent, one decimal below 10% and whole percents from there: +5.6%, -0.2%,
+  +24%, +173%; exactly no change is 0%."""
   if x is None:
     return "–"
-  return "0%" if x == 0 else f"{100 * x:+.0f}%" if abs(x) >= 0.095 else f"{100 * x:+.1f}%"
+  return "0%" if x == 0 else f"{100 * x:+.0f}%" if abs(round(100 * x, 1)) >= 10 else f"{100 * x:+.1f}%"
 
 
 def glance_markdown(results: Sequence[RunResult], per_table: int = 10) -> str:
@@ -128,10 +130,10 @@ def glance_markdown(results: Sequence[RunResult], per_table: int = 10) -> str:
   change within the seeds' spread; failed runs and diverged rows say so. Then both
   Spearman figures."""
   rows = [g for g in compare.groups(results) if g["paper"].get("ppl") is not None]
-  if not rows:
-    return ""
   c = compare.comparison(rows)
   verdicts = c["verdicts"]
+  if not any(v["paper"] is not None for v in verdicts.values()):
+    return ""  # no paper rows, or no base with a finite PPL: no change to show
   tables = []
   for i in range(0, len(rows), per_table):
     part = rows[i:i + per_table]
@@ -143,7 +145,7 @@ def glance_markdown(results: Sequence[RunResult], per_table: int = 10) -> str:
       ppl.append((f"{g['dev_ppl']:.1f}" if math.isfinite(g["dev_ppl"]) else "–")
                  + (f" ({g['runs'] - g['finished']} of {g['runs']} failed)" if g["failed"]
                     else " (diverged)" if v["diverged"] else ""))
-      if v["paper"] is None:  # base
+      if v["paper"] is None:  # base itself
         ours.append("")
         paper.append("")
         continue
@@ -154,10 +156,11 @@ def glance_markdown(results: Sequence[RunResult], per_table: int = 10) -> str:
                              "| dev PPL | " + " | ".join(ppl) + " |",
                              "| ours vs base | " + " | ".join(ours) + " |",
                              "| paper vs base | " + " | ".join(paper) + " |"]))
-  legend = (f"Bold rows: the paper's PPL differs from base's by more than {compare.KEY_DELTA}; "
-            "bold changes go against the paper's; ~: within the seeds' spread. Spearman over "
-            f"these {c['spearman_rows']} rows: {c['spearman']:.2f} (PPL), "
-            f"{c['bleu_spearman']:.2f} (tok. BLEU).")
+  legend = (f"Bold names: key rows (the paper's PPL differs from base's by more than "
+            f"{compare.KEY_DELTA}). Bold changes: the paper's opposite sign; ~: within the seeds' "
+            "spread (one seed: not scored). Spearman with the paper: "
+            f"{c['spearman']:.2f} over {c['spearman_rows']} rows (dev PPL), "
+            f"{c['bleu_spearman']:.2f} over {c['bleu_spearman_rows']} (tok. BLEU).")
   return "\n\n".join(tables) + "\n\n" + textwrap.fill(legend, 100) + "\n"
 
 
