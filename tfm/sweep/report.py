@@ -107,8 +107,9 @@ def table_markdown(results: Sequence[RunResult], command: str | None = None) -> 
           + _bleu_sentences(done) + "."]
   out += _convergence_lines(rows)
   if has_paper:
-    out += [""] + _comparison_lines(compare.comparison(rows))
-    glance = glance_markdown(results)
+    c = compare.comparison(rows)
+    out += [""] + _comparison_lines(c)
+    glance = _glance(rows, c)
     out += ["", "## At a glance (the README's copy)", "", glance.rstrip("\n")] if glance else []
   failed = [r for r in results if not r.ok]
   if failed:
@@ -121,7 +122,9 @@ def _short_percent(x) -> str:
   +24%, +173%; exactly no change is 0%."""
   if x is None:
     return "–"
-  return "0%" if x == 0 else f"{100 * x:+.0f}%" if abs(round(100 * x, 1)) >= 10 else f"{100 * x:+.1f}%"
+  if x == 0:
+    return "0%"
+  return f"{100 * x:+.0f}%" if abs(round(100 * x, 1)) >= 10 else f"{100 * x:+.1f}%"
 
 
 def glance_markdown(results: Sequence[RunResult], per_table: int = 10) -> str:
@@ -129,8 +132,14 @@ def glance_markdown(results: Sequence[RunResult], per_table: int = 10) -> str:
   paper's change from base. Key rows bold; a change against the paper's direction bold; `~` a
   change within the seeds' spread; failed runs and diverged rows say so. Then both
   Spearman figures."""
-  rows = [g for g in compare.groups(results) if g["paper"].get("ppl") is not None]
-  c = compare.comparison(rows)
+  rows = compare.groups(results)
+  return _glance(rows, compare.comparison(rows), per_table)
+
+
+def _glance(rows: Sequence[dict], c: dict, per_table: int = 10) -> str:
+  """glance_markdown of compare.groups' rows and their compare.comparison, computed once by the
+  caller (table_markdown has both)."""
+  rows = [g for g in rows if g["paper"].get("ppl") is not None]
   verdicts = c["verdicts"]
   if not any(v["paper"] is not None for v in verdicts.values()):
     return ""  # no paper rows, or no base with a finite PPL: no change to show
