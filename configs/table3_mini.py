@@ -38,13 +38,13 @@ STEPS, WARMUP, LR_SCALE = 3000, 400, 0.5  # the protocol above
 ROWS = table3.ROWS
 
 
-def scaled(c):
-  """The paper's model of a row, at 1 / WIDTH of its widths and 1 / DEPTH of its depth."""
+def scaled(c, width=WIDTH, depth=DEPTH):
+  """The paper's model of a row, at 1 / width of its widths and 1 / depth of its depth."""
   m = c.model
   for key in ("d_model", "d_ff", "d_k", "d_v"):
-    m[key] = m[key] // WIDTH
+    m[key] = m[key] // width
   for key in ("num_encoder_layers", "num_decoder_layers"):
-    m[key] = m[key] // DEPTH
+    m[key] = m[key] // depth
   m.vocab_size = 2000  # a BPE vocabulary for the Bible corpus at this width (paper: 37000)
   m.dtype = "float32"  # CPUs compute in float32
   m.max_length = 128 + 50  # row E's table: data.max_length, and decoding's + 50
@@ -52,7 +52,14 @@ def scaled(c):
 
 
 def get_config(row=None):
-  c = scaled(table3.get_config(row))
+  return protocol(row, width=WIDTH, depth=DEPTH, steps=STEPS, warmup=WARMUP, lr_scale=LR_SCALE)
+
+
+def protocol(row, *, width, depth, steps, warmup, lr_scale):
+  """A row (None: every row) of the paper's Table 3 on the Bible corpus at 1 / width of its widths
+  and 1 / depth of its depth, trained `steps` steps; shared by this protocol and
+  configs/table3_v3.py."""
+  c = scaled(table3.get_config(row), width, depth)
   c.data.update(
       dataset="bible_translate/web-sparv", source_lang="en", target_lang="es",  # offline corpus
       vocab_size=2000,  # = model.vocab_size
@@ -60,7 +67,7 @@ def get_config(row=None):
       tokens_per_batch=4096,  # 32 rows of 128 tokens a side (paper: ~25000)
       eval_max_examples=None)  # dev perplexity on every dev verse (953)
   c.train.update(
-      steps=STEPS, warmup_steps=WARMUP, learning_rate=LR_SCALE,
+      steps=steps, warmup_steps=warmup, learning_rate=lr_scale,
       log_every=250, eval_every=250,  # the dev curve of every run, for the plateau check
       checkpoint_every=1000, keep_checkpoints=1, average_checkpoints=1,  # rows use no averaging
       curves=False)

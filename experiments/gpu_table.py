@@ -46,13 +46,13 @@ import subprocess
 import sys
 import tempfile
 import time
-import zipfile
 from pathlib import Path
 
 from absl import app, flags
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))  # configs (bible_base's run sizing), once the bundle's wheels are too
+from experiments.gpu.site import carried_site  # noqa: E402  pylint: disable=wrong-import-position
 from experiments.gpu.timebox import Run, Runner  # noqa: E402  pylint: disable=wrong-import-position
 
 FLAGS = flags.FLAGS
@@ -84,34 +84,6 @@ QUICK_STEP = ["--rows=4", "--length=16", "--warmup=1", "--steps=2"]
 QUICK_BIBLE = ["data.tokens_per_batch=512", "data.eval_max_examples=32", "eval.bleu_examples=32",
                "train.warmup_steps=100", "data.num_workers=0"]
 OOM = re.compile(r"RESOURCE_EXHAUSTED|[Oo]ut of memory")
-
-
-def carried_site(bundle: Path) -> Path | None:
-  """The bundle's wheels unpacked into bundle/site-cp3XY (once; None without wheels). A wheel is
-  a zip of its files as installed, so unpacking is installing without pip; its compiled parts
-  must be for this Python, which the tag in its name says."""
-  wheels = sorted((bundle / "wheels").glob("*.whl"))
-  if not wheels:
-    return None
-  tag = f"cp{sys.version_info.major}{sys.version_info.minor}"
-  wrong = [w.name for w in wheels if "-cp" in w.name and f"-{tag}-" not in w.name]
-  if wrong:
-    raise app.UsageError(f"{bundle}/wheels: {', '.join(wrong)} are not for this Python ({tag}); "
-                         "build the bundle with make_bundle.py --python_version="
-                         f"{sys.version_info.major}.{sys.version_info.minor}")
-  site = bundle / f"site-{tag}"
-  stamp = site / ".wheels"
-  names = "\n".join(w.name for w in wheels)
-  if not stamp.exists() or stamp.read_text() != names:
-    tmp = bundle / f"site-{tag}.tmp-{os.getpid()}"
-    shutil.rmtree(tmp, ignore_errors=True)
-    for wheel in wheels:
-      with zipfile.ZipFile(wheel) as z:
-        z.extractall(tmp)
-    (tmp / ".wheels").write_text(names)
-    shutil.rmtree(site, ignore_errors=True)
-    os.rename(tmp, site)
-  return site
 
 
 def key_values(output: str) -> dict[str, str]:
@@ -311,7 +283,10 @@ def main(argv):
                          f"{', '.join(JOBS)}")
   timeouts = parse_timeouts(FLAGS.timeouts)
   bundle = Path(FLAGS.bundle).resolve()
-  site = carried_site(bundle)
+  try:
+    site = carried_site(bundle)
+  except ValueError as e:
+    raise app.UsageError(str(e)) from None
   if site:
     sys.path.insert(0, str(site))  # this process imports configs (ml_collections) for the Bible run
   device = "CPU (--quick)" if FLAGS.quick else device_name()

@@ -50,7 +50,13 @@ def define_flags(fv: flags.FlagValues):
                             "--grid flags: every combination)", flag_values=fv)
   flags.DEFINE_integer("seeds", 1, "runs per row and grid point, with seeds 0..N-1 (train.seed "
                        "and data.shuffle_seed)", lower_bound=1, flag_values=fv)
+  flags.DEFINE_enum("order", "rows", ["rows", "seeds"], "rows: each row's seeds one after the "
+                    "other; seeds: every row's seed 0, then every row's seed 1, ... (a sweep cut "
+                    "short has every row once)", flag_values=fv)
   flags.DEFINE_integer("parallel", 1, "runs at once, each on its share of the devices",
+                       lower_bound=1, flag_values=fv)
+  flags.DEFINE_integer("runs_per_gpu", 1, "with GPUs: up to this many runs on each GPU at once, "
+                       "each with its part of the GPU's memory (small models; docs/table3.md)",
                        lower_bound=1, flag_values=fv)
   flags.DEFINE_integer("eval_limit", None, "dev pairs decoded for BLEU (default eval.bleu_examples; "
                        "0 = all)", lower_bound=0, flag_values=fv)
@@ -94,7 +100,8 @@ def _runs(fv: flags.FlagValues, config: config_lib.Config) -> list[Run]:
     grid = parse_grid(fv.grid)
   except ValueError as e:
     raise UsageError(str(e)) from None
-  return expand(path, rows, grid, fv.seeds, _command_overrides(fv))
+  runs = expand(path, rows, grid, fv.seeds, _command_overrides(fv))
+  return sorted(runs, key=lambda r: r.seed) if fv.order == "seeds" else runs
 
 
 def _prepare_data(configs) -> None:
@@ -216,7 +223,7 @@ def run(fv: flags.FlagValues, config: config_lib.Config | None):
   if fv.run_index is not None:  # one task of a --slurm array: data and command are the submitter's
     done = run_all([runs[fv.run_index]], shares=execute.device_shares(1))
     return 1 if any(not r.ok for r in done) else None  # no report: tasks run at once
-  shares = execute.device_shares(fv.parallel)
+  shares = execute.device_shares(fv.parallel, fv.runs_per_gpu)
   os.makedirs(root, exist_ok=True)
   with open(os.path.join(root, COMMAND), "w", encoding="utf-8") as f:
     f.write(_command() + "\n")
@@ -282,6 +289,7 @@ def _task_argv(fv: flags.FlagValues, root: str) -> list[str]:
   argv += [f"--config.{o}" for o in _command_overrides(fv)] + [f"--root={root}"]
   argv += [f"--rows={','.join(fv.rows)}"] if fv.rows else []
   argv += [f"--grid={g}" for g in fv.grid] + [f"--seeds={fv.seeds}"]
+  argv += [f"--order={fv.order}"] if fv.order != "rows" else []  # --run_index counts in this order
   return argv + ([f"--eval_limit={fv.eval_limit}"] if fv.eval_limit is not None else [])
 
 

@@ -36,6 +36,10 @@ from tfm.train import checkpoint as ckpt_lib
 from tfm.train.progress import duration
 
 RESULT = "sweep_result.json"
+
+# Paths that name this machine's directories: two machines running the same run differ in them.
+MACHINE_KEYS = ("data.data_dir", "data.manual_dir", "data.cache_dir", "data.vocab_dir",
+                "train.compilation_cache_dir")
 LOG = "sweep.log"
 
 
@@ -57,15 +61,38 @@ def _gpu_ids() -> list[str]:
   return []
 
 
-def device_shares(parallel: int) -> list[Share]:
-  """`parallel` disjoint shares of this host's GPUs, else of its CPU cores."""
+# The part of a shared GPU's memory its runs may take together (XLA_PYTHON_CLIENT_MEM_FRACTION is
+# each one's part of it): the rest is for each process's CUDA context and cuDNN/cuBLAS workspaces.
+SHARED_GPU_MEMORY = 0.85
+
+
+def device_shares(parallel: int, runs_per_gpu: int = 1) -> list[Share]:
+  """`parallel` disjoint shares of this host's GPUs, else of its CPU cores.
+
+  runs_per_gpu > 1 (GPUs only): each run gets one GPU and 1 / runs_per_gpu of its memory, up to
+  runs_per_gpu runs on each GPU at once. Small models leave most of a GPU idle, and runs of their
+  own processes fill it (their kernels interleave; under NVIDIA's MPS they run side by side).
+  """
   if parallel < 1:
     raise ValueError(f"--parallel: expected a positive integer, got {parallel}")
+  if runs_per_gpu < 1:
+    raise ValueError(f"--runs_per_gpu: expected a positive integer, got {runs_per_gpu}")
   gpus = _gpu_ids()
+  if runs_per_gpu > 1:
+    if not gpus:
+      raise ValueError(f"--runs_per_gpu={runs_per_gpu}: this host has no NVIDIA GPU (nvidia-smi "
+                       "lists none); it shares GPUs only")
+    if parallel > len(gpus) * runs_per_gpu:
+      raise ValueError(f"--parallel={parallel} but --runs_per_gpu={runs_per_gpu} on this host's "
+                       f"{len(gpus)} GPU(s) holds at most {len(gpus) * runs_per_gpu} runs")
+    fraction = f"{SHARED_GPU_MEMORY / runs_per_gpu:.4f}"
+    return [Share({"CUDA_VISIBLE_DEVICES": gpus[i % len(gpus)],
+                   "XLA_PYTHON_CLIENT_MEM_FRACTION": fraction},
+                  name=f"gpu {gpus[i % len(gpus)]} #{i // len(gpus) + 1}") for i in range(parallel)]
   if gpus:
     if len(gpus) < parallel:
       raise ValueError(f"--parallel={parallel} but this host has {len(gpus)} GPU(s): at most one run "
-                       "per GPU")
+                       "per GPU, or --runs_per_gpu to share them")
     per = len(gpus) // parallel
     return [Share({"CUDA_VISIBLE_DEVICES": ",".join(gpus[i * per:(i + 1) * per])},
                   name=f"gpu {','.join(gpus[i * per:(i + 1) * per])}") for i in range(parallel)]
@@ -256,8 +283,9 @@ def _row_order(row: str | None) -> tuple:
 
 
 def changed_keys(config: config_lib.Config, reference: config_lib.Config,
-                 ignore: Sequence[str] = ("data.vocab_dir",)) -> dict:
-  """{'section.key': value} of every value of `config` that differs from `reference`."""
+                 ignore: Sequence[str] = MACHINE_KEYS) -> dict:
+  """{'section.key': value} of every value of `config` that differs from `reference`, less the
+  paths that name this machine's directories."""
   out = {}
   for section in config_lib.SECTIONS:
     ours, theirs = config.to_dict()[section], reference.to_dict()[section]

@@ -26,9 +26,7 @@ from typing import Iterable
 from tfm import config as config_lib
 from tfm.sweep import execute
 
-# Paths that name this machine's directories: two machines running the same run differ in them.
-MACHINE_KEYS = ("data.data_dir", "data.manual_dir", "data.cache_dir", "data.vocab_dir",
-                "train.compilation_cache_dir")
+MACHINE_KEYS = execute.MACHINE_KEYS
 EVAL_RESULTS = "eval_dev_*.json"
 
 

@@ -1,0 +1,380 @@
+"""Table 3 (configs/table3_v3.py, 40 runs) on one GPU node with no network, inside a time box.
+
+  python3 experiments/gpu/table3.py --out=DIR                 # on the node (docs/table3.md)
+  python3 experiments/gpu/table3.py --import_from=DIR          # here: its runs into the results
+  python3 experiments/gpu/table3.py --quick --out=DIR --publish=P --root=R   # the plumbing on CPU
+
+On the node it runs `tfm sweep` from this checkout on the node's own Python, with the packages the
+node lacks from the bundle's wheels and the Bible corpus, vocabulary and token cache from the
+bundle (experiments/gpu/make_bundle.py --config=configs/table3_v3.py:base
+--out=experiments/gpu/bundle_table3). Many runs share the GPU (--parallel runs at once, each with
+its part of the GPU's memory: tfm sweep --runs_per_gpu), so one run's compilation, evaluation and
+host work overlap the others' steps; NVIDIA's MPS, where the node has it, lets their kernels run
+side by side. The longest runs start first (big, 3x base's steps, then by model FLOPs), so a time
+box that ends early leaves the cheap runs, not half of the expensive ones. Every run computes in
+float32 with full-precision matrix products (JAX_DEFAULT_MATMUL_PRECISION=highest), as on a CPU.
+
+Finished runs are published (tfm sweep --publish) into --publish, experiments/results/table3_v3 by
+default: a run already there, with the same fingerprint, is taken and not trained again. So a
+second call finishes what the first left, whether it finds the first one's root (the same machine:
+stopped runs resume from their checkpoints) or a fresh machine (after --import_from here).
+
+At --deadline the sweep is stopped (SIGTERM: each running run saves its step) and OUT receives, as
+at most 8 plain files: runs.tar.gz (each finished run's sweep_result.json, dev evaluation and log,
+and the vocabulary, as --publish holds them), table.md (the report over every published run),
+sweep.txt (the sweep's output), summary.json (device, versions, MPS, how many runs ended how, the
+time box's seconds). --import_from=OUT unpacks runs.tar.gz into --publish here, appends
+summary.json to its gpu_calls.jsonl and rebuilds the report (tfm sweep --report).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import shutil
+import signal
+import subprocess
+import sys
+import tarfile
+import time
+from pathlib import Path
+
+from absl import app, flags
+
+ROOT = Path(__file__).resolve().parents[2]
+sys.path.insert(0, str(ROOT))
+from experiments.gpu.site import carried_site  # noqa: E402  pylint: disable=wrong-import-position
+
+FLAGS = flags.FLAGS
+flags.DEFINE_string("out", None, "where the files that come back go")
+flags.DEFINE_string("import_from", None, "here, after a node's run: its OUT, whose runs go into "
+                    "--publish")
+flags.DEFINE_string("publish", str(ROOT / "experiments" / "results" / "table3_v3"),
+                    "the published runs: taken instead of trained, and where finished runs go")
+flags.DEFINE_string("root", "/tmp/tfm_table3_v3", "the sweep's root (every run's workdir); on the "
+                    "same machine, a second call resumes the runs the first one stopped")
+flags.DEFINE_float("deadline", 7.0, "minutes for the whole call", lower_bound=0.5)
+flags.DEFINE_integer("parallel", 10, "runs at once on the GPU", lower_bound=1)
+flags.DEFINE_integer("seeds", 2, "seeds a row", lower_bound=1)
+flags.DEFINE_list("rows", None, "rows to run (default: every row, longest first)")
+flags.DEFINE_enum("mps", "auto", ["auto", "off"], "auto: start NVIDIA's MPS daemon where the node "
+                  "has nvidia-cuda-mps-control, and use it if a JAX process starts under it")
+flags.DEFINE_integer("pilot_steps", 2000, "the learning-rate rule's check beside the sweep: base at "
+                     "twice the rate (train.learning_rate 2 x LR_SCALE) for this many steps, seed 0, "
+                     "its log in OUT/pilot.txt (0: none)", lower_bound=0)
+flags.DEFINE_bool("quick", False, "on the CPU: 2 rows x 2 seeds of tens of steps (the plumbing)")
+flags.DEFINE_string("bundle", str(ROOT / "experiments" / "gpu" / "bundle_table3"),
+                    "the bundle (make_bundle.py --config=configs/table3_v3.py:base)")
+
+CONFIG = "configs/table3_v3.py"
+STOP_MARGIN_S = 50  # before the deadline: SIGTERM, the runs save, the sweep writes its report
+QUICK_ROWS = ["C1", "base"]
+QUICK = ["train.steps=12", "train.warmup_steps=4", "train.log_every=6", "train.eval_every=6",
+         "train.checkpoint_every=6", "data.tokens_per_batch=256", "data.eval_max_examples=16",
+         "eval.batch_size=4", "data.num_workers=0"]
+QUICK_EVAL_LIMIT = 4
+FAILED_FIRST = 3  # this many failed runs before any finished: a broken setup, the sweep stops
+MPS_DIR = Path("/tmp/tfm-mps")
+
+
+def log(message: str) -> None:
+  print(f"[table3] {message}", flush=True)
+
+
+def child_env(site: Path | None, quick: bool) -> dict[str, str]:
+  paths = [str(ROOT), *([str(site)] if site else []), *filter(None, [os.environ.get("PYTHONPATH")])]
+  env = {**os.environ, "PYTHONUNBUFFERED": "1", "PYTHONPATH": os.pathsep.join(paths)}
+  env["JAX_PLATFORMS"] = env.get("JAX_PLATFORMS") or ("cpu" if quick else "cuda")
+  env["JAX_DEFAULT_MATMUL_PRECISION"] = "highest"  # float32 products as a CPU computes them
+  return env
+
+
+def rows_longest_first(rows: list[str] | None) -> list[str]:
+  """The config's rows by training FLOPs (model FLOPs of a 128 x 128 example x steps), largest
+  first: the longest runs start first."""
+  from tfm import config as config_lib  # pylint: disable=import-outside-toplevel
+  from tfm.train import flops  # pylint: disable=import-outside-toplevel
+  names = rows or list(config_lib.load_config(str(ROOT / CONFIG)).rows)
+  cost = {}
+  for row in names:
+    c = config_lib.load_config(f"{ROOT / CONFIG}:{row}")
+    cost[row] = flops.train_flops(c.model, 128, 128) * c.train.steps
+  return sorted(names, key=lambda r: -cost[r])
+
+
+def check_bundle(bundle: Path) -> dict:
+  """The bundle's data settings; they must be the config's (the vocabulary and cache are keyed by
+  them)."""
+  from tfm import config as config_lib  # pylint: disable=import-outside-toplevel
+  manifest = bundle / "manifest.json"
+  if not manifest.exists():
+    raise app.UsageError(f"--bundle {bundle}: no manifest.json; build it with python "
+                         "experiments/gpu/make_bundle.py --config=configs/table3_v3.py:base "
+                         f"--out={bundle}")
+  data = json.loads(manifest.read_text())["data"]
+  wanted = config_lib.load_config(f"{ROOT / CONFIG}:base").data
+  wrong = {k: v for k, v in data.items() if getattr(wanted, k) != v}
+  if wrong:
+    raise app.UsageError(f"--bundle {bundle}: its data {wrong} is not {CONFIG}'s; rebuild it")
+  return data
+
+
+def start_mps(env: dict[str, str]) -> str:
+  """Starts the MPS control daemon and checks that JAX starts under it; what happened, in words.
+  Without it (or if JAX fails under it), the runs' kernels take turns on the GPU instead."""
+  control = shutil.which("nvidia-cuda-mps-control")
+  if control is None:
+    return "off: no nvidia-cuda-mps-control on this node"
+  MPS_DIR.mkdir(parents=True, exist_ok=True)
+  os.environ.update(CUDA_MPS_PIPE_DIRECTORY=str(MPS_DIR / "pipe"),
+                    CUDA_MPS_LOG_DIRECTORY=str(MPS_DIR / "log"))
+  env.update(CUDA_MPS_PIPE_DIRECTORY=str(MPS_DIR / "pipe"),
+             CUDA_MPS_LOG_DIRECTORY=str(MPS_DIR / "log"))
+  for d in ("pipe", "log"):
+    (MPS_DIR / d).mkdir(exist_ok=True)
+  started = subprocess.run([control, "-d"], env=env, capture_output=True, text=True, check=False)
+  if started.returncode != 0:
+    return f"off: nvidia-cuda-mps-control -d exited {started.returncode}: {started.stderr.strip()}"
+  probe = "import jax, jax.numpy as jnp; print(jax.devices(), float(jnp.ones(3).sum()))"
+  try:
+    ran = subprocess.run([sys.executable, "-c", probe], env=env, capture_output=True, text=True,
+                         timeout=90, check=False)
+    ok = ran.returncode == 0
+    detail = (ran.stdout.strip() or ran.stderr.strip().splitlines()[-1:] or ["?"])
+  except subprocess.TimeoutExpired:
+    ok, detail = False, "no answer in 90 s"
+  if ok:
+    return f"on: {detail}"
+  stop_mps(env)
+  for key in ("CUDA_MPS_PIPE_DIRECTORY", "CUDA_MPS_LOG_DIRECTORY"):
+    env.pop(key, None)
+    os.environ.pop(key, None)
+  return f"off: JAX did not start under MPS ({detail})"
+
+
+def stop_mps(env: dict[str, str]) -> None:
+  control = shutil.which("nvidia-cuda-mps-control")
+  if control and "CUDA_MPS_PIPE_DIRECTORY" in env:
+    subprocess.run([control], input="quit\n", env=env, text=True, capture_output=True,
+                   timeout=30, check=False)
+
+
+def versions(env: dict[str, str]) -> str:
+  code = ("import jax, jaxlib, flax, optax; print(f'jax {jax.__version__}, jaxlib "
+          "{jaxlib.__version__}, flax {flax.__version__}, optax {optax.__version__}')")
+  ran = subprocess.run([sys.executable, "-c", code], env={**env, "JAX_PLATFORMS": "cpu"},
+                       capture_output=True, text=True, check=False, timeout=120)
+  return ran.stdout.strip() or f"unknown ({ran.stderr.strip()[-200:]})"
+
+
+def device_name() -> str:
+  try:
+    names = subprocess.run(["nvidia-smi", "--query-gpu=name", "--format=csv,noheader"],
+                           capture_output=True, text=True, check=True, timeout=30).stdout
+    return names.split("\n")[0].strip() or "no GPU"
+  except (OSError, subprocess.SubprocessError):
+    return "no GPU"
+
+
+def sweep_argv(bundle: Path, root: Path, publish: Path, rows: list[str]) -> list[str]:
+  data = bundle / "data"
+  argv = [sys.executable, "-m", "tfm.cli", "sweep", f"--config={CONFIG}", f"--root={root}",
+          f"--publish={publish}", f"--seeds={FLAGS.seeds}", f"--rows={','.join(rows)}", "--order=seeds",
+          f"--config.data.data_dir={data}", f"--config.data.vocab_dir={data / 'vocab'}",
+          f"--config.train.compilation_cache_dir={root / 'jax_cache'}"]
+  if FLAGS.quick:
+    return argv + [f"--config.{o}" for o in QUICK] + [f"--eval_limit={QUICK_EVAL_LIMIT}",
+                                                       "--parallel=2"]
+  # The pilot takes one more of the GPU's shares while it runs.
+  shares = FLAGS.parallel + (1 if FLAGS.pilot_steps else 0)
+  return argv + [f"--parallel={FLAGS.parallel}", f"--runs_per_gpu={shares}"]
+
+
+def run_sweep(argv: list[str], env: dict[str, str], log_path: Path, stop_at: float) -> int | str:
+  """The sweep, its output into log_path; stopped (SIGTERM: its runs save their steps) at stop_at,
+  or as soon as FAILED_FIRST runs have failed and none finished (a setup that fails every run
+  should not spend the time box), killed if it has not ended STOP_MARGIN_S - 10 s later. Returns
+  its exit code, or why it was stopped."""
+  with open(log_path, "a", encoding="utf-8") as f:
+    f.write(f"$ {' '.join(argv)}\n")
+    f.flush()
+    proc = subprocess.Popen(argv, cwd=ROOT, env=env, stdout=f, stderr=subprocess.STDOUT,
+                            start_new_session=True)
+    why = "stopped at the deadline"
+    while proc.poll() is None and time.monotonic() < stop_at:
+      time.sleep(2)
+      ended = re.findall(r"^\[sweep\] \d+/\d+ done .*\| \S+ (ok|failed|stopped)",
+                         log_path.read_text(encoding="utf-8", errors="replace"), re.M)
+      if ended.count("failed") >= FAILED_FIRST and "ok" not in ended:
+        why = f"stopped: the first {ended.count('failed')} runs failed"
+        break
+    if proc.poll() is not None:
+      return proc.returncode
+    log(f"{why}: stopping the sweep (its running runs save their step)")
+    proc.send_signal(signal.SIGTERM)
+    try:
+      proc.wait(timeout=STOP_MARGIN_S - 10)
+    except subprocess.TimeoutExpired:
+      os.killpg(proc.pid, signal.SIGKILL)
+      proc.wait()
+    return why
+
+
+def start_pilot(env: dict[str, str], bundle: Path, root: Path, out: Path) -> subprocess.Popen | None:
+  """Base at twice the protocol's rate, seed 0, on the GPU beside the sweep (one more share): the
+  learning-rate rule's check at this width (configs/table3_v3.py). Its log: OUT/pilot.txt."""
+  if not FLAGS.pilot_steps:
+    return None
+  from configs import table3_v3  # pylint: disable=import-outside-toplevel
+  from tfm.sweep import execute  # pylint: disable=import-outside-toplevel
+  data = bundle / "data"
+  steps = min(FLAGS.pilot_steps, 12) if FLAGS.quick else FLAGS.pilot_steps
+  argv = [sys.executable, "-m", "tfm.cli", "train", f"--config={CONFIG}:base",
+          f"--workdir={root / 'pilot-lr2x'}", f"--config.data.data_dir={data}",
+          f"--config.data.vocab_dir={data / 'vocab'}",
+          f"--config.train.compilation_cache_dir={root / 'jax_cache'}",
+          f"--config.train.learning_rate={2 * table3_v3.LR_SCALE}", f"--config.train.steps={steps}",
+          "--config.train.checkpoint_every=1000000"]  # the final step's only
+  if FLAGS.quick:
+    argv += [f"--config.{o}" for o in QUICK if not o.startswith("train.steps")]
+  share = {} if FLAGS.quick else {"XLA_PYTHON_CLIENT_MEM_FRACTION":
+                                  f"{execute.SHARED_GPU_MEMORY / (FLAGS.parallel + 1):.4f}"}
+  with open(out / "pilot.txt", "a", encoding="utf-8") as f:
+    f.write(f"$ {' '.join(argv)}\n")
+    f.flush()
+    return subprocess.Popen(argv, cwd=ROOT, env={**env, **share}, stdout=f,
+                            stderr=subprocess.STDOUT, start_new_session=True)
+
+
+def end_pilot(pilot: subprocess.Popen | None) -> str:
+  if pilot is None:
+    return "none"
+  if pilot.poll() is None:
+    pilot.send_signal(signal.SIGTERM)
+    try:
+      pilot.wait(timeout=20)
+    except subprocess.TimeoutExpired:
+      os.killpg(pilot.pid, signal.SIGKILL)
+      pilot.wait()
+    return f"stopped at the sweep's end (exit {pilot.returncode})"
+  return f"finished (exit {pilot.returncode})"
+
+
+def finished_runs(publish: Path) -> list[dict]:
+  out = []
+  for path in sorted(publish.glob("*/sweep_result.json")):
+    result = json.loads(path.read_text())
+    if result.get("status") == "ok":
+      out.append(result)
+  return out
+
+
+def pack(publish: Path, target: Path) -> int:
+  """Every finished run's folder and the vocabulary of `publish` into a tar.gz; the run count."""
+  runs = [publish / r["name"] for r in finished_runs(publish)]
+  with tarfile.open(target.with_suffix(".tmp"), "w:gz") as tar:
+    for folder in runs + [publish / "vocab"]:
+      if folder.is_dir():
+        for path in sorted(folder.iterdir()):
+          tar.add(path, arcname=f"{folder.name}/{path.name}")
+  os.replace(target.with_suffix(".tmp"), target)
+  return len(runs)
+
+
+def on_node(out: Path) -> int:
+  start = time.monotonic()
+  deadline_at = start + 60 * FLAGS.deadline
+  bundle = Path(FLAGS.bundle).resolve()
+  try:
+    site = carried_site(bundle)
+  except ValueError as e:
+    raise app.UsageError(str(e)) from None
+  if site:
+    sys.path.insert(0, str(site))  # ml_collections, for the configs
+  check_bundle(bundle)
+  out.mkdir(parents=True, exist_ok=True)
+  env = child_env(site, FLAGS.quick)
+  root, publish = Path(FLAGS.root).resolve(), Path(FLAGS.publish).resolve()
+  summary = {"device": "CPU (--quick)" if FLAGS.quick else device_name(),
+             "versions": versions(env), "config": CONFIG, "parallel": FLAGS.parallel,
+             "matmul_precision": env["JAX_DEFAULT_MATMUL_PRECISION"],
+             "published_before": len(finished_runs(publish))}
+  summary["mps"] = ("off: --quick" if FLAGS.quick else "off: --mps=off" if FLAGS.mps == "off"
+                    else start_mps(env))
+  log(f"{summary['device']}; {summary['versions']}; MPS {summary['mps']}")
+  rows = QUICK_ROWS if FLAGS.quick else rows_longest_first(FLAGS.rows)
+  argv = sweep_argv(bundle, root, publish, rows)
+  pilot = start_pilot(env, bundle, root, out)
+  try:
+    ended = run_sweep(argv, env, out / "sweep.txt", deadline_at - STOP_MARGIN_S)
+  finally:
+    summary["pilot"] = end_pilot(pilot)
+    if not FLAGS.quick and FLAGS.mps == "auto":
+      stop_mps(env)
+  summary["sweep"] = ended
+  summary["published_after"] = pack(publish, out / "runs.tar.gz")
+  summary["seconds"] = round(time.monotonic() - start, 1)
+  states = {}
+  for path in root.glob("*/sweep_result.json"):
+    status = json.loads(path.read_text()).get("status")
+    states[status] = states.get(status, 0) + 1
+  summary["runs_in_root"] = states
+  (out / "summary.json").write_text(json.dumps(summary, indent=1) + "\n")
+  if (publish / "table.md").exists():
+    shutil.copyfile(publish / "table.md", out / "table.md")
+  log(f"{summary['published_after']} runs published ({summary['published_before']} before), "
+      f"sweep: {ended}, {summary['seconds']:.0f} s")
+  return 0 if ended == 0 else 1
+
+
+def import_runs(source: Path, publish: Path) -> None:
+  """A node's OUT into `publish`: its runs and vocabulary, its summary, then the report."""
+  archive, summary = source / "runs.tar.gz", source / "summary.json"
+  for path in (archive, summary):
+    if not path.exists():
+      raise app.UsageError(f"--import_from {source}: no {path.name} (the node's OUT is expected)")
+  with tarfile.open(archive) as tar:
+    members = tar.getmembers()
+    bad = [m.name for m in members
+           if not m.isfile() or not re.fullmatch(r"[A-Za-z0-9_.=,+-]+/[A-Za-z0-9_.=,+-]+", m.name)]
+    if bad:
+      raise app.UsageError(f"--import_from {archive}: unexpected members {bad[:3]}")
+    staging = publish.with_name(publish.name + f".import-{os.getpid()}")
+    shutil.rmtree(staging, ignore_errors=True)
+    tar.extractall(staging, filter="data")
+  publish.mkdir(parents=True, exist_ok=True)
+  taken = 0
+  for folder in sorted(staging.iterdir()):
+    target = publish / folder.name
+    if folder.name != "vocab" and (target / "sweep_result.json").exists():
+      continue  # published before: the same run (a later call took it, never retrained it)
+    if folder.name != "vocab":
+      shutil.rmtree(target, ignore_errors=True)  # a run that failed or stopped here before
+    target.mkdir(exist_ok=True)
+    for path in folder.iterdir():
+      os.replace(path, target / path.name)
+    taken += folder.name != "vocab"
+  shutil.rmtree(staging)
+  with open(publish / "gpu_calls.jsonl", "a", encoding="utf-8") as f:
+    f.write(json.dumps(json.loads(summary.read_text())) + "\n")
+  log(f"{taken} runs imported into {publish}")
+  subprocess.run([sys.executable, "-m", "tfm.cli", "sweep", "--report", f"--root={publish}"],
+                 cwd=ROOT, check=True, stdout=subprocess.DEVNULL)
+
+
+def main(argv):
+  del argv
+  if FLAGS.import_from:
+    import_runs(Path(FLAGS.import_from).resolve(), Path(FLAGS.publish).resolve())
+    return 0
+  if not FLAGS.out:
+    raise app.UsageError("--out=DIR is required (or --import_from=DIR)")
+  if FLAGS.quick and Path(FLAGS.publish).resolve() == (ROOT / "experiments" / "results" /
+                                                      "table3_v3"):
+    raise app.UsageError("--quick: give --publish (its runs are no results)")
+  return on_node(Path(FLAGS.out).resolve())
+
+
+if __name__ == "__main__":
+  app.run(main)
