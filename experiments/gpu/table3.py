@@ -55,7 +55,9 @@ flags.DEFINE_string("publish", str(ROOT / "experiments" / "results" / "table3_v3
 flags.DEFINE_string("root", "/tmp/tfm_table3_v3", "the sweep's root (every run's workdir); on the "
                     "same machine, a second call resumes the runs the first one stopped")
 flags.DEFINE_float("deadline", 7.0, "minutes for the whole call", lower_bound=0.5)
-flags.DEFINE_integer("parallel", 10, "runs at once on the GPU", lower_bound=1)
+flags.DEFINE_integer("parallel", 3, "runs at once on the GPU: one run's compilation, evaluation and "
+                     "host work overlap the others' steps (more at once gained little: "
+                     "experiments/results/gpu/2026-11-27_h200_table3)", lower_bound=1)
 flags.DEFINE_integer("seeds", 2, "seeds a row", lower_bound=1)
 flags.DEFINE_list("rows", None, "rows to run (default: every row, longest first)")
 flags.DEFINE_enum("mps", "auto", ["auto", "off"], "auto: start NVIDIA's MPS daemon where the node "
@@ -69,10 +71,10 @@ flags.DEFINE_string("bundle", str(ROOT / "experiments" / "gpu" / "bundle_table3"
 
 CONFIG = "configs/table3_v3.py"
 STOP_MARGIN_S = 50  # before the deadline: SIGTERM, the runs save, the sweep writes its report
-QUICK_ROWS = ["C1", "base"]
+QUICK_ROWS = ["C1", "C4"]  # the two smallest rows
 QUICK = ["train.steps=12", "train.warmup_steps=4", "train.log_every=6", "train.eval_every=6",
          "train.checkpoint_every=6", "data.tokens_per_batch=256", "data.eval_max_examples=16",
-         "eval.batch_size=4", "data.num_workers=0"]
+         "eval.batch_size=4", "eval.beam_size=2", "eval.max_extra_length=4", "data.num_workers=0"]
 QUICK_EVAL_LIMIT = 4
 FAILED_FIRST = 3  # this many failed runs before any finished: a broken setup, the sweep stops
 MPS_DIR = Path("/tmp/tfm-mps")
@@ -87,6 +89,10 @@ def child_env(site: Path | None, quick: bool) -> dict[str, str]:
   env = {**os.environ, "PYTHONUNBUFFERED": "1", "PYTHONPATH": os.pathsep.join(paths)}
   env["JAX_PLATFORMS"] = env.get("JAX_PLATFORMS") or ("cpu" if quick else "cuda")
   env["JAX_DEFAULT_MATMUL_PRECISION"] = "highest"  # float32 products as a CPU computes them
+  # XLA's autotuning of float32 product fusions, in many processes compiling at once on one GPU,
+  # took minutes a fusion (a step compiled in 9 minutes); without it in 22 s, and the step it
+  # picks runs the sweep (experiments/results/gpu/2026-11-27_h200_table3).
+  env["XLA_FLAGS"] = " ".join(filter(None, [env.get("XLA_FLAGS"), "--xla_gpu_autotune_level=0"]))
   return env
 
 
@@ -103,9 +109,9 @@ def rows_longest_first(rows: list[str] | None) -> list[str]:
   return sorted(names, key=lambda r: -cost[r])
 
 
-def check_bundle(bundle: Path) -> dict:
-  """The bundle's data settings; they must be the config's (the vocabulary and cache are keyed by
-  them)."""
+def bundle_data(bundle: Path) -> list[str]:
+  """The bundle's data settings as config overrides. They must be the config's (the vocabulary
+  and the token cache are keyed by them), except with --quick, whose bundle may be the tests'."""
   from tfm import config as config_lib  # pylint: disable=import-outside-toplevel
   manifest = bundle / "manifest.json"
   if not manifest.exists():
@@ -115,9 +121,13 @@ def check_bundle(bundle: Path) -> dict:
   data = json.loads(manifest.read_text())["data"]
   wanted = config_lib.load_config(f"{ROOT / CONFIG}:base").data
   wrong = {k: v for k, v in data.items() if getattr(wanted, k) != v}
-  if wrong:
+  if wrong and not FLAGS.quick:
     raise app.UsageError(f"--bundle {bundle}: its data {wrong} is not {CONFIG}'s; rebuild it")
-  return data
+  overrides = [f"data.data_dir={bundle / 'data'}", f"data.vocab_dir={bundle / 'data' / 'vocab'}"]
+  if wrong:
+    overrides += [f"data.{k}={v}" for k, v in wrong.items()]
+    overrides += [f"model.vocab_size={wrong['vocab_size']}"] if "vocab_size" in wrong else []
+  return overrides
 
 
 def start_mps(env: dict[str, str]) -> str:
@@ -177,11 +187,11 @@ def device_name() -> str:
     return "no GPU"
 
 
-def sweep_argv(bundle: Path, root: Path, publish: Path, rows: list[str]) -> list[str]:
-  data = bundle / "data"
+def sweep_argv(data: list[str], root: Path, publish: Path, rows: list[str]) -> list[str]:
+  """tfm sweep over `rows` (data: bundle_data's overrides), every row's seed 0 first."""
   argv = [sys.executable, "-m", "tfm.cli", "sweep", f"--config={CONFIG}", f"--root={root}",
-          f"--publish={publish}", f"--seeds={FLAGS.seeds}", f"--rows={','.join(rows)}", "--order=seeds",
-          f"--config.data.data_dir={data}", f"--config.data.vocab_dir={data / 'vocab'}",
+          f"--publish={publish}", f"--seeds={FLAGS.seeds}", f"--rows={','.join(rows)}",
+          "--order=seeds", *(f"--config.{o}" for o in data),
           f"--config.train.compilation_cache_dir={root / 'jax_cache'}"]
   if FLAGS.quick:
     return argv + [f"--config.{o}" for o in QUICK] + [f"--eval_limit={QUICK_EVAL_LIMIT}",
@@ -221,18 +231,17 @@ def run_sweep(argv: list[str], env: dict[str, str], log_path: Path, stop_at: flo
     return why
 
 
-def start_pilot(env: dict[str, str], bundle: Path, root: Path, out: Path) -> subprocess.Popen | None:
+def start_pilot(env: dict[str, str], data: list[str], root: Path, out: Path
+                ) -> subprocess.Popen | None:
   """Base at twice the protocol's rate, seed 0, on the GPU beside the sweep (one more share): the
   learning-rate rule's check at this width (configs/table3_v3.py). Its log: OUT/pilot.txt."""
   if not FLAGS.pilot_steps:
     return None
   from configs import table3_v3  # pylint: disable=import-outside-toplevel
   from tfm.sweep import execute  # pylint: disable=import-outside-toplevel
-  data = bundle / "data"
   steps = min(FLAGS.pilot_steps, 12) if FLAGS.quick else FLAGS.pilot_steps
   argv = [sys.executable, "-m", "tfm.cli", "train", f"--config={CONFIG}:base",
-          f"--workdir={root / 'pilot-lr2x'}", f"--config.data.data_dir={data}",
-          f"--config.data.vocab_dir={data / 'vocab'}",
+          f"--workdir={root / 'pilot-lr2x'}", *(f"--config.{o}" for o in data),
           f"--config.train.compilation_cache_dir={root / 'jax_cache'}",
           f"--config.train.learning_rate={2 * table3_v3.LR_SCALE}", f"--config.train.steps={steps}",
           "--config.train.checkpoint_every=1000000"]  # the final step's only
@@ -282,6 +291,14 @@ def pack(publish: Path, target: Path) -> int:
   return len(runs)
 
 
+def pack_logs(root: Path, target: Path) -> None:
+  """Every run's log under the root, finished or not (a run stopped or failed here says why)."""
+  with tarfile.open(target.with_suffix(".tmp"), "w:gz") as tar:
+    for path in sorted(root.glob("*/sweep.log")):
+      tar.add(path, arcname=f"{path.parent.name}/{path.name}")
+  os.replace(target.with_suffix(".tmp"), target)
+
+
 def on_node(out: Path) -> int:
   start = time.monotonic()
   deadline_at = start + 60 * FLAGS.deadline
@@ -292,7 +309,7 @@ def on_node(out: Path) -> int:
     raise app.UsageError(str(e)) from None
   if site:
     sys.path.insert(0, str(site))  # ml_collections, for the configs
-  check_bundle(bundle)
+  data = bundle_data(bundle)
   out.mkdir(parents=True, exist_ok=True)
   env = child_env(site, FLAGS.quick)
   root, publish = Path(FLAGS.root).resolve(), Path(FLAGS.publish).resolve()
@@ -304,8 +321,8 @@ def on_node(out: Path) -> int:
                     else start_mps(env))
   log(f"{summary['device']}; {summary['versions']}; MPS {summary['mps']}")
   rows = QUICK_ROWS if FLAGS.quick else rows_longest_first(FLAGS.rows)
-  argv = sweep_argv(bundle, root, publish, rows)
-  pilot = start_pilot(env, bundle, root, out)
+  argv = sweep_argv(data, root, publish, rows)
+  pilot = start_pilot(env, data, root, out)
   try:
     ended = run_sweep(argv, env, out / "sweep.txt", deadline_at - STOP_MARGIN_S)
   finally:
@@ -314,6 +331,7 @@ def on_node(out: Path) -> int:
       stop_mps(env)
   summary["sweep"] = ended
   summary["published_after"] = pack(publish, out / "runs.tar.gz")
+  pack_logs(root, out / "logs.tar.gz")
   summary["seconds"] = round(time.monotonic() - start, 1)
   states = {}
   for path in root.glob("*/sweep_result.json"):

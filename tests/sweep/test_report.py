@@ -65,11 +65,11 @@ RESULTS = [
 
 
 def test_groups_average_the_finished_seeds():
-  g = {x["group"]: x for x in compare.groups(RESULTS)}
-  assert g["base"]["dev_ppl"] == 11.0 and g["base"]["dev_ppl_std"] == pytest.approx(math.sqrt(2))
-  assert g["base"]["dev_ppl_range"] == 2.0 and g["A2"]["dev_ppl_range"] == 0.5
-  assert g["C5"]["finished"] == 1 and g["C5"]["runs"] == 2 and g["C5"]["dev_ppl"] == 9.0
-  assert math.isnan(g["C5"]["dev_ppl_std"]) and math.isnan(g["C5"]["dev_ppl_range"])  # one seed
+  g = {x.group: x for x in compare.groups(RESULTS)}
+  assert g["base"].dev_ppl == 11.0 and g["base"].dev_ppl_std == pytest.approx(math.sqrt(2))
+  assert g["base"].dev_ppl_range == 2.0 and g["A2"].dev_ppl_range == 0.5
+  assert g["C5"].finished == 1 and g["C5"].runs == 2 and g["C5"].dev_ppl == 9.0
+  assert math.isnan(g["C5"].dev_ppl_std) and math.isnan(g["C5"].dev_ppl_range)  # one seed
 
 
 def test_comparison_with_the_paper(spearmanr):
@@ -77,21 +77,21 @@ def test_comparison_with_the_paper(spearmanr):
   names = ["base", "A1", "A2", "C5", "C1", "C3", "E"]
   ours = [11, 13, 14.25, 9, 10.5, 30, 11.5]
   paper = [4.92, 5.29, 5.00, 4.66, 6.11, 4.88, 4.92]
-  assert c["spearman"] == pytest.approx(spearmanr(ours, paper)) and c["spearman_rows"] == 7
+  assert c.spearman == pytest.approx(spearmanr(ours, paper)) and c.spearman_rows == 7
   tokenized = [7, 5, 4, 9, 7, 1.5, 7]  # BLEU + 1, the seeds' mean
   paper_bleu = [25.8, 24.9, 25.5, 26.0, 23.7, 25.5, 25.7]
-  assert c["bleu_spearman"] == pytest.approx(spearmanr(tokenized, paper_bleu))
-  assert c["same_direction"] == ["A1", "A2", "C5"] and c["other_direction"] == ["C1", "C3"]
-  assert c["paper_unchanged"] == ["E"]
+  assert c.bleu_spearman == pytest.approx(spearmanr(tokenized, paper_bleu))
+  assert c.same_direction == ["A1", "A2", "C5"] and c.other_direction == ["C1", "C3"]
+  assert c.paper_unchanged == ["E"]
   # Key rows: the paper's PPL differs from base's 4.92 by more than 0.1 (A2's 0.08 and C3's 0.04
   # do not).
-  assert c["key_rows"] == ["A1", "C5", "C1"] and c["key_same"] == ["A1", "C5"]
-  assert c["key_other"] == ["C1"]
-  assert c["unresolved"] == ["A1"]  # A2 is beyond the seeds; one-seed rows are not judged
-  assert c["diverged"] == ["C5", "C3"]  # a failed seed; over 2 x 11
-  v = c["verdicts"]
-  assert v["A1"]["ours"] == pytest.approx(13 / 11 - 1) and v["A1"]["paper"] == pytest.approx(5.29 / 4.92 - 1)
-  assert v["A2"]["resolved"] is True and v["C5"]["resolved"] is None
+  assert c.key_rows == ["A1", "C5", "C1"] and c.key_same == ["A1", "C5"]
+  assert c.key_other == ["C1"]
+  assert c.unresolved == ["A1"]  # A2 is beyond the seeds; one-seed rows are not judged
+  assert c.diverged == ["C5", "C3"]  # a failed seed; over 2 x 11
+  v = c.verdicts
+  assert v["A1"].ours == pytest.approx(13 / 11 - 1) and v["A1"].paper == pytest.approx(5.29 / 4.92 - 1)
+  assert v["A2"].resolved is True and v["C5"].resolved is None
 
 
 def test_late_change_counts_from_the_last_evaluation_at_or_before_four_fifths():
@@ -101,9 +101,9 @@ def test_late_change_counts_from_the_last_evaluation_at_or_before_four_fifths():
   assert compare.late_change([[9, 10.0]], 10) is None  # nothing at or before step 8
   assert compare.late_change([[2, 10.0], [8, 9.0]], 10) is None  # nothing after step 8
   assert compare.late_change(None, 10) is None
-  g = {x["group"]: x for x in compare.groups(RESULTS)}
-  assert g["base"]["late_change"] == pytest.approx((-0.2 + 0.0) / 2) and g["base"]["late_from"] == [6]
-  assert math.isnan(g["A1"]["late_change"]) and g["A1"]["late_from"] == []
+  g = {x.group: x for x in compare.groups(RESULTS)}
+  assert g["base"].late_change == pytest.approx((-0.2 + 0.0) / 2) and g["base"].late_from == [6]
+  assert math.isnan(g["A1"].late_change) and g["A1"].late_from == []
 
 
 def _curved(row, seed, paper_ppl, curve):
@@ -125,16 +125,16 @@ CURVED = [
 
 
 def test_mean_curves_half_way_changes_and_spearman_along_training(spearmanr):
-  g = {x["group"]: x for x in compare.groups(CURVED)}
-  assert g["base"]["dev_curve"] == {2: 32.0, 4: 21.0, 6: 15.0, 8: 12.0, 10: 11.0}
-  assert sorted(g["A1"]["dev_curve"]) == [2, 4, 6, 8, 10] and g["E"]["dev_curve"] == {}
+  g = {x.group: x for x in compare.groups(CURVED)}
+  assert g["base"].dev_curve == {2: 32.0, 4: 21.0, 6: 15.0, 8: 12.0, 10: 11.0}
+  assert sorted(g["A1"].dev_curve) == [2, 4, 6, 8, 10] and g["E"].dev_curve == {}
   assert compare.mean_curve([CURVED[0], CURVED[-1]]) == {}  # one run without a curve
   c = compare.comparison(list(g.values()))
-  v = c["verdicts"]
-  assert v["A1"]["half"] == pytest.approx(18 / 21 - 1) and v["A1"]["ours"] == pytest.approx(1 / 11)
-  assert v["C5"]["half"] == pytest.approx(21.5 / 21 - 1) and v["E"]["half"] is None
-  assert c["flipped"] == ["A1", "C5"]  # C5: above base half way, below at the end
-  along, counted = c["along"]
+  v = c.verdicts
+  assert v["A1"].half == pytest.approx(18 / 21 - 1) and v["A1"].ours == pytest.approx(1 / 11)
+  assert v["C5"].half == pytest.approx(21.5 / 21 - 1) and v["E"].half is None
+  assert c.flipped == ["A1", "C5"]  # C5: above base half way, below at the end
+  along, counted = c.along, c.along_groups
   assert counted == ["base", "A1", "C1", "C5"]
   paper = [4.92, 5.29, 6.11, 4.66]
   means = {2: [32, 28, 40, 25], 4: [21, 18, 25, 21.5], 6: [15, 14, 17, 15], 8: [12, 12.5, 14, 11],
@@ -149,20 +149,47 @@ def test_mean_curves_half_way_changes_and_spearman_along_training(spearmanr):
   assert "- Rows on the other side of base at the end than half way: A1, C5." in table
 
 
+def test_where_key_rows_cross_base_and_the_key_rows_spearman(spearmanr):
+  """Mean curves against base's {2: 32, 4: 21, 6: 15, 8: 12, 10: 11}: A1 (the paper: above base)
+  is below until step 6 and above from 8; C1 above from the start; C5 (the paper: below) is below
+  at 2, above at 4, level at 6, below from 8 to the end."""
+  c = compare.comparison(compare.groups(CURVED))
+  v = c.verdicts
+  assert (v["A1"].crossed, v["C1"].crossed, v["C5"].crossed) == (8, 2, 8)
+  assert v["E"].crossed is None and not v["E"].curved  # no curve (and the paper: no change)
+  assert compare.crossing_step(compare.groups(CURVED)[2], compare.groups(CURVED)[0], -1) is None
+  assert c.key_rows == ["A1", "C1", "C5"] and c.key_spearman_rows == 4  # and base
+  assert c.key_spearman == pytest.approx(spearmanr([11, 12, 13, 10], [4.92, 5.29, 6.11, 4.66]))
+  assert c.key_separated == ["A1"]  # 12, 12 against base 11, 11; C1, C5: one seed, not scored
+  table = report.table_markdown(CURVED, gpu_calls=[dict(device="NVIDIA H200", seconds=300.0),
+                                                   dict(device="NVIDIA H200", seconds=150.0)])
+  assert "| +9.1% | -14.3% | +7.5% | yes | yes | 8 |" in table
+  assert "GPU time: 2 call(s) on NVIDIA H200, 7.5 minutes in all" in table
+
+
+def test_every_seed_beyond_every_seed_of_base():
+  """A1's seeds 13 and 13 against base's 10 and 12: every one above, as the paper's A1; one more
+  A1 seed at 11.5 sits inside base's and breaks it."""
+  assert compare.comparison(compare.groups(RESULTS)).key_separated == ["A1"]
+  mixed = RESULTS + [dataclasses.replace(RESULTS[2], name="A1-s2", seed=2, dev_ppl=11.5)]
+  assert compare.comparison(compare.groups(mixed)).key_separated == []
+
+
 def test_table_and_figure(tmp_path):
   paths = report.write_report(RESULTS, str(tmp_path), "tfm sweep --config=x --root=y")
   table = (tmp_path / "table.md").read_text()
-  assert ("| base | · | 2/2 | 11.00 ± 1.41 | -10.0% | 4.92 |  |  |  |  |  | 6.0 ± 1.4 | 7.0 ± 1.4 | "
-          "25.8 | 1.00 | 65 |") in table
-  assert ("| A1 * | · | 2/2 | 13.00 ± 0.00 |  | 5.29 | +18.2% |  | +7.5% | yes | no | 4.0 ± 0.0 | "
-          "5.0 ± 0.0 | 24.9 |") in table
-  assert "| A2 | · | 2/2 | 14.25 ± 0.35 |  | 5.00 | +29.5% |  | +1.6% | yes | yes |" in table
-  assert "| C1 * | · | 1/1 | 10.50 |  | 6.11 | -4.5% |  | +24.2% | **no** |  |" in table
+  assert ("| base | · | 2/2 | 11.00 ± 1.41 | -10.0% | 4.92 |  |  |  |  |  |  | 6.0 ± 1.4 | "
+          "7.0 ± 1.4 | 25.8 | 1.00 | 65 |") in table
+  assert ("| A1 * | · | 2/2 | 13.00 ± 0.00 |  | 5.29 | +18.2% |  | +7.5% | yes | no |  | "
+          "4.0 ± 0.0 | 5.0 ± 0.0 | 24.9 |") in table  # no curves: no crossing
+  assert "| A2 | · | 2/2 | 14.25 ± 0.35 |  | 5.00 | +29.5% |  | +1.6% | yes | yes |  |" in table
+  assert "| C1 * | · | 1/1 | 10.50 |  | 6.11 | -4.5% |  | +24.2% | **no** |  |  |" in table
   assert "| C3 | · | 1/1 | 30.00 | +0.7% | 4.88 |" in table
   assert ("(step 6) to the last one, averaged over the seeds. Still falling by 1% or more there, "
           "so not converged: 1 of 2 "
           "(base).") in table
-  assert "Key rows in the paper's direction: 2 of 3 scored (3 key rows); against it: C1." in table
+  assert ("Key rows in the paper's direction: 2 of 3 scored (3 key rows); against it: C1; every "
+          "seed on the paper's side of every seed of base: A1.") in table
   assert "All rows in the paper's direction: 3 of 5; the paper's PPL equals base's for E." in table
   assert "Changes within the seeds' spread: A1." in table
   assert "Diverged (failed, non-finite, or over 2x base's PPL): C5, C3." in table

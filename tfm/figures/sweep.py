@@ -24,11 +24,11 @@ def _letter(row: str | None) -> str:
   return row if row in ("base", "big", None) else re.sub(r"\d+$", "", row)
 
 
-def _positions(rows: Sequence[dict]) -> tuple[list[float], list[float]]:
+def _positions(rows: Sequence[compare.Group]) -> tuple[list[float], list[float]]:
   """x of each row, a gap between the paper's groups; x of the separators."""
   xs, x, previous, bounds = [], 0.0, None, []
   for g in rows:
-    letter = _letter(g["row"])
+    letter = _letter(g.row)
     if previous is not None and letter != previous:
       x += 0.8
       bounds.append(x - 0.9)
@@ -37,35 +37,35 @@ def _positions(rows: Sequence[dict]) -> tuple[list[float], list[float]]:
   return xs, bounds
 
 
-def plot(rows: Sequence[dict], path: str) -> str | None:
+def plot(rows: Sequence[compare.Group], path: str) -> str | None:
   """Draws `rows` (compare.groups) to `path`; returns the figure's title (None, and no figure, when
   no group has a dev PPL). Only a figure with the paper's figures drawn is titled as beside them."""
   import matplotlib  # pylint: disable=import-outside-toplevel
   matplotlib.use("Agg")
   import matplotlib.pyplot as plt  # pylint: disable=import-outside-toplevel
 
-  rows = [g for g in rows if not math.isnan(g["dev_ppl"])]
+  rows = [g for g in rows if not math.isnan(g.dev_ppl)]
   if not rows:
     return None
   verdicts = compare.row_verdicts(rows)
-  base = next((g for g in rows if g["row"] == "base" and g["group"] in verdicts), None)
-  if base is not None and not any(g is not base and g["group"] in verdicts for g in rows):
+  base = next((g for g in rows if g.row == "base" and g.group in verdicts), None)
+  if base is not None and not any(g is not base and g.group in verdicts for g in rows):
     base = None  # base alone: no change to draw yet, so its perplexity as a group's
   fig, ax = plt.subplots(figsize=(max(6.0, 0.5 * len(rows) + 2), 4.2), dpi=120)
   if base is None:
     xs, bounds = _positions(rows)
-    stds = np.nan_to_num([g["dev_ppl_std"] for g in rows])
-    ax.errorbar(xs, [g["dev_ppl"] for g in rows], yerr=stds, fmt="o", color="tab:blue", capsize=3)
+    stds = np.nan_to_num([g.dev_ppl_std for g in rows])
+    ax.errorbar(xs, [g.dev_ppl for g in rows], yerr=stds, fmt="o", color="tab:blue", capsize=3)
     ax.set_ylabel("dev perplexity (mean over seeds, +- std)")
-    ax.set_xticks(xs, [g["group"] for g in rows], rotation=45 if len(rows) > 8 else 0,
+    ax.set_xticks(xs, [g.group for g in rows], rotation=45 if len(rows) > 8 else 0,
                   ha="right" if len(rows) > 8 else "center", fontsize=7)
     title = "Dev perplexity per run group"
   else:
-    rows = [g for g in rows if g is not base and g["group"] in verdicts]
+    rows = [g for g in rows if g is not base and g.group in verdicts]
     xs, bounds = _positions(rows)
-    ours = np.array([100 * verdicts[g["group"]]["ours"] for g in rows])
-    paper = np.array([100 * verdicts[g["group"]]["paper"] for g in rows])
-    stds = 100 * np.nan_to_num([g["dev_ppl_std"] for g in rows]) / base["dev_ppl"]
+    ours = np.array([100 * verdicts[g.group].ours for g in rows])
+    paper = np.array([100 * verdicts[g.group].paper for g in rows])
+    stds = 100 * np.nan_to_num([g.dev_ppl_std for g in rows]) / base.dev_ppl
     limit = 2.5 * max(np.max(np.abs(paper)), 5.0)  # rows beyond this are drawn at the edge
     inside = np.abs(ours) <= limit
     ax.axhline(0, color="0.5", linewidth=1)
@@ -80,9 +80,9 @@ def plot(rows: Sequence[dict], path: str) -> str | None:
                   xytext=(4, -10 if value > 0 else 4), fontsize=7, color="tab:blue")
     ax.set_ylim(-limit * 1.08, limit * 1.08)
     ax.set_ylabel("dev PPL change from base (%)")
-    ax.set_xticks(xs, [g["row"] for g in rows])
+    ax.set_xticks(xs, [g.row for g in rows])
     for label, g in zip(ax.get_xticklabels(), rows):
-      if verdicts[g["group"]]["key"]:
+      if verdicts[g.group].key:
         label.set_fontweight("bold")
     ax.legend(loc="upper left", fontsize=8)
     ax.set_xlabel(f"bold: key rows (the paper's PPL differs from base's by more than "

@@ -19,6 +19,11 @@ its dev PPL's relative change over the last LATE_FRACTION (a fifth) of training,
 training evaluation at or before step (1 - LATE_FRACTION) x steps to the last one; a group's is the
 mean over its finished seeds. A run that has stopped improving changes by under 1% there.
 
+Where a key row crossed base: the first evaluation step, shared by the row's and base's mean dev
+curves, from which the row's curve stays on the paper's side of base's to the end (None: not on
+the paper's side at the end). Whether every seed is on the paper's side: every seed's dev PPL of the
+row beyond every seed's of base, in the paper's direction (the goal of configs/table3_v3.py).
+
 Whether more training would move the ranking: a group's mean dev curve is the mean over its finished
 seeds at each step that all of them evaluated. From these curves, each row's change from base half
 way through training (at the last evaluation at or before half the steps), and the Spearman
@@ -30,6 +35,7 @@ would not change it.
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from typing import Sequence
 
@@ -102,8 +108,81 @@ def mean_curve(runs: Sequence[RunResult]) -> dict[int, float]:
   return {s: float(np.mean([c[s] for c in curves])) for s in steps}
 
 
-def groups(results: Sequence[RunResult]) -> list[dict]:
-  """One entry per group in sweep order: the seeds' mean / std / range of each figure, the paper's."""
+@dataclasses.dataclass(frozen=True)
+class Group:
+  """A group's runs (the seeds of a row or grid point): what they are and their figures, each the
+  mean over the finished seeds with its sample std and range (NaN: no value, or one seed)."""
+  group: str
+  row: str | None
+  changes: dict
+  paper: dict  # ppl, bleu, params_m (table rows), else {}
+  runs: int
+  finished: int
+  params: int | None
+  steps: int
+  tokens_seen: float
+  wall_s: float
+  failed: bool  # a seed did not finish
+  dev_ppl: float
+  dev_ppl_std: float
+  dev_ppl_range: float
+  dev_ppl_values: tuple[float, ...]  # each finished seed's
+  bleu: float
+  bleu_std: float
+  bleu_range: float
+  tokenized_bleu: float
+  tokenized_bleu_std: float
+  tokenized_bleu_range: float
+  late_change: float  # the seeds' mean (late_change); NaN without curves
+  late_from: list[int]  # the steps it is counted from
+  dev_curve: dict[int, float]  # mean_curve of the finished seeds
+
+
+@dataclasses.dataclass(frozen=True)
+class Verdict:
+  """A group with a paper PPL against base (None where it cannot be said: base itself, a row
+  without a finite PPL, fewer than two seeds on a side)."""
+  ours: float | None = None  # our relative PPL change from base
+  paper: float | None = None  # the paper's
+  half: float | None = None  # ours half way through training (half_way_change)
+  key: bool = False  # a key row
+  direction: str | None = None  # 'same' or 'other' as the paper's; None: base, paper unchanged
+  resolved: bool | None = None  # our change exceeds the seeds' spread
+  separated: bool | None = None  # every seed on the paper's side of every seed of base
+  crossed: int | None = None  # the step from which the mean curve stays on the paper's side
+  curved: bool = False  # the row's and base's mean curves share an evaluation (crossed is known)
+  diverged: bool = False
+
+
+@dataclasses.dataclass(frozen=True)
+class Comparison:
+  """A table's groups against the paper: Spearman figures (all rows; the key rows and base), the
+  rows by verdict, and the ranking along training."""
+  spearman: float
+  spearman_rows: int
+  bleu_spearman: float
+  bleu_spearman_rows: int
+  key_spearman: float  # over the key rows and base
+  key_spearman_rows: int
+  key_bleu_spearman: float
+  key_bleu_spearman_rows: int
+  same_direction: list[str]
+  other_direction: list[str]
+  paper_unchanged: list[str]
+  key_rows: list[str]
+  key_same: list[str]
+  key_other: list[str]
+  key_separated: list[str]  # key rows whose every seed is on the paper's side of base's
+  unresolved: list[str]
+  diverged: list[str]
+  flipped: list[str]
+  verdicts: dict[str, Verdict]
+  along: list[tuple[int, float]]  # (step, Spearman of the mean curves with the paper's PPL)
+  along_groups: list[str]  # the groups counted there
+
+
+def groups(results: Sequence[RunResult]) -> list[Group]:
+  """One per group in sweep order: the seeds' mean / std / range of each figure, the paper's."""
   by_group: dict[str, list[RunResult]] = {}
   for r in results:
     by_group.setdefault(r.group, []).append(r)
@@ -111,18 +190,19 @@ def groups(results: Sequence[RunResult]) -> list[dict]:
   for name, runs in by_group.items():
     ok = [r for r in runs if r.ok]
     first = runs[0]
-    entry = dict(group=name, row=first.row, changes=dict(first.changes), paper=first.paper,
-                 runs=len(runs), finished=len(ok), params=first.params, steps=first.steps,
-                 tokens_seen=_stats([r.tokens_seen for r in ok if r.tokens_seen])[0],
-                 wall_s=sum(r.wall_s for r in runs), failed=len(ok) < len(runs))
+    figures = {}
     for key in ("dev_ppl", "bleu", "tokenized_bleu"):
-      entry[key], entry[key + "_std"], entry[key + "_range"] = _stats(
+      figures[key], figures[key + "_std"], figures[key + "_range"] = _stats(
           [getattr(r, key) for r in ok if getattr(r, key) is not None])
     late = [x for x in (late_change(r.dev_curve, r.steps) for r in ok) if x is not None]
-    entry["late_change"] = _stats([change for change, _ in late])[0]
-    entry["late_from"] = sorted({start for _, start in late})
-    entry["dev_curve"] = mean_curve(ok)
-    out.append(entry)
+    out.append(Group(
+        group=name, row=first.row, changes=dict(first.changes), paper=first.paper,
+        runs=len(runs), finished=len(ok), params=first.params, steps=first.steps,
+        tokens_seen=_stats([r.tokens_seen for r in ok if r.tokens_seen])[0],
+        wall_s=sum(r.wall_s for r in runs), failed=len(ok) < len(runs),
+        dev_ppl_values=tuple(float(r.dev_ppl) for r in ok if r.dev_ppl is not None),
+        late_change=_stats([change for change, _ in late])[0],
+        late_from=sorted({start for _, start in late}), dev_curve=mean_curve(ok), **figures))
   return out
 
 
@@ -130,82 +210,103 @@ def _finite(x) -> bool:
   return x is not None and not math.isnan(x) and not math.isinf(x)
 
 
-def half_way_change(g: dict, base: dict) -> float | None:
+def half_way_change(g: Group, base: Group) -> float | None:
   """The group's relative PPL change from base at the last evaluation, shared by both mean
   curves, at or before half of the group's steps (None without one)."""
-  both = set(g["dev_curve"]) & set(base["dev_curve"])
-  shared = sorted(s for s in both if s <= g["steps"] / 2)
+  shared = sorted(s for s in set(g.dev_curve) & set(base.dev_curve) if s <= g.steps / 2)
   if not shared:
     return None
-  return g["dev_curve"][shared[-1]] / base["dev_curve"][shared[-1]] - 1
+  return g.dev_curve[shared[-1]] / base.dev_curve[shared[-1]] - 1
 
 
-def spearman_along(rows: Sequence[dict]) -> tuple[list[tuple[int, float]], list[str]]:
+def crossing_step(g: Group, base: Group, paper_sign: float) -> int | None:
+  """The first step, of those both mean curves share, from which g's curve stays on the paper's
+  side of base's (sign(g - base) == paper_sign) to the last shared step; None if it is not on
+  that side there (or no step is shared)."""
+  shared = sorted(set(g.dev_curve) & set(base.dev_curve))
+  crossed = None
+  for step in reversed(shared):
+    if np.sign(g.dev_curve[step] - base.dev_curve[step]) != paper_sign:
+      break
+    crossed = step
+  return crossed
+
+
+def spearman_along(rows: Sequence[Group]) -> tuple[list[tuple[int, float]], list[str]]:
   """([(step, Spearman of the mean dev PPL with the paper's PPL)], the groups counted): at every
   evaluation step shared by the mean curves of all groups with a paper PPL and a curve."""
-  counted = [g for g in rows if g["paper"].get("ppl") is not None and g["dev_curve"]]
+  counted = [g for g in rows if g.paper.get("ppl") is not None and g.dev_curve]
   if len(counted) < 3:
     return [], []
-  steps = sorted(set.intersection(*(set(g["dev_curve"]) for g in counted)))
-  paper = [g["paper"]["ppl"] for g in counted]
-  return ([(s, spearman([g["dev_curve"][s] for g in counted], paper)) for s in steps],
-          [g["group"] for g in counted])
+  steps = sorted(set.intersection(*(set(g.dev_curve) for g in counted)))
+  paper = [g.paper["ppl"] for g in counted]
+  return ([(s, spearman([g.dev_curve[s] for g in counted], paper)) for s in steps],
+          [g.group for g in counted])
 
 
-def row_verdicts(rows: Sequence[dict]) -> dict[str, dict]:
-  """Per group with a paper PPL, against base: {'ours': relative PPL change, 'paper': the paper's,
-  'half': ours half way through training (half_way_change), 'key': a key row, 'direction':
-  'same' | 'other' | None (base, the paper unchanged, or no PPL), 'resolved': our change exceeds
-  the seeds' spread (None with fewer than two seeds on a side), 'diverged'}."""
-  base = next((g for g in rows if g["row"] == "base" and g["paper"].get("ppl") is not None), None)
+def row_verdicts(rows: Sequence[Group]) -> dict[str, Verdict]:
+  """A Verdict per group with a paper PPL, against base."""
+  base = next((g for g in rows if g.row == "base" and g.paper.get("ppl") is not None), None)
   out = {}
   for g in rows:
-    paper = g["paper"].get("ppl")
+    paper = g.paper.get("ppl")
     if paper is None:
       continue
-    diverged = g["failed"] or not _finite(g["dev_ppl"]) or (
-        base is not None and _finite(base["dev_ppl"]) and g["dev_ppl"] > DIVERGED_RATIO * base["dev_ppl"])
-    v = dict(ours=None, paper=None, half=None, key=False, direction=None, resolved=None,
-             diverged=diverged)
-    if base is not None and g is not base and _finite(base["dev_ppl"]):
-      v["half"] = half_way_change(g, base)
-      paper_delta = paper - base["paper"]["ppl"]
-      v["paper"] = paper / base["paper"]["ppl"] - 1
-      v["key"] = abs(paper_delta) > KEY_DELTA + 1e-9
-      if _finite(g["dev_ppl"]):
-        delta = g["dev_ppl"] - base["dev_ppl"]
-        v["ours"] = g["dev_ppl"] / base["dev_ppl"] - 1
-        if paper_delta != 0:
-          v["direction"] = "same" if np.sign(delta) == np.sign(paper_delta) else "other"
-        spreads = (g["dev_ppl_range"], base["dev_ppl_range"])
-        if all(_finite(s) for s in spreads):
-          v["resolved"] = abs(delta) > max(spreads)
-    out[g["group"]] = v
+    diverged = g.failed or not _finite(g.dev_ppl) or (
+        base is not None and _finite(base.dev_ppl) and g.dev_ppl > DIVERGED_RATIO * base.dev_ppl)
+    if base is None or g is base or not _finite(base.dev_ppl):
+      out[g.group] = Verdict(diverged=bool(diverged))
+      continue
+    paper_delta = paper - base.paper["ppl"]
+    v = dict(half=half_way_change(g, base), paper=paper / base.paper["ppl"] - 1,
+             key=abs(paper_delta) > KEY_DELTA + 1e-9, diverged=bool(diverged))
+    if _finite(g.dev_ppl):
+      delta = g.dev_ppl - base.dev_ppl
+      v["ours"] = g.dev_ppl / base.dev_ppl - 1
+      if paper_delta != 0:
+        v["direction"] = "same" if np.sign(delta) == np.sign(paper_delta) else "other"
+        v["crossed"] = crossing_step(g, base, np.sign(paper_delta))
+        v["curved"] = bool(set(g.dev_curve) & set(base.dev_curve))
+        if len(g.dev_ppl_values) > 1 and len(base.dev_ppl_values) > 1:
+          v["separated"] = (min(g.dev_ppl_values) > max(base.dev_ppl_values) if paper_delta > 0
+                            else max(g.dev_ppl_values) < min(base.dev_ppl_values))
+      if _finite(g.dev_ppl_range) and _finite(base.dev_ppl_range):
+        v["resolved"] = bool(abs(delta) > max(g.dev_ppl_range, base.dev_ppl_range))
+    out[g.group] = Verdict(**v)
   return out
 
 
-def comparison(rows: Sequence[dict]) -> dict:
-  """Both Spearman figures, the direction counts (all rows and the key rows), diverged rows."""
-  with_ppl = [g for g in rows if g["paper"].get("ppl") is not None and _finite(g["dev_ppl"])]
-  with_bleu = [g for g in rows
-               if g["paper"].get("bleu") is not None and _finite(g["tokenized_bleu"])]
+def _spearman_of(rows: Sequence[Group], ours: str, paper: str) -> tuple[float, int]:
+  """(Spearman of our `ours` figure with the paper's `paper` figure, the rows that have both)."""
+  both = [g for g in rows if g.paper.get(paper) is not None and _finite(getattr(g, ours))]
+  return spearman([getattr(g, ours) for g in both], [g.paper[paper] for g in both]), len(both)
+
+
+def comparison(rows: Sequence[Group]) -> Comparison:
+  """Both Spearman figures (all rows; key rows and base), the direction counts, diverged rows."""
   verdicts = row_verdicts(rows)
   named = lambda test: [name for name, v in verdicts.items() if test(v)]
-  return dict(
-      spearman=spearman([g["dev_ppl"] for g in with_ppl], [g["paper"]["ppl"] for g in with_ppl]),
-      spearman_rows=len(with_ppl),
-      bleu_spearman=spearman([g["tokenized_bleu"] for g in with_bleu],
-                             [g["paper"]["bleu"] for g in with_bleu]),
-      bleu_spearman_rows=len(with_bleu),
-      same_direction=named(lambda v: v["direction"] == "same"),
-      other_direction=named(lambda v: v["direction"] == "other"),
-      paper_unchanged=named(lambda v: v["paper"] == 0),
-      key_rows=named(lambda v: v["key"]),
-      key_same=named(lambda v: v["key"] and v["direction"] == "same"),
-      key_other=named(lambda v: v["key"] and v["direction"] == "other"),
-      unresolved=named(lambda v: v["resolved"] is False),
-      diverged=named(lambda v: v["diverged"]),
-      flipped=named(lambda v: _finite(v["half"]) and _finite(v["ours"])
-                    and np.sign(v["half"]) != np.sign(v["ours"])),
-      verdicts=verdicts,
-      along=spearman_along(rows))
+  key_and_base = [g for g in rows if g.row == "base" or (g.group in verdicts and
+                                                         verdicts[g.group].key)]
+  along, along_groups = spearman_along(rows)
+  spearman_ppl, spearman_rows = _spearman_of(rows, "dev_ppl", "ppl")
+  spearman_bleu, bleu_rows = _spearman_of(rows, "tokenized_bleu", "bleu")
+  key_ppl, key_rows = _spearman_of(key_and_base, "dev_ppl", "ppl")
+  key_bleu, key_bleu_rows = _spearman_of(key_and_base, "tokenized_bleu", "bleu")
+  return Comparison(
+      spearman=spearman_ppl, spearman_rows=spearman_rows,
+      bleu_spearman=spearman_bleu, bleu_spearman_rows=bleu_rows,
+      key_spearman=key_ppl, key_spearman_rows=key_rows,
+      key_bleu_spearman=key_bleu, key_bleu_spearman_rows=key_bleu_rows,
+      same_direction=named(lambda v: v.direction == "same"),
+      other_direction=named(lambda v: v.direction == "other"),
+      paper_unchanged=named(lambda v: v.paper == 0),
+      key_rows=named(lambda v: v.key),
+      key_same=named(lambda v: v.key and v.direction == "same"),
+      key_other=named(lambda v: v.key and v.direction == "other"),
+      key_separated=named(lambda v: v.key and v.separated is True),
+      unresolved=named(lambda v: v.resolved is False),
+      diverged=named(lambda v: v.diverged),
+      flipped=named(lambda v: _finite(v.half) and _finite(v.ours)
+                    and np.sign(v.half) != np.sign(v.ours)),
+      verdicts=verdicts, along=along, along_groups=along_groups)

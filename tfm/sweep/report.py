@@ -9,6 +9,7 @@ figures. The figure is tfm/figures/sweep.py's.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import math
 import os
@@ -35,13 +36,13 @@ def _changes(changes: dict) -> str:
   return ", ".join(f"{k}={v}" for k, v in shown.items()) or "·"
 
 
-def _common(rows: Sequence[dict]) -> dict:
+def _common(rows: Sequence[compare.Group]) -> dict:
   """The changes every group shares (the command line's overrides): stated once, not per row."""
   if not rows:
     return {}
-  common = dict(rows[0]["changes"])
+  common = dict(rows[0].changes)
   for g in rows[1:]:
-    common = {k: v for k, v in common.items() if g["changes"].get(k) == v}
+    common = {k: v for k, v in common.items() if g.changes.get(k) == v}
   return common if len(rows) > 1 else {}
 
 
@@ -63,35 +64,41 @@ _DIRECTION = {"same": "yes", "other": "**no**", None: ""}
 _RESOLVED = {True: "yes", False: "no", None: ""}
 
 
-def table_markdown(results: Sequence[RunResult], command: str | None = None) -> str:
+def table_markdown(results: Sequence[RunResult], command: str | None = None,
+                   gpu_calls: Sequence[dict] = ()) -> str:
+  """The table (ours beside the paper's for table rows), its legend and the comparison.
+  gpu_calls: the GPU node calls that trained the runs (experiments/gpu/table3.py's summaries),
+  whose device time the table states."""
   rows = compare.groups(results)
   common = _common(rows)
-  for g in rows:
-    g["changes"] = {k: v for k, v in g["changes"].items() if k not in common}
-  has_paper = any(g["paper"] for g in rows)
+  rows = [dataclasses.replace(g, changes={k: v for k, v in g.changes.items() if k not in common})
+          for g in rows]
+  has_paper = any(g.paper for g in rows)
   head = ["row", "changes", "seeds", "dev PPL", "last fifth", "BLEU", "tok. BLEU", "params (M)"]
   if has_paper:
     head = ["row", "changes", "seeds", "dev PPL", "last fifth", "paper PPL", "ours vs base",
-            "half way", "paper vs base", "paper's way", "beyond seeds", "BLEU", "tok. BLEU",
+            "half way", "paper vs base", "paper's way", "beyond seeds", "crossed at", "BLEU",
+            "tok. BLEU",
             "paper BLEU", "params (M)", "paper params (M)"]
-    verdicts = compare.row_verdicts(rows)
+    c = compare.comparison(rows)
   lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
   for g in rows:
-    seeds = f"{g['finished']}/{g['runs']}"
-    params = "" if g["params"] is None else f"{g['params'] / 1e6:.2f}"
-    ppl, bleu = _fmt(g["dev_ppl"], g["dev_ppl_std"], 2), _fmt(g["bleu"], g["bleu_std"], 1)
-    tok = _fmt(g["tokenized_bleu"], g["tokenized_bleu_std"], 1)
-    late = "" if math.isnan(g["late_change"]) else _percent(g["late_change"])
+    seeds = f"{g.finished}/{g.runs}"
+    params = "" if g.params is None else f"{g.params / 1e6:.2f}"
+    ppl, bleu = _fmt(g.dev_ppl, g.dev_ppl_std, 2), _fmt(g.bleu, g.bleu_std, 1)
+    tok = _fmt(g.tokenized_bleu, g.tokenized_bleu_std, 1)
+    late = "" if math.isnan(g.late_change) else _percent(g.late_change)
     if has_paper:
-      p, v = g["paper"], verdicts.get(g["group"], {})
-      name = g["row"] or g["group"]
-      cells = [f"{name} *" if v.get("key") else name, _changes(g["changes"]), seeds, ppl, late,
-               _paper(p.get("ppl"), 2), _percent(v.get("ours")), _percent(v.get("half")),
-               _percent(v.get("paper")),
-               _DIRECTION[v.get("direction")], _RESOLVED[v.get("resolved")], bleu, tok,
+      p, v = g.paper, c.verdicts.get(g.group, compare.Verdict())
+      name = g.row or g.group
+      crossed = "" if not (v.key and v.curved) else (
+          "never" if v.crossed is None else f"{v.crossed:,}")
+      cells = [f"{name} *" if v.key else name, _changes(g.changes), seeds, ppl, late,
+               _paper(p.get("ppl"), 2), _percent(v.ours), _percent(v.half), _percent(v.paper),
+               _DIRECTION[v.direction], _RESOLVED[v.resolved], crossed, bleu, tok,
                _paper(p.get("bleu"), 1), params, _paper(p.get("params_m"), 0)]
     else:
-      cells = [g["group"], _changes(g["changes"]), seeds, ppl, late, bleu, tok, params]
+      cells = [g.group, _changes(g.changes), seeds, ppl, late, bleu, tok, params]
     lines.append("| " + " | ".join(cells) + " |")
   out = []
   if command:
@@ -106,8 +113,12 @@ def table_markdown(results: Sequence[RunResult], command: str | None = None) -> 
           "sacreBLEU, tok. BLEU the paper's tokenized BLEU (tensor2tensor's recipe)"
           + _bleu_sentences(done) + "."]
   out += _convergence_lines(rows)
+  if gpu_calls:
+    devices = sorted({c.get("device", "?") for c in gpu_calls})
+    minutes = sum(c.get("seconds", 0.0) for c in gpu_calls) / 60
+    out += ["", f"GPU time: {len(gpu_calls)} call(s) on {', '.join(devices)}, "
+            f"{minutes:.1f} minutes in all (each call's time box, start to files written)."]
   if has_paper:
-    c = compare.comparison(rows)
     out += [""] + _comparison_lines(c)
     glance = _glance(rows, c)
     out += ["", "## At a glance (the README's copy)", "", glance.rstrip("\n")] if glance else []
@@ -136,31 +147,31 @@ def glance_markdown(results: Sequence[RunResult], per_table: int = 10) -> str:
   return _glance(rows, compare.comparison(rows), per_table)
 
 
-def _glance(rows: Sequence[dict], c: dict, per_table: int = 10) -> str:
+def _glance(rows: Sequence[compare.Group], c: compare.Comparison, per_table: int = 10) -> str:
   """glance_markdown of compare.groups' rows and their compare.comparison, computed once by the
   caller (table_markdown has both)."""
-  rows = [g for g in rows if g["paper"].get("ppl") is not None]
-  verdicts = c["verdicts"]
-  if not any(v["paper"] is not None for v in verdicts.values()):
+  rows = [g for g in rows if g.paper.get("ppl") is not None]
+  verdicts = c.verdicts
+  if not any(v.paper is not None for v in verdicts.values()):
     return ""  # no paper rows, or no base with a finite PPL: no change to show
   tables = []
   for i in range(0, len(rows), per_table):
     part = rows[i:i + per_table]
     names, ppl, ours, paper = [], [], [], []
     for g in part:
-      v = verdicts[g["group"]]
-      name = g["row"] or g["group"]
-      names.append(f"**{name}**" if v["key"] else name)
-      ppl.append((f"{g['dev_ppl']:.1f}" if math.isfinite(g["dev_ppl"]) else "–")
-                 + (f" ({g['runs'] - g['finished']} of {g['runs']} failed)" if g["failed"]
-                    else " (diverged)" if v["diverged"] else ""))
-      if v["paper"] is None:  # base itself
+      v = verdicts[g.group]
+      name = g.row or g.group
+      names.append(f"**{name}**" if v.key else name)
+      ppl.append((f"{g.dev_ppl:.1f}" if math.isfinite(g.dev_ppl) else "–")
+                 + (f" ({g.runs - g.finished} of {g.runs} failed)" if g.failed
+                    else " (diverged)" if v.diverged else ""))
+      if v.paper is None:  # base itself
         ours.append("")
         paper.append("")
         continue
-      change = _short_percent(v["ours"]) + ("~" if v["resolved"] is False else "")
-      ours.append(f"**{change}**" if v["direction"] == "other" else change)
-      paper.append(_short_percent(v["paper"]))
+      change = _short_percent(v.ours) + ("~" if v.resolved is False else "")
+      ours.append(f"**{change}**" if v.direction == "other" else change)
+      paper.append(_short_percent(v.paper))
     tables.append("\n".join(["| | " + " | ".join(names) + " |", "|---" * (len(part) + 1) + "|",
                              "| dev PPL | " + " | ".join(ppl) + " |",
                              "| ours vs base | " + " | ".join(ours) + " |",
@@ -168,18 +179,18 @@ def _glance(rows: Sequence[dict], c: dict, per_table: int = 10) -> str:
   legend = (f"Bold names: key rows (the paper's PPL differs from base's by more than "
             f"{compare.KEY_DELTA}). Bold changes: the paper's opposite sign; ~: within the seeds' "
             "spread (one seed: not scored). Spearman with the paper: "
-            f"{c['spearman']:.2f} over {c['spearman_rows']} rows (dev PPL), "
-            f"{c['bleu_spearman']:.2f} over {c['bleu_spearman_rows']} (tok. BLEU).")
+            f"{c.spearman:.2f} over {c.spearman_rows} rows (dev PPL), "
+            f"{c.bleu_spearman:.2f} over {c.bleu_spearman_rows} (tok. BLEU).")
   return "\n\n".join(tables) + "\n\n" + textwrap.fill(legend, 100) + "\n"
 
 
-def _convergence_lines(rows: Sequence[dict]) -> list[str]:
+def _convergence_lines(rows: Sequence[compare.Group]) -> list[str]:
   """What the "last fifth" column means, and how many groups were still improving there."""
-  scored = [g for g in rows if not math.isnan(g["late_change"])]
+  scored = [g for g in rows if not math.isnan(g.late_change)]
   if not scored:
     return []
-  starts = sorted({s for g in scored for s in g["late_from"]})
-  improving = [g["group"] for g in scored if g["late_change"] <= -compare.CONVERGED]
+  starts = sorted({s for g in scored for s in g.late_from})
+  improving = [g.group for g in scored if g.late_change <= -compare.CONVERGED]
   return ["", "\"last fifth\": the change of each seed's dev PPL over the last fifth of "
           "training, from the last dev evaluation during training at or before 80% of the steps "
           f"(step {' / '.join(map(str, starts))}) to the last one, averaged over the seeds. "
@@ -193,42 +204,45 @@ def _listed(names: Sequence[str]) -> str:
   return ", ".join(names) if names else "none"
 
 
-def _comparison_lines(c: dict) -> list[str]:
-  moved = len(c["same_direction"]) + len(c["other_direction"])
-  key_scored = len(c["key_same"]) + len(c["key_other"])
+def _comparison_lines(c: compare.Comparison) -> list[str]:
+  moved = len(c.same_direction) + len(c.other_direction)
+  key_scored = len(c.key_same) + len(c.key_other)
   return [
       "\"ours vs base\" and \"paper vs base\": the row's PPL change from base's, in percent of "
       "base's. \"paper's way\": our change has the sign of the paper's. \"beyond seeds\": our "
       "change exceeds the range of the row's seeds and of base's. \"half way\": ours vs base at "
       "the last dev evaluation during training at or before half the steps (the seeds' mean "
-      "curves). Rows marked * are the key rows, "
+      "curves). \"crossed at\": the step from which a key row's mean dev curve stays on the "
+      "paper's side of base's (never: not there at the end). Rows marked * are the key rows, "
       f"whose paper PPL differs from base's by more than {compare.KEY_DELTA}.",
       "",
       f"- Spearman rank correlation of our mean dev PPL with the paper's PPL over "
-      f"{c['spearman_rows']} rows: {c['spearman']:.3f}.",
+      f"{c.spearman_rows} rows: {c.spearman:.3f}; over the key rows and base "
+      f"({c.key_spearman_rows}): {c.key_spearman:.3f}.",
       f"- Spearman rank correlation of our mean tokenized BLEU with the paper's BLEU over "
-      f"{c['bleu_spearman_rows']} rows: {c['bleu_spearman']:.3f}.",
-      f"- Key rows in the paper's direction: {len(c['key_same'])} of {key_scored} scored "
-      f"({len(c['key_rows'])} key rows); against it: {_listed(c['key_other'])}.",
-      f"- All rows in the paper's direction: {len(c['same_direction'])} of {moved}"
-      + (f"; the paper's PPL equals base's for {', '.join(c['paper_unchanged'])}"
-         if c["paper_unchanged"] else "") + ".",
-      f"- Changes within the seeds' spread: {_listed(c['unresolved'])}.",
+      f"{c.bleu_spearman_rows} rows: {c.bleu_spearman:.3f}; over the key rows and base "
+      f"({c.key_bleu_spearman_rows}): {c.key_bleu_spearman:.3f}.",
+      f"- Key rows in the paper's direction: {len(c.key_same)} of {key_scored} scored "
+      f"({len(c.key_rows)} key rows); against it: {_listed(c.key_other)}; every seed on the "
+      f"paper's side of every seed of base: {_listed(c.key_separated)}.",
+      f"- All rows in the paper's direction: {len(c.same_direction)} of {moved}"
+      + (f"; the paper's PPL equals base's for {', '.join(c.paper_unchanged)}"
+         if c.paper_unchanged else "") + ".",
+      f"- Changes within the seeds' spread: {_listed(c.unresolved)}.",
       *_along_lines(c),
       f"- Diverged (failed, non-finite, or over {compare.DIVERGED_RATIO:g}x base's PPL): "
-      f"{_listed(c['diverged'])}."]
+      f"{_listed(c.diverged)}."]
 
 
-def _along_lines(c: dict) -> list[str]:
+def _along_lines(c: compare.Comparison) -> list[str]:
   """Spearman at each shared dev evaluation, and the rows whose side of base changed after half
   way: whether training longer would move the ranking."""
-  along, counted = c["along"]
-  if not along:
+  if not c.along:
     return []
-  by_step = ", ".join(f"{step} {rho:.2f}" for step, rho in along)
+  by_step = ", ".join(f"{step} {rho:.2f}" for step, rho in c.along)
   return [f"- Spearman of our mean dev PPL with the paper's PPL at each dev evaluation during "
-          f"training ({len(counted)} rows with dev curves), by step: {by_step}.",
-          f"- Rows on the other side of base at the end than half way: {_listed(c['flipped'])}."]
+          f"training ({len(c.along_groups)} rows with dev curves), by step: {by_step}.",
+          f"- Rows on the other side of base at the end than half way: {_listed(c.flipped)}."]
 
 
 def write_report(results: Sequence[RunResult], root: str, command: str | None = None) -> list[str]:
@@ -237,7 +251,12 @@ def write_report(results: Sequence[RunResult], root: str, command: str | None = 
   paths = [os.path.join(root, "results.jsonl"), os.path.join(root, "table.md")]
   storage.write_atomically(paths[0], "".join(json.dumps(r.to_json(), sort_keys=True) + "\n"
                                              for r in results))
-  storage.write_atomically(paths[1], table_markdown(results, command))
+  calls_path = os.path.join(root, "gpu_calls.jsonl")
+  calls = []
+  if os.path.exists(calls_path):
+    with open(calls_path, encoding="utf-8") as f:
+      calls = [json.loads(line) for line in f if line.strip()]
+  storage.write_atomically(paths[1], table_markdown(results, command, calls))
   figure = os.path.join(root, "table3.png" if any(r.paper for r in results) else "sweep.png")
   if sweep_figure.plot(compare.groups(results), figure) is not None:
     paths.append(figure)

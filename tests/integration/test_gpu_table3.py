@@ -1,0 +1,74 @@
+"""experiments/gpu/table3.py as on the GPU node, on the CPU (--quick: 2 rows x 2 seeds of 12 steps)
+in the node's clean virtualenv (see test_gpu_table.py): a first call trains and publishes every
+run, a second call on a fresh root (a fresh machine) takes them all and trains none, and
+--import_from brings the first call's files back into a results folder with its report."""
+
+import json
+import subprocess
+import sys
+import tarfile
+from pathlib import Path
+
+import pytest
+
+from tests.integration.test_gpu_table import _clean_env, bundle, node_python  # noqa: F401  (fixtures)
+
+ROOT = Path(__file__).resolve().parents[2]
+DRIVER = ROOT / "experiments" / "gpu" / "table3.py"
+
+
+def _driver(python, *flags):
+  return subprocess.run([python, str(DRIVER), *flags], cwd="/", env=_clean_env(),
+                        capture_output=True, text=True, check=False, timeout=900)
+
+
+def _results(path: Path) -> dict:
+  lines = (path / "results.jsonl").read_text().splitlines()
+  return {r["name"]: r for r in map(json.loads, lines)}
+
+
+@pytest.mark.slow
+def test_quick_sweep_publishes_resumes_elsewhere_and_imports(node_python, bundle, tmp_path):  # noqa: F811
+  node_published, here = tmp_path / "node_published", tmp_path / "here"
+  common = ["--quick", f"--bundle={bundle}", f"--publish={node_published}", "--pilot_steps=0",
+            "--deadline=14"]
+  first = _driver(node_python, *common, f"--out={tmp_path / 'out1'}", f"--root={tmp_path / 'r1'}")
+  assert first.returncode == 0, first.stdout[-3000:] + first.stderr[-3000:]
+  out = tmp_path / "out1"
+  assert sorted(p.name for p in out.iterdir()) == ["logs.tar.gz", "runs.tar.gz", "summary.json",
+                                                   "sweep.txt", "table.md"]
+  summary = json.loads((out / "summary.json").read_text())
+  assert (summary["published_before"], summary["published_after"]) == (0, 4), summary
+  assert summary["runs_in_root"] == {"ok": 4} and summary["sweep"] == 0
+  sweep = (out / "sweep.txt").read_text()
+  started = [line.split()[2] for line in sweep.splitlines() if line.startswith("[sweep] start ")]
+  assert started == ["C1-s0", "C4-s0", "C1-s1", "C4-s1"]  # every row's seed 0 first
+  published = _results(node_published)
+  assert sorted(published) == ["C1-s0", "C1-s1", "C4-s0", "C4-s1"]
+  for r in published.values():
+    assert r["status"] == "ok" and r["trained_steps"] == 12 and r["dev_curve"][-1][0] == 12
+    assert r["tokenized_bleu"] is not None and r["tokenized_bleu"] == r["tokenized_bleu"]  # sacremoses carried
+  with tarfile.open(out / "logs.tar.gz") as tar:
+    assert sorted(tar.getnames()) == sorted(f"{n}/sweep.log" for n in published)
+
+  # A fresh machine: an empty root, the published runs there as the checkout carries them.
+  second = _driver(node_python, *common, f"--out={tmp_path / 'out2'}", f"--root={tmp_path / 'r2'}")
+  assert second.returncode == 0, second.stdout[-3000:] + second.stderr[-3000:]
+  again = (tmp_path / "out2" / "sweep.txt").read_text()
+  assert "4 finished runs taken from" in again and "4 finished before, 0 to run" in again, again
+  assert "[sweep] start " not in again
+
+  # Back here, in tfm's own environment.
+  done = _driver(sys.executable, f"--import_from={out}", f"--publish={here}")
+  assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+  imported = _results(here)
+  assert {n: r["fingerprint"] for n, r in imported.items()} == {
+      n: r["fingerprint"] for n, r in published.items()}
+  assert {n: r["dev_ppl"] for n, r in imported.items()} == {
+      n: r["dev_ppl"] for n, r in published.items()}
+  table = (here / "table.md").read_text()
+  assert "C1" in table and "C4" in table
+  calls = [json.loads(line) for line in (here / "gpu_calls.jsonl").read_text().splitlines()]
+  assert [c["published_after"] for c in calls] == [4]
+  assert sorted(p.name for p in (here / "vocab").iterdir()) == sorted(
+      p.name for p in (node_published / "vocab").iterdir())
