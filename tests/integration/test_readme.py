@@ -79,8 +79,8 @@ def _check_other(words: list[str], page: str = "README") -> None:
     setup = words[words.index("setup") + 1:]
     assert setup in ([], ["--accelerator", "cpu"], ["--accelerator", "cuda"],
                      ["--accelerator", "tpu"]), words
-  elif program in ("python", ".venv/bin/python", ".venv-node/bin/python") and (
-      words[1].startswith("experiments/")):  # .venv-node: the GPU node's packages (docs/gpu.md)
+  elif program in ("python", "python3", ".venv/bin/python", ".venv-node/bin/python") and (
+      words[1].startswith("experiments/")):  # python3, .venv-node: the GPU node's (docs/gpu.md)
     script = ROOT / words[1]
     assert script.exists(), f"{page} names {words[1]}, which does not exist"
     source = script.read_text()
