@@ -7,12 +7,15 @@
 On the node it runs `tfm sweep` from this checkout on the node's own Python, with the packages the
 node lacks from the bundle's wheels and the Bible corpus, vocabulary and token cache from the
 bundle (experiments/gpu/make_bundle.py --config=configs/table3_v3.py:base
---out=experiments/gpu/bundle_table3). Many runs share the GPU (--parallel runs at once, each with
+--out=experiments/gpu/bundle_table3). Several runs share the GPU (--parallel at once, each with
 its part of the GPU's memory: tfm sweep --runs_per_gpu), so one run's compilation, evaluation and
 host work overlap the others' steps; NVIDIA's MPS, where the node has it, lets their kernels run
-side by side. The longest runs start first (big, 3x base's steps, then by model FLOPs), so a time
-box that ends early leaves the cheap runs, not half of the expensive ones. Every run computes in
-float32 with full-precision matrix products (JAX_DEFAULT_MATMUL_PRECISION=highest), as on a CPU.
+side by side. Every row's seed 0 starts before any seed 1, the longest rows first (big, 3x base's
+steps, then by model FLOPs): a time box that ends early leaves a table of every row once, and seed
+1 loads the steps seed 0 compiled from the compilation cache. Beside the sweep, base at twice the
+rate checks the learning-rate rule (--pilot_steps). Every run computes in float32 with
+full-precision matrix products (JAX_DEFAULT_MATMUL_PRECISION=highest), as on a CPU, and compiles
+without XLA's autotuning (see child_env).
 
 Finished runs are published (tfm sweep --publish) into --publish, experiments/results/table3_v3 by
 default: a run already there, with the same fingerprint, is taken and not trained again. So a
@@ -21,9 +24,10 @@ stopped runs resume from their checkpoints) or a fresh machine (after --import_f
 
 At --deadline the sweep is stopped (SIGTERM: each running run saves its step) and OUT receives, as
 at most 8 plain files: runs.tar.gz (each finished run's sweep_result.json, dev evaluation and log,
-and the vocabulary, as --publish holds them), table.md (the report over every published run),
-sweep.txt (the sweep's output), summary.json (device, versions, MPS, how many runs ended how, the
-time box's seconds). --import_from=OUT unpacks runs.tar.gz into --publish here, appends
+and the vocabulary, as --publish holds them), logs.tar.gz (every run's log in the root, finished
+or not), table.md (the report over every published run), sweep.txt (the sweep's output), pilot.txt
+(the pilot's), summary.json (device, versions, MPS, how many runs ended how, the time box's
+seconds). --import_from=OUT unpacks runs.tar.gz into --publish here, appends
 summary.json to its gpu_calls.jsonl and rebuilds the report (tfm sweep --report).
 """
 
