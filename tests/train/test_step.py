@@ -10,8 +10,9 @@ from tests.train.conftest import LABEL_SMOOTHING
 from tests.train.tiny_model import TinySeq2Seq, tiny_config
 from tfm.data.prefetch import to_device
 from tfm.train.sharding import batch_sharding
-from tfm.train.step import (POOLED_LEAF_SIZE, KeptGradients, NonFiniteError, check_nonfinite,
-                            gradient_norm, make_train_step, norm_groups, train_step)
+from tfm.train.step import (BRANCH, POOLED_LEAF_SIZE, SELECT, KeptGradients, NonFiniteError,
+                            check_nonfinite, gradient_norm, guard_for, make_train_step,
+                            norm_groups, train_step)
 
 ROWS, LENGTH = 8, 12
 EPS = LABEL_SMOOTHING
@@ -106,13 +107,31 @@ def test_microbatches_must_divide_the_batch(micro):
     micro.step(micro.fresh_state(), on_device)
 
 
-def test_nonfinite_update_is_skipped(setup):
+def step_with_guard(setup, guard):
+  return make_train_step(setup.model, setup.tx, setup.schedule, label_smoothing=EPS,
+                         microbatches=setup.train.microbatches, mesh=setup.mesh, rules=setup.rules,
+                         state_shardings=setup.shardings, compiler_options=helpers.FAST_COMPILE,
+                         guard=guard)
+
+
+def test_guard_by_platform():
+  """Branch (lax.cond) where CPUs have always run it; a select on accelerators, where XLA:GPU's
+  conditional would copy its predicate to the host every step."""
+  assert [guard_for(p) for p in ("cpu", "gpu", "cuda", "tpu")] == [BRANCH, SELECT, SELECT, SELECT]
+
+
+@pytest.mark.parametrize("guard", [None, BRANCH, SELECT])
+def test_nonfinite_update_is_skipped(setup, guard):
+  """A NaN parameter makes the loss and ||g|| NaN: the update is refused, params and Adam's moments
+  come back bit for bit (NaN included), the step and nonfinite_count advance; the repaired state's
+  next update is applied, at the schedule's first step. guard None: the CPU's default (BRANCH)."""
+  step = setup.step if guard is None else step_with_guard(setup, guard)
   _, on_device = device_batch(setup)
   host = jax.device_get(setup.fresh_state())
   poisoned = host.params["wi"].copy()
   poisoned[0, 0] = np.nan
   bad = host.replace(params={**host.params, "wi": poisoned})
-  state, metrics = setup.step(jax.device_put(bad, setup.shardings), on_device)
+  state, metrics = step(jax.device_put(bad, setup.shardings), on_device)
   after = jax.device_get(state)
   assert int(metrics["nonfinite"]) == 1 and int(after.nonfinite_count) == 1 and int(after.step) == 1
   same = jax.tree_util.tree_map(lambda a, b: np.array_equal(a, b, equal_nan=True),
@@ -123,21 +142,38 @@ def test_nonfinite_update_is_skipped(setup):
     check_nonfinite(metrics, 1, "stop")
   # Repaired, the next update is applied and uses the schedule's step 1 (one update applied so far: 0).
   repaired = after.replace(params={**after.params, "wi": host.params["wi"]})
-  state, metrics = setup.step(jax.device_put(repaired, setup.shardings), on_device)
+  state, metrics = step(jax.device_put(repaired, setup.shardings), on_device)
   assert int(metrics["nonfinite"]) == 0 and int(state.step) == 2 and int(state.nonfinite_count) == 1
   assert float(metrics["learning_rate"]) == pytest.approx(32**-0.5 * 10**-1.5, rel=1e-6)
   assert not np.array_equal(jax.device_get(state.params["wi"]), host.params["wi"])
 
 
+def test_the_select_guard_applies_the_same_updates_as_the_branch(setup):
+  """On a CPU the select guard (the accelerators') gives the branch's states and metrics to the
+  bit, three finite updates in a row: the guard decides which state is kept, not its values."""
+  _, on_device = device_batch(setup, seed=7)
+  branch, select = step_with_guard(setup, BRANCH), step_with_guard(setup, SELECT)
+  a, b = setup.fresh_state(), setup.fresh_state()
+  for _ in range(3):
+    a, a_metrics = branch(a, on_device)
+    b, b_metrics = select(b, on_device)
+    assert jax.tree.all(jax.tree.map(np.array_equal, jax.device_get((a, a_metrics)),
+                                     jax.device_get((b, b_metrics))))
+  assert int(a.step) == 3 and int(a.nonfinite_count) == 0
+  with pytest.raises(ValueError, match="guard must be"):
+    step_with_guard(setup, "maybe")(a, on_device)
+
+
+@pytest.mark.parametrize("guard", [BRANCH, SELECT])
 @pytest.mark.parametrize("rate", [float("nan"), float("inf")])
-def test_a_nonfinite_learning_rate_never_reaches_the_state(setup, rate):
+def test_a_nonfinite_learning_rate_never_reaches_the_state(setup, rate, guard):
   """Loss and gradients are finite; the rate is not: the update is skipped all the same."""
   import optax  # pylint: disable=import-outside-toplevel
   tx = optax.chain(optax.scale_by_adam(), optax.scale_by_learning_rate(lambda count: rate))
   _, on_device = device_batch(setup)
   state = setup.fresh_state().replace(opt_state=tx.init(setup.initial.params))
   step = jax.jit(lambda s, b: train_step(s, b, model=setup.model, tx=tx, schedule=lambda c: rate,
-                                         label_smoothing=EPS))
+                                         label_smoothing=EPS, guard=guard))
   new, metrics = step(state, on_device)
   assert np.isfinite(float(metrics["loss"])) and np.isfinite(float(metrics["grad_norm"]))
   assert int(metrics["nonfinite"]) == 1 and not np.isfinite(float(metrics["learning_rate"]))
@@ -284,3 +320,4 @@ def test_gradient_norm_reads_the_step_shardings(setup):
   assert norm_groups(leaves, shardings)[0] == small
   with pytest.raises(ValueError, match="1 shardings for"):
     gradient_norm(setup.initial.params, [shardings[0]])
+

@@ -11,8 +11,9 @@ gradient), without checking the new state itself: for the chain make_optimizer b
 Adam, decoupled weight decay, the rate), a finite ||g|| means every g_i^2 is finite, so Adam's
 moments stay finite (m_t, v_t are convex combinations of past g and g^2), so does its direction
 m_t / (sqrt(v_t) + eps), and a finite rate gives a finite update; the new parameters could only
-overflow at float32's limit (3.4e38). The check is three scalars known before the update, so the
-update runs inside the branch that applies it: one pass over parameters and moments.
+overflow at float32's limit (3.4e38). The check is three scalars known before the update: on CPUs
+the update runs inside the branch that applies it (one pass over parameters and moments); on
+accelerators a select keeps it or the old state, with no host round trip (guard_for).
 Metrics stay on device (no host sync): loss (label-smoothed CE per token, the objective), nll (per
 token, unsmoothed), perplexity = exp(nll), accuracy, tokens, grad_norm (global, before clipping),
 learning_rate (the one this update used), nonfinite (1 if this update was skipped), nonfinite_count.
@@ -88,6 +89,32 @@ def gradient_norm(grads: Any, shardings: Any = None, pooled_size: int = POOLED_L
   return jnp.sqrt(sum(squares, jnp.float32(0)))
 
 
+BRANCH, SELECT = "branch", "select"  # guarded's two forms
+
+
+def guard_for(platform: str) -> str:
+  """The guard make_train_step compiles for a platform: BRANCH on CPUs, SELECT elsewhere.
+
+  XLA:GPU runs a conditional by copying its predicate to the host and waiting for the stream, every
+  step, so the device idles while the host catches up; a select stays on the device. XLA:CPU runs
+  either on the host anyway, and its branch skips the update's pass on a refused step (and its
+  results are the CPU's established ones)."""
+  return BRANCH if platform == "cpu" else SELECT
+
+
+def guarded(finite: jax.Array, update, unchanged: Any, guard: str) -> Any:
+  """update() where the scalar bool `finite` holds, else `unchanged` (a tree like update's result).
+
+  BRANCH: jax.lax.cond, the update runs only when it is kept. SELECT: the update always runs and
+  jnp.where picks each leaf, no control flow (a non-finite update's values are computed, then
+  dropped: NaN never reaches the result, as where takes the other operand element by element)."""
+  if guard == BRANCH:
+    return jax.lax.cond(finite, update, lambda: unchanged)
+  if guard == SELECT:
+    return jax.tree.map(lambda new, old: jnp.where(finite, new, old), update(), unchanged)
+  raise ValueError(f"guard must be {BRANCH!r} or {SELECT!r}, got {guard!r}")
+
+
 def apply_model(model: nn.Module, params: Any, batch: Batch, train: bool, dropout_key=None) -> jax.Array:
   """Logits [batch, target_len, vocab] (float32) for a batch dict."""
   rngs = {"dropout": dropout_key} if train else {}
@@ -116,18 +143,20 @@ class NonFiniteError(ValueError):
 
 def train_step(state: TrainState, batch: Batch, *, model: nn.Module, tx: optax.GradientTransformation,
                schedule: Schedule, label_smoothing: float, microbatches: int = 1,
-               grad_shardings: Any = None) -> tuple[TrainState, dict[str, jax.Array]]:
-  """One update (unjitted; see make_train_step). Returns (new state, metrics)."""
+               grad_shardings: Any = None, guard: str = BRANCH
+               ) -> tuple[TrainState, dict[str, jax.Array]]:
+  """One update (unjitted; see make_train_step). Returns (new state, metrics). guard: how the
+  non-finite check keeps or drops the update (guarded: BRANCH or SELECT)."""
   new_state, metrics, _ = train_step_and_gradients(
       state, batch, model=model, tx=tx, schedule=schedule, label_smoothing=label_smoothing,
-      microbatches=microbatches, grad_shardings=grad_shardings)
+      microbatches=microbatches, grad_shardings=grad_shardings, guard=guard)
   return new_state, metrics
 
 
 def train_step_and_gradients(state: TrainState, batch: Batch, *, model: nn.Module,
                              tx: optax.GradientTransformation, schedule: Schedule,
                              label_smoothing: float, microbatches: int = 1,
-                             grad_shardings: Any = None
+                             grad_shardings: Any = None, guard: str = BRANCH
                              ) -> tuple[TrainState, dict[str, jax.Array], Any]:
   """train_step, also returning the gradients g it applied (a tree like state.params)."""
   weights = target_weights(batch["targets"], batch.get("targets_segmentation"))
@@ -143,15 +172,14 @@ def train_step_and_gradients(state: TrainState, batch: Batch, *, model: nn.Modul
   grads, sums = accumulate_gradients(grad_fn, state.params, batch, microbatches, key, grad_shardings)
   grad_norm = gradient_norm(grads, grad_shardings)
   learning_rate = schedule(state.applied_updates)
-  # Decided before the update (see the module docstring), so the update runs only in the branch
-  # that keeps it: no pass checking the new state, no second copy of it.
+  # Decided before the update (see the module docstring): no pass checking the new state.
   finite = jnp.isfinite(sums["loss"]) & jnp.isfinite(grad_norm) & jnp.isfinite(learning_rate)
 
   def update():
     updates, opt_state = tx.update(grads, state.opt_state, state.params)
     return optax.apply_updates(state.params, updates), opt_state
 
-  params, opt_state = jax.lax.cond(finite, update, lambda: (state.params, state.opt_state))
+  params, opt_state = guarded(finite, update, (state.params, state.opt_state), guard)
   skipped = (~finite).astype(jnp.int32)
   new_state = state.replace(
       step=state.step + 1,
@@ -176,7 +204,7 @@ def eval_step(params: Any, batch: Batch, *, model: nn.Module, label_smoothing: f
 def make_train_step(model: nn.Module, tx: optax.GradientTransformation, schedule: Schedule, *,
                     label_smoothing: float, microbatches: int, mesh: Mesh, rules: Rules,
                     state_shardings: TrainState, compiler_options: dict | None = None,
-                    keep_gradients: bool | None = None) -> OnMesh:
+                    keep_gradients: bool | None = None, guard: str | None = None) -> OnMesh:
   """Compiled `step(state, batch) -> (state, metrics)`; the state argument is donated.
 
   label_smoothing, microbatches: train.label_smoothing and train.microbatches. state_shardings: from
@@ -185,11 +213,14 @@ def make_train_step(model: nn.Module, tx: optax.GradientTransformation, schedule
   keep_gradients: give the gradients memory that lasts from call to call (KeptGradients); None
   means on CPUs only, where it saves every step the first touch of that memory. The updates are
   the same to the bit either way.
+  guard: the non-finite guard's form (guarded); None means guard_for(the mesh's platform).
   """
+  platform = mesh.devices.flat[0].platform
   if keep_gradients is None:
-    keep_gradients = mesh.devices.flat[0].platform == "cpu"
+    keep_gradients = platform == "cpu"
   settings = dict(model=model, tx=tx, schedule=schedule, label_smoothing=label_smoothing,
-                  microbatches=microbatches, grad_shardings=state_shardings.params)
+                  microbatches=microbatches, grad_shardings=state_shardings.params,
+                  guard=guard_for(platform) if guard is None else guard)
   replicated = NamedSharding(mesh, PartitionSpec())
   batch_in = batch_sharding(mesh, rules)
 
