@@ -11,7 +11,6 @@ import numpy as np
 import pytest
 
 from tfm import loop
-from tfm.train.cadence import Cadence
 from tfm.train.step import NonFiniteError
 from tfm.train.progress import Progress
 
@@ -75,12 +74,12 @@ def run(tmp_path, monkeypatch, *, steps, log_every, eval_every, checkpoint_every
                              nonfinite=nonfinite, curves=False)
   config = types.SimpleNamespace(train=tc, eval=types.SimpleNamespace(bleu_every=bleu_every),
                                  model=None)
-  loop._run_steps(config=config, cadence=Cadence.of(config), train_step=train_step,
-                  state=types.SimpleNamespace(params=None), step=start, batches=rec,
-                  checkpointer=rec, writer=rec, evaluate_dev=evaluation("dev loss"),
-                  evaluate_bleu=evaluation("dev bleu") if bleu_every else None,
-                  preemption=preemption, progress=Progress(steps, 0, io.StringIO(), tty=False),
-                  workdir=str(tmp_path))
+  runner = loop.StepRunner(
+      config=config, train_step=train_step, batches=rec, checkpointer=rec, writer=rec,
+      evaluate_dev=evaluation("dev loss"),
+      evaluate_bleu=evaluation("dev bleu") if bleu_every else None, preemption=preemption,
+      progress=Progress(steps, 0, io.StringIO(), tty=False), workdir=str(tmp_path))
+  loop.run_steps(runner, types.SimpleNamespace(params=None), start)
   return rec
 
 

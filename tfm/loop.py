@@ -11,15 +11,18 @@
           counts, dev loss / perplexity (and dev BLEU every eval.bleu_every);
           every train.checkpoint_every and at the end an async Orbax checkpoint;
           train.profile_steps=(a, b): a profiler trace of steps a+1..b.
-Console: tfm/train/progress.py (a progress bar on terminals). SIGTERM (preemption) finishes the current step, saves it and returns (several hosts: at the step
-JAX's preemption service agrees on).
+Console lines: tfm/train/progress.py (a progress bar on terminals).
+Preemption: a SIGTERM lets the current step finish, saves it and returns; with several hosts, at the
+step JAX's preemption service agrees on.
 """
 
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import os
 import sys
+from typing import Any, Callable
 
 import jax
 
@@ -141,10 +144,10 @@ def _train(config: Config, held: Workdir, log: logs.WorkdirLog, stream, preempti
       evaluate_bleu = DevBleu(config.data, tokenizer, exp.translate_fn(eos_id=tokenizer.eos_id),
                               batch_size=exp.decode_rows(config.eval.batch_size),
                               limit=config.eval.bleu_examples, compounds=config.eval.compounds)
-    return _run_steps(config=config, cadence=cadence, train_step=exp.train_step, state=state,
-                      step=start, batches=batches, checkpointer=checkpointer, writer=writer,
-                      evaluate_dev=evaluate_dev, evaluate_bleu=evaluate_bleu,
-                      preemption=preemption, progress=progress, workdir=workdir)
+    return run_steps(StepRunner(
+        config=config, train_step=exp.train_step, batches=batches, checkpointer=checkpointer,
+        writer=writer, evaluate_dev=evaluate_dev, evaluate_bleu=evaluate_bleu,
+        preemption=preemption, progress=progress, workdir=workdir), state, start)
 
 
 def _draw_curves(writer: MetricsWriter, workdir: str) -> None:
@@ -155,50 +158,73 @@ def _draw_curves(writer: MetricsWriter, workdir: str) -> None:
     curves.write_png([workdir], storage.path(workdir) / "curves.png")
 
 
-def _run_steps(*, config, cadence: Cadence, train_step, state, step: int, batches, checkpointer,
-               writer: MetricsWriter, evaluate_dev, evaluate_bleu, preemption: Preemption,
-               progress: Progress, workdir: str):
-  """Steps from `step` to train.steps (or a preemption); returns the last state. cadence says
-  which periodic actions a step is due for (evaluate_bleu None: cadence.bleu_every is 0)."""
-  tc = config.train
+@dataclasses.dataclass(frozen=True)
+class StepRunner:
+  """What run_steps works with, besides the state: the run's config, its compiled step, its
+  batches and the parts the cadence calls.
+
+  train_step: (state, batch) -> (state, metrics), the state donated. batches: an iterator of device
+  batches with get_state() (saved with each checkpoint) and stats() (the pipeline's figures).
+  checkpointer: save(step, state, data_state). evaluate_dev, evaluate_bleu: params -> a dict of
+  figures (evaluate_bleu None when eval.bleu_every is 0). preemption: stop() is True once a SIGTERM
+  came. workdir: where profiles and curves.png go.
+  """
+  config: Any
+  train_step: Callable
+  batches: Any
+  checkpointer: Any
+  writer: MetricsWriter
+  evaluate_dev: Callable
+  evaluate_bleu: Callable | None
+  preemption: Preemption
+  progress: Progress
+  workdir: str
+
+
+def run_steps(runner: StepRunner, state, step: int):
+  """Steps from `step` to train.steps (or a preemption); returns the last state. Cadence.of(config)
+  says which periodic actions a step is due for."""
+  r = runner
+  cadence = Cadence.of(r.config)
+  tc = r.config.train
   window = Window(devices=jax.device_count(), peak=flops_lib.peak_flops())
   compiled = False
-  with ProfileTrace(tc.profile_steps, step, workdir, writer.text) as trace:
+  with ProfileTrace(tc.profile_steps, step, r.workdir, r.writer.text) as trace:
     while step < tc.steps:
       trace.before(step)
-      batch = next(batches)
+      batch = next(r.batches)
       if compiled:
-        flops = flops_lib.batch_flops(config.model, batch)  # shapes only, no device sync
-        state, metrics = train_step(state, batch)
+        flops = flops_lib.batch_flops(r.config.model, batch)  # shapes only, no device sync
+        state, metrics = r.train_step(state, batch)
         window.add(metrics, flops)
       else:  # the first step of this process compiles (or loads the cached step)
-        state, metrics = _compile_and_step(train_step, state, batch, progress, writer)
+        state, metrics = _compile_and_step(r.train_step, state, batch, r.progress, r.writer)
         window.add_compiled(metrics)  # its time is the compile's, not in the window's rates
         compiled = True
       step += 1
-      progress.dispatched(step)
-      due = cadence.due(step, stop=preemption.stop())
+      r.progress.dispatched(step)
+      due = cadence.due(step, stop=r.preemption.stop())
       trace.after(step, state)
       if due.flush:
-        _log_window(step, *window.end(step, tc.nonfinite), progress, writer)
+        _log_window(step, *window.end(step, tc.nonfinite), r.progress, r.writer)
       # Saved before any evaluation: after SIGTERM an evaluation could outlast the grace period.
       if due.save:
-        checkpointer.save(step, state, batches.get_state())
+        r.checkpointer.save(step, state, r.batches.get_state())
       if due.stop and not due.last:
-        writer.text(f"tfm: SIGTERM: saved step {step}, exiting")
+        r.writer.text(f"tfm: SIGTERM: saved step {step}, exiting")
         break
       if due.evaluate:
-        stats = batches.stats()  # this host's pipeline so far (it reads a few batches ahead)
-        writer.write(step, {k: stats[k] for k in DATA_STATS if k in stats}, prefix="data")
-        with progress.timed("evaluating dev loss", evaluation=True) as timed:
-          dev = evaluate_dev(state.params)
-        writer.write(step, {**dev, "eval_s": timed["seconds"]}, prefix="dev")
+        stats = r.batches.stats()  # this host's pipeline so far (it reads a few batches ahead)
+        r.writer.write(step, {k: stats[k] for k in DATA_STATS if k in stats}, prefix="data")
+        with r.progress.timed("evaluating dev loss", evaluation=True) as timed:
+          dev = r.evaluate_dev(state.params)
+        r.writer.write(step, {**dev, "eval_s": timed["seconds"]}, prefix="dev")
       if due.decode:
-        with progress.timed("decoding dev BLEU", evaluation=True) as timed:
-          bleu = evaluate_bleu(state.params)
-        writer.write(step, {**bleu, "eval_s": timed["seconds"]}, prefix="dev")
+        with r.progress.timed("decoding dev BLEU", evaluation=True) as timed:
+          bleu = r.evaluate_bleu(state.params)
+        r.writer.write(step, {**bleu, "eval_s": timed["seconds"]}, prefix="dev")
       if tc.curves and (due.evaluate or due.decode):
-        _draw_curves(writer, workdir)
+        _draw_curves(r.writer, r.workdir)
       if due.flush:
         window.restart()
   return state
