@@ -1,6 +1,7 @@
 """The training loop: an Experiment's step over the data, with dev loss, dev BLEU and checkpoints.
 
-  config.data  -> tokenizer, per-host packed batches (prefetched onto the mesh)
+  config.data  -> tokenizer, per-host packed batches (made in a process of their own on
+                  accelerators: train_batches), prefetched onto the mesh by a thread
   Experiment   -> mesh, rules, model, optimizer, sharded state, the jitted steps (tfm/experiment.py)
   state:  restored from the workdir's latest readable checkpoint (with the data iterator's position),
           else initialized directly in its shards
@@ -28,7 +29,8 @@ import jax
 
 from tfm import logs, storage
 from tfm.config import Config, check_vocabulary
-from tfm.data import bucketing, pipeline, prefetch, sources, tokenizer as tokenizer_lib
+from tfm.data import (batch_process, bucketing, pipeline, prefetch, sources,
+                      tokenizer as tokenizer_lib)
 from tfm.eval.dev_bleu import DevBleu
 from tfm.eval.dev_loss import DevLoss
 from tfm.experiment import Experiment
@@ -87,6 +89,18 @@ def train(config: Config, workdir: str, stream=None):
     preemption.restore()
 
 
+def train_batches(config: Config, tokenizer, exp: Experiment):
+  """This host's train batches (pipeline.train_iterator): made in a process of their own
+  (tfm/data/batch_process.py) on accelerators, where the packer would hold the GIL the thread
+  dispatching the steps needs; in this process on CPUs, which make them on the same cores anyway.
+  The same batches either way."""
+  keywords = dict(process_index=jax.process_index(), process_count=jax.process_count(),
+                  row_multiple=exp.batch_row_multiple)
+  if exp.mesh.devices.flat[0].platform == "cpu":
+    return pipeline.train_iterator(config.data, tokenizer, **keywords)
+  return batch_process.BatchProcess(config.data, tokenizer, **keywords)
+
+
 def _data_position(iterator):
   """Checkpointer.restore's accept: puts the data iterator at the checkpoint's position; a position
   this run's batches cannot continue from refuses the resume (every older checkpoint would too)."""
@@ -106,9 +120,7 @@ def _train(config: Config, held: Workdir, log: logs.WorkdirLog, stream, preempti
   tc = config.train
   exp = Experiment(config)
   with contextlib.ExitStack() as cleanup:  # closed in reverse order, whatever happens
-    iterator = pipeline.train_iterator(config.data, tokenizer, process_index=jax.process_index(),
-                                       process_count=jax.process_count(),
-                                       row_multiple=exp.batch_row_multiple)
+    iterator = train_batches(config, tokenizer, exp)
     cleanup.callback(iterator.close)
     checkpointer = ckpt_lib.Checkpointer(workdir, keep=tc.keep_checkpoints,
                                          period=tc.checkpoint_every, final_step=tc.steps)

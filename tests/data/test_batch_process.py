@@ -1,0 +1,58 @@
+"""BatchProcess: pipeline.train_iterator's batches made in a spawned process, the same to the bit,
+with the same checkpointable states, resumable from either side."""
+
+import pytest
+
+import tfm_data_testlib as testlib
+from tfm.data import pipeline
+from tfm.data.batch_process import BatchProcess, BatchProcessError
+
+
+def _take(it, n):
+  batches, states = [], []
+  for _ in range(n):
+    batches.append(next(it))
+    states.append(it.get_state())
+  return batches, states
+
+
+def test_the_process_gives_the_in_process_batches_and_states(cfg, tok):
+  """6 batches in order, each with the state after it; then a fresh BatchProcess set to the state
+  after batch 2 (written by the in-process iterator) gives batches 3-6 again, and an in-process
+  iterator set to the process's state after batch 4 gives 5 and 6."""
+  reference = pipeline.train_iterator(cfg, tok)
+  try:
+    want, want_states = _take(reference, 6)
+    want_stats = reference.stats()
+  finally:
+    reference.close()
+  process = BatchProcess(cfg, tok)
+  try:
+    assert process.get_state() is None  # nothing taken yet
+    got, got_states = _take(process, 6)
+    assert process.stats() == want_stats
+    process.set_state(want_states[1])
+    again, _ = _take(process, 4)
+  finally:
+    process.close()
+  assert testlib.same_batches(got, want) and got_states == want_states
+  assert testlib.same_batches(again, want[2:])
+  resumed = pipeline.train_iterator(cfg, tok)
+  try:
+    resumed.set_state(got_states[3])
+    assert testlib.same_batches(_take(resumed, 2)[0], want[4:])
+  finally:
+    resumed.close()
+
+
+def test_an_error_in_the_process_reaches_the_caller(cfg, tok, tmp_path):
+  """A data directory without the dataset: the process's exception, with its traceback, is raised
+  by next(), and the iterator is finished."""
+  process = BatchProcess(cfg.replace(data_dir=str(tmp_path / "empty")), tok)
+  try:
+    with pytest.raises(BatchProcessError, match="the batch process failed"):
+      next(process)
+    with pytest.raises(StopIteration):
+      next(process)
+  finally:
+    process.close()

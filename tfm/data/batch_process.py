@@ -1,0 +1,154 @@
+"""Training batches made in a process of their own, off the training process's threads.
+
+`BatchProcess(cfg, tokenizer, process_index=, process_count=, row_multiple=)` is an iterator with
+pipeline.TrainIterator's interface (next, get_state, set_state, stats, close). A spawned process
+builds pipeline.train_iterator with the same arguments, puts it at the state set before the first
+`next()`, and sends every batch with the iterator's state and stats right after it, through a
+queue that holds up to `ahead` batches. Everything a batch costs in Python (the chunk stream's
+receive, the cursor, the first-fit packer's thousands of numpy calls) runs there; the training
+process only unpickles the arrays, a copy each.
+
+Why: in the training process that work competes for the GIL with the thread that dispatches the
+steps, and an accelerator's step is short enough for the dispatch to wait on it. On a CPU the
+batches are made on the same cores as the step either way, and the loop keeps them in-process.
+
+The batches, their order and the states are TrainIterator's: the process runs the same code on
+chunks that are a pure function of their index, so a checkpoint written with either restores with
+the other. `set_state` after batches were taken stops the process; the next `next()` starts one
+at the new state.
+"""
+
+from __future__ import annotations
+
+import multiprocessing
+import os
+import queue as queue_lib
+import traceback
+from typing import Any
+
+_POLL_S = 0.1
+
+
+def _produce(arguments: dict, state: dict | None, batches, stop, parent: int) -> None:
+  """The process's body: train_iterator(**arguments) at `state`, each batch put on `batches` as
+  (batch, state after it, stats after it), until `stop` is set or the training process is gone;
+  an exception is sent as ('error', its traceback)."""
+  # No accelerator here (the training process holds it); set before anything imports jax.
+  os.environ["JAX_PLATFORMS"] = "cpu"
+  os.environ["CUDA_VISIBLE_DEVICES"] = ""
+  from tfm.data import pipeline  # pylint: disable=import-outside-toplevel
+  batches.cancel_join_thread()  # exiting must not wait for batches nobody will read
+
+  def put(item) -> bool:
+    while not stop.is_set() and os.getppid() == parent:
+      try:
+        batches.put(item, timeout=_POLL_S)
+        return True
+      except queue_lib.Full:
+        continue
+    return False
+
+  iterator = None
+  try:
+    iterator = pipeline.train_iterator(**arguments)
+    if state is not None:
+      iterator.set_state(state)
+    for batch in iterator:
+      if not put((batch, iterator.get_state(), iterator.stats())):
+        break
+    else:
+      put(("done", None, None))
+  except BaseException:  # pylint: disable=broad-except  (raised again in the training process)
+    put(("error", traceback.format_exc(), None))
+  finally:
+    if iterator is not None:
+      iterator.close()
+
+
+class BatchProcessError(RuntimeError):
+  """The batch process failed; the message holds its traceback."""
+
+
+class BatchProcess:
+  """pipeline.train_iterator's batches, made in a spawned process (see the module docstring).
+
+  cfg, tokenizer and the keywords are train_iterator's (both must pickle; the tokenizer does).
+  ahead: batches the process keeps ready.
+  """
+
+  def __init__(self, cfg, tokenizer, *, ahead: int = 4, **keywords: Any):
+    if ahead < 1:
+      raise ValueError(f"ahead must be >= 1, got {ahead}")
+    self._arguments = dict(cfg=cfg, tokenizer=tokenizer, **keywords)
+    self._ahead = ahead
+    self._state: dict | None = None  # after the last batch returned (None: the start)
+    self._stats: dict = {}
+    self._process = None
+    self._finished = False
+
+  def _start(self) -> None:
+    context = multiprocessing.get_context("spawn")  # a fork of a process running JAX is unsafe
+    self._queue = context.Queue(maxsize=self._ahead)
+    self._stop = context.Event()
+    # Not a daemon: with data.num_workers > 0 it starts grain's worker processes of its own.
+    self._process = context.Process(
+        target=_produce, args=(self._arguments, self._state, self._queue, self._stop,
+                               os.getpid()), name="tfm-batches", daemon=False)
+    self._process.start()
+
+  def __iter__(self):
+    return self
+
+  def __next__(self) -> dict[str, Any]:
+    if self._finished:
+      raise StopIteration
+    if self._process is None:
+      self._start()
+    while True:
+      try:
+        batch, state, stats = self._queue.get(timeout=1.0)
+        break
+      except queue_lib.Empty:
+        if not self._process.is_alive():
+          self._finished = True
+          raise BatchProcessError(f"the batch process exited (code {self._process.exitcode}) "
+                                  "without a batch or an error") from None
+    if isinstance(batch, str):
+      self._finished = True
+      self.close()
+      if batch == "error":
+        raise BatchProcessError(f"the batch process failed:\n{state}")
+      raise StopIteration
+    self._state, self._stats = state, stats
+    return batch
+
+  def get_state(self) -> dict | None:
+    """The train iterator's state right after the last batch returned; before the first, the state
+    set, or None for a fresh iterator's (which only a process building one could say)."""
+    return self._state
+
+  def set_state(self, state: dict) -> None:
+    """The next batch is the one after `state` (a TrainIterator state); a running process stops."""
+    self.close()
+    self._state, self._finished = state, False
+
+  def stats(self) -> dict[str, Any]:
+    """TrainIterator.stats() as the process saw it right after the last batch returned."""
+    return dict(self._stats)
+
+  def close(self) -> None:
+    """Stops the process (and, through it, grain's threads and worker processes)."""
+    if self._process is None:
+      return
+    self._stop.set()
+    while True:  # drain, so that a put blocked on a full queue returns and the process exits
+      try:
+        self._queue.get_nowait()
+      except (queue_lib.Empty, OSError, ValueError):
+        break
+    self._process.join(timeout=10)
+    if self._process.is_alive():
+      self._process.terminate()
+      self._process.join(timeout=5)
+    self._queue.close()
+    self._process = None
