@@ -8,11 +8,17 @@ packages the node lacks from the bundle's wheels (experiments/gpu/bundle/wheels,
 experiments/gpu/make_bundle.py), which it unpacks once into bundle/site-cp3XY and puts on the path
 of every job. First the preflight (experiments/gpu/preflight.py, under a minute): a GPU backend,
 one tiny train step, one beam search, the device and versions; without a GPU it stops there in one
-line (exit 3). Then the jobs, in this order (the most wanted first), each in its own process (a
-process holds the GPU's memory until it exits), its output streamed to OUT/<job>.txt:
+line (exit 3). Then the jobs (--jobs; by default DEFAULT_JOBS, step_cudnn and loop, about 7.5
+minutes on one H100 with the preflight: one call of a 15-minute lease), in this order (the most
+wanted first), each in its own process (a process holds the GPU's memory until it exits), its
+output streamed to OUT/<job>.txt:
   step_cudnn  experiments/benchmark_step.py, base then big, the paper's batch (96 x 256 a side) in
               bfloat16 with cuDNN's attention: step time, tokens/s, MFU; a step that runs out of
               memory is retried with twice the microbatches (up to 8)
+  loop        experiments/loop_overhead.py on configs/bible_base.py (the bundle's corpus):
+              LOOP_STEPS steps of the real training loop against the same step alone on the same
+              batches, the last LOOP_PROFILE traced and summarized (top device ops, the device's
+              idle time between steps, the host's between dispatches); output in OUT/bible.txt
   step_xla    the same with XLA's attention
   beam        experiments/decode_speed.py: beam 4, batch 32, the paper's base, output tokens/s
   flax        experiments/compare_flax_wmt.py: the Flax example (experiments/flax_wmt/, vendored)
@@ -24,8 +30,9 @@ Time box: --deadline for the whole run; each job stops at its own timeout (--tim
 deadline, whichever comes first (its process group is killed), and the next job starts; a job with
 too little time left is skipped. OUT/table.md is rewritten after every job, so a run cut off at any
 point leaves the rows it finished; OUT/rows.json keeps the rows of earlier runs into the same OUT
-(--jobs=bible fills one row later). OUT holds at most 8 files, no folders: table.md, rows.json,
-preflight.txt and the five jobs' .txt files (the Bible run's workdir is a temporary directory).
+(--jobs=bible fills one row later), and the figures as numbers. OUT holds at most 8 files, no
+folders: table.md, rows.json, preflight.txt and the jobs' .txt files (loop and bible share
+bible.txt; the Bible runs' workdirs are temporary directories).
 
 Every job sees one GPU (CUDA_VISIBLE_DEVICES=0 unless set) and JAX_PLATFORMS=cuda (cpu with
 --quick) unless set: a CUDA plugin that does not load fails the preflight instead of running the
@@ -62,16 +69,23 @@ flags.DEFINE_float("deadline", 8.0, "minutes for the whole run, preflight includ
 flags.DEFINE_list("timeouts", [], "JOB=SECONDS, each job's own limit (defaults: TIMEOUTS)")
 flags.DEFINE_float("minutes", 10.0, "the most minutes the Bible base model trains",
                    lower_bound=0.01)
-flags.DEFINE_list("jobs", None, "run only these jobs, in the table's order (default: all)")
 flags.DEFINE_bool("quick", False, "tiny shapes on the CPU: a plumbing check, not figures")
 flags.DEFINE_string("bundle", str(ROOT / "experiments" / "gpu" / "bundle"),
                     "the bundle's directory (experiments/gpu/make_bundle.py)")
 flags.DEFINE_string("flax_wmt_dir", str(ROOT / "experiments" / "flax_wmt"),
                     "the Flax example's directory (default: the vendored copy)")
 
-JOBS = ("step_cudnn", "step_xla", "beam", "flax", "bible")
-TIMEOUTS = {"preflight": 90, "step_cudnn": 180, "step_xla": 180, "beam": 90, "flax": 330,
-            "bible": 900}
+JOBS = ("step_cudnn", "loop", "step_xla", "beam", "flax", "bible")
+# The default run: the preflight, step_cudnn and loop fit --deadline 8 on one H100 (one call of a
+# 15-minute lease, with the machine's start); the others by --jobs, a call each (docs/gpu.md).
+DEFAULT_JOBS = ("step_cudnn", "loop")
+TIMEOUTS = {"preflight": 90, "step_cudnn": 180, "loop": 270, "step_xla": 180, "beam": 90,
+            "flax": 330, "bible": 900}
+LOOP_STEPS = {False: 400, True: 24}  # the loop job's steps (--quick: on a CPU)
+LOOP_EVERY = {False: 100, True: 8}  # its dev loss and checkpoint cadence
+LOOP_PROFILE = {False: 20, True: 4}  # its last steps traced
+flags.DEFINE_list("jobs", list(DEFAULT_JOBS), "the jobs to run, in the table's order (all: "
+                  f"{','.join(JOBS)})")
 QUICK_PREFLIGHT_TIMEOUT = 240  # a loaded CPU imports and compiles slowly
 MIN_SECONDS = 20  # a job with less time left than this is skipped
 BIBLE_OVERHEAD_S = {False: 240, True: 60}  # compilations, 5 dev BLEUs, the averaged evaluation
@@ -95,6 +109,18 @@ def key_values(output: str) -> dict[str, str]:
 def rate(x: float) -> str:
   """2.56M, 88.9k, 333."""
   return f"{x / 1e6:.2f}M" if x >= 1e6 else f"{x / 1e3:.1f}k" if x >= 1e3 else f"{x:.0f}"
+
+
+def step_numbers(run: Run) -> dict:
+  """A benchmark_step.py run's figures as numbers ({} when it failed)."""
+  if not run.ok:
+    return {}
+  v = key_values(run.output)
+  number = lambda key: float(v[key]) if key in v and not v[key].startswith("n/a") else None
+  return {"step_ms": 1e3 * float(v["step_seconds"]),
+          "tokens_per_s": float(v["all_tokens_per_second"]), "mfu": number("mfu"),
+          "tflops_per_step": number("tflops_per_step"), "microbatches": int(v["microbatches"]),
+          "batch": v["batch"], "dtype": v["dtype"]}
 
 
 def step_row(run: Run) -> str:
@@ -126,16 +152,21 @@ def beam_row(run: Run) -> str:
 
 
 class Table:
-  """The jobs' rows, written to OUT/table.md (and OUT/rows.json) after every job."""
+  """The jobs' rows, written to OUT/table.md and, with their figures as numbers, to OUT/rows.json
+  ({"rows": {job: [markdown row]}, "numbers": {job: {figure: value}}}) after every job."""
 
   def __init__(self, out: Path, quick: bool):
     self.out, self.quick = out, quick
     saved = out / "rows.json"
-    self.rows = json.loads(saved.read_text()) if saved.exists() else {}
+    saved = json.loads(saved.read_text()) if saved.exists() else {}
+    if "rows" not in saved:  # written before the numbers: {job: rows}
+      saved = {"rows": saved, "numbers": {}}
+    self.rows, self.numbers = saved["rows"], saved.get("numbers", {})
     self.header: list[str] = []
 
-  def set(self, job: str, rows: list[str]) -> None:
+  def set(self, job: str, rows: list[str], numbers: dict | None = None) -> None:
     self.rows[job] = rows
+    self.numbers[job] = numbers or {}
     self.write()
 
   def write(self) -> None:
@@ -143,15 +174,18 @@ class Table:
     text = "\n".join([*self.header, "", f"| job{note} | result |", "|---|---|",
                       *(row for name in ("preflight",) + JOBS for row in self.rows.get(name, ())),
                       ""])
-    for name, content in (("rows.json", json.dumps(self.rows, indent=1)), ("table.md", text)):
+    saved = json.dumps({"rows": self.rows, "numbers": self.numbers}, indent=1)
+    for name, content in (("rows.json", saved), ("table.md", text)):
       tmp = self.out / f".{name}.tmp"
       tmp.write_text(content)
       os.replace(tmp, self.out / name)
 
 
-def step_rows(runner: Runner, impl: str, ends_at: float, quick: bool) -> list[str]:
-  """benchmark_step.py for base then big with attention `impl`; on OOM, twice the microbatches."""
-  rows = []
+def step_rows(runner: Runner, impl: str, ends_at: float, quick: bool
+              ) -> tuple[list[str], dict]:
+  """benchmark_step.py for base then big with attention `impl`; on OOM, twice the microbatches.
+  Returns the rows and {size: step_numbers}."""
+  rows, numbers = [], {}
   for size in ("base", "big"):
     microbatches = 1
     while True:
@@ -164,24 +198,73 @@ def step_rows(runner: Runner, impl: str, ends_at: float, quick: bool) -> list[st
         break
       microbatches *= 2
     rows.append(step_row(run))
+    numbers[size] = step_numbers(run)
     if run.timed_out:  # the job's time is spent
       break
-  return rows
+  return rows, numbers
 
 
-def bible_rows(runner: Runner, bundle: Path, ends_at: float, quick: bool) -> list[str]:
-  """configs/bible_base.py on the bundle's corpus: step timed, trained, evaluated averaged."""
-  from configs import bible_base  # pylint: disable=import-outside-toplevel  (ml_collections)
+def bible_config(bundle: Path, quick: bool) -> list[str] | None:
+  """configs/bible_base.py's flags on the bundle's corpus (None without a bundle)."""
   manifest_path = bundle / "manifest.json"
   if not manifest_path.exists():
-    return [f"| bible_base | skipped: no bundle at {bundle} (experiments/gpu/make_bundle.py) |"]
+    return None
   data = json.loads(manifest_path.read_text())["data"]
   overrides = [f"data.{k}={v}" for k, v in data.items()] + [
       f"model.vocab_size={data['vocab_size']}", f"data.data_dir={bundle / 'data'}",
       f"data.vocab_dir={bundle / 'data' / 'vocab'}"]
   if quick:
     overrides += QUICK_MODEL + QUICK_BIBLE
-  config = ["--config=configs/bible_base.py", *(f"--config.{o}" for o in overrides)]
+  return ["--config=configs/bible_base.py", *(f"--config.{o}" for o in overrides)]
+
+
+def no_bundle(bundle: Path) -> str:
+  return f"| bible_base | skipped: no bundle at {bundle} (experiments/gpu/make_bundle.py) |"
+
+
+def loop_rows(runner: Runner, bundle: Path, ends_at: float, quick: bool) -> tuple[list[str], dict]:
+  """experiments/loop_overhead.py on configs/bible_base.py (the bundle's corpus): LOOP_STEPS steps
+  of the real loop (dev loss and checkpoints every LOOP_EVERY, no dev BLEU), the last
+  LOOP_PROFILE traced and summarized, against the same step alone on the same batches. Its output
+  goes to OUT/bible.txt (the Bible model's file: OUT holds at most 8)."""
+  config = bible_config(bundle, quick)
+  if config is None:
+    return [no_bundle(bundle).replace("bible_base", "loop_bible_base")], {}
+  steps, every = LOOP_STEPS[quick], LOOP_EVERY[quick]
+  with tempfile.TemporaryDirectory(prefix="gpu_table_loop_") as tmp:
+    result = Path(tmp) / "loop.json"
+    run = runner.run("bible", "loop_bible_base", [
+        sys.executable, "experiments/loop_overhead.py", *config,
+        f"--config.train.steps={steps}", f"--config.train.log_every={min(50, every)}",
+        f"--config.train.eval_every={every}", f"--config.train.checkpoint_every={every}",
+        "--config.eval.bleu_every=0", f"--profile={LOOP_PROFILE[quick]}",
+        f"--workdir={Path(tmp) / 'workdir'}", f"--out={result}"], ends_at)
+    numbers = json.loads(result.read_text()) if run.ok and result.exists() else {}
+  if not numbers:
+    return [f"| loop_bible_base | {run.failure() if not run.ok else 'no figures'} |"], {}
+  profile = numbers.get("profile", {})
+  gaps = profile.get("device_gaps", {})
+  host = profile.get("host_outside_dispatch", {})
+  top = profile.get("device_ops", [])[:3]
+  traced = ("; traced: " + (f"device idle between steps median {gaps['median_ms']:.2f} ms (max "
+                            f"{gaps['max_ms']:.2f})" if gaps.get("count") else "no device gaps")
+            + (f", host outside dispatch median {host['median_ms']:.2f} ms" if host.get("count")
+               else "")
+            + (", top ops " + ", ".join(f"{name[:40]} {share:.0%}" for name, _, share in top)
+               if top else "")) if profile.get("trace") else "; no trace"
+  row = (f"| loop_bible_base | {numbers['steps_timed']} steps of the real loop (dev loss and "
+         f"checkpoints every {every}): {numbers['loop_step_ms']:.1f} ms a step against "
+         f"{numbers['alone_step_ms']:.1f} ms for the step alone on the same batches, "
+         f"{numbers['added_ms_per_step']:+.1f} ms ({numbers['added_percent']:+.1f}%){traced} |")
+  return [row], numbers
+
+
+def bible_rows(runner: Runner, bundle: Path, ends_at: float, quick: bool) -> list[str]:
+  """configs/bible_base.py on the bundle's corpus: step timed, trained, evaluated averaged."""
+  from configs import bible_base  # pylint: disable=import-outside-toplevel  (ml_collections)
+  config = bible_config(bundle, quick)
+  if config is None:
+    return [no_bundle(bundle)]
   timing = runner.run("bible", "bible_base_step", [
       sys.executable, "experiments/benchmark_step.py", *config,
       "--steps=3" if quick else "--steps=20"], ends_at)
@@ -227,16 +310,19 @@ def bible_rows(runner: Runner, bundle: Path, ends_at: float, quick: bool) -> lis
           f"{final.get('sentences', '?')} dev verses |"]
 
 
-def job_rows(name: str, runner: Runner, bundle: Path, ends_at: float) -> list[str]:
+def job_rows(name: str, runner: Runner, bundle: Path, ends_at: float) -> tuple[list[str], dict]:
+  """The job's table rows and its figures as numbers."""
   quick = FLAGS.quick
   if name.startswith("step_"):
     return step_rows(runner, name.split("_")[1], ends_at, quick)
+  if name == "loop":
+    return loop_rows(runner, bundle, ends_at, quick)
   if name == "beam":
     shape = ["--batch_size=2", "--source_length=8", "--repeats=1",
              *(f"--config.{o}" for o in QUICK_MODEL)] if quick else []
     run = runner.run(name, "beam_base", [sys.executable, "experiments/decode_speed.py",
                                          "--config=configs/base.py", *shape], ends_at)
-    return [beam_row(run)]
+    return [beam_row(run)], {}
   if name == "flax":
     shape = (["--only=train_small", "--train_rows=2", "--train_length=16", "--rounds=1",
               "--calls=1"] if quick else
@@ -244,8 +330,8 @@ def job_rows(name: str, runner: Runner, bundle: Path, ends_at: float) -> list[st
               "--dtype=bfloat16", "--tfm_overrides=model.attention_impl=cudnn", "--rounds=5"])
     run = runner.run(name, "flax", [sys.executable, "experiments/compare_flax_wmt.py",
                                     f"--flax_wmt_dir={FLAGS.flax_wmt_dir}", *shape], ends_at)
-    return flax_rows(run)
-  return bible_rows(runner, bundle, ends_at, quick)
+    return flax_rows(run), {}
+  return bible_rows(runner, bundle, ends_at, quick), {}
 
 
 def parse_timeouts(values: list[str]) -> dict[str, float]:
@@ -325,8 +411,8 @@ def main(argv):
       table.set(name, [f"| {name} | skipped: {max(0, runner.left()):.0f} s of --deadline left |"])
       continue
     start = time.monotonic()
-    rows = job_rows(name, runner, bundle, start + timeouts[name])
-    table.set(name, rows)
+    rows, numbers = job_rows(name, runner, bundle, start + timeouts[name])
+    table.set(name, rows, numbers)
     print(f"[gpu_table] {name} in {time.monotonic() - start:.0f} s:\n" + "\n".join(rows),
           flush=True)
   print((out / "table.md").read_text(), flush=True)

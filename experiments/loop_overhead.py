@@ -21,6 +21,10 @@ seconds and in the process's CPU seconds (all its threads: the step's, the input
 savers'); on a CPU shared with other jobs the wall figures carry their noise, the CPU seconds much
 less of it.
 
+--profile=P: the loop traces its last P steps (train.profile_steps), the clock stopping
+PROFILE_MARGIN steps before them, and the trace is summarized (experiments/gpu/profile_summary.py:
+the top device ops, the device's idle time between steps, the host's time between dispatches).
+
 Output: `key  value` lines, and the same as JSON in --out (with the command, the host's CPU and
 the jax version). The figures behind docs/performance.md's loop section are in
 experiments/results/loop/.
@@ -45,6 +49,7 @@ from absl import app, flags
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))  # tfm and configs of this checkout, installed or not
 
+from experiments.gpu import profile_summary  # noqa: E402
 from tfm import config as config_lib  # noqa: E402
 from tfm import loop  # noqa: E402
 from tfm.experiment import Experiment  # noqa: E402
@@ -54,13 +59,19 @@ FLAGS = flags.FLAGS
 flags.DEFINE_string("workdir", None, "the loop's workdir (default: a temporary directory, removed)")
 flags.DEFINE_integer("repeats", 2, "runs of the step alone over the loop's batches (fastest kept)")
 flags.DEFINE_string("out", None, "also write the figures as JSON here")
+flags.DEFINE_integer("profile", 0, "trace the last PROFILE steps (train.profile_steps) and summarize "
+                     "the trace (experiments/gpu/profile_summary.py); the clock stops "
+                     "PROFILE_MARGIN steps before them", lower_bound=0)
+
+PROFILE_MARGIN = 5
 
 
 class LoopClock:
   """Wraps loop.run_steps: records the device batches the steps took, the first step's end, the
   evaluations' time (from their inputs being ready) and the end of the last step."""
 
-  def __init__(self):
+  def __init__(self, timed_until: int | None = None):
+    self.timed_until = timed_until  # the clock stops after this many steps (None: at the end)
     self.batches: list = []
     self.first_done = self.end = None  # (wall, process CPU) seconds
     self.evaluations_s = self.evaluations_cpu_s = 0.0
@@ -68,7 +79,11 @@ class LoopClock:
 
   def _step(self, train_step):
     def step(state, batch):
-      self.batches.append(batch)
+      if self.end is None and len(self.batches) == self.timed_until:
+        jax.block_until_ready(state)
+        self.end = clocks()
+      if self.end is None:
+        self.batches.append(batch)
       out = train_step(state, batch)
       if self.first_done is None:  # the compiling step: the loop waits for it anyway
         jax.block_until_ready(out)
@@ -97,8 +112,9 @@ class LoopClock:
                                    evaluate_dev=self._evaluation(runner.evaluate_dev),
                                    evaluate_bleu=self._evaluation(runner.evaluate_bleu))
       state = run_steps(runner, state, step)
-      jax.block_until_ready(state)
-      self.end = clocks()
+      if self.end is None:
+        jax.block_until_ready(state)
+        self.end = clocks()
       return state
     return timed
 
@@ -130,8 +146,16 @@ def cpu_name() -> str:
     return platform.processor()
 
 
-def measure(config, workdir: str, repeats: int) -> dict:
-  clock = LoopClock()
+def measure(config, workdir: str, repeats: int, profile: int = 0) -> dict:
+  timed_until = None
+  if profile:
+    steps = config.train.steps
+    timed_until = steps - profile - PROFILE_MARGIN
+    if timed_until < 2:
+      raise app.UsageError(f"--profile={profile}: train.steps={steps} leaves no steps to time")
+    config = config.replace(train=dataclasses.replace(config.train,
+                                                      profile_steps=(steps - profile, steps)))
+  clock = LoopClock(timed_until)
   original = loop.run_steps
   loop.run_steps = clock.run_steps(original)
   try:
@@ -154,7 +178,14 @@ def measure(config, workdir: str, repeats: int) -> dict:
           "evaluations": clock.evaluations, "evaluations_s": clock.evaluations_s,
           "checkpoint_every": config.train.checkpoint_every, "log_every": config.train.log_every,
           "eval_every": config.train.eval_every, "bleu_every": config.eval.bleu_every,
-          "device": backend.describe(), "host_cpu": cpu_name(), "os_cpus": os.cpu_count()}
+          "device": backend.describe(), "host_cpu": cpu_name(), "os_cpus": os.cpu_count(),
+          **({"profile": traced(workdir)} if profile else {})}
+
+
+def traced(workdir: str) -> dict:
+  """profile_summary's figures of the loop's trace ({'trace': None} when it wrote none)."""
+  trace = profile_summary.newest_trace(workdir)
+  return profile_summary.summarize(trace) if trace else {"trace": None}
 
 
 def main(argv):
@@ -165,14 +196,20 @@ def main(argv):
   config = config_lib.build(FLAGS.config)
   workdir = FLAGS.workdir or tempfile.mkdtemp(prefix="loop_overhead_")
   try:
-    result = measure(config, workdir, FLAGS.repeats)
+    result = measure(config, workdir, FLAGS.repeats, FLAGS.profile)
   finally:
     if FLAGS.workdir is None:
       shutil.rmtree(workdir, ignore_errors=True)
   result["command"] = " ".join(["python", *sys.argv])
   width = max(map(len, result))
   for key, value in result.items():
-    print(f"{key:<{width}}  {value:.4g}" if isinstance(value, float) else f"{key:<{width}}  {value}")
+    if key != "profile":
+      print(f"{key:<{width}}  {value:.4g}" if isinstance(value, float) else
+            f"{key:<{width}}  {value}")
+  if result.get("profile", {}).get("trace"):
+    print("\n".join(profile_summary.lines(result["profile"])))
+  elif "profile" in result:
+    print("profile: the loop wrote no trace")
   if FLAGS.out:
     Path(FLAGS.out).parent.mkdir(parents=True, exist_ok=True)
     Path(FLAGS.out).write_text(json.dumps(result, indent=1) + "\n")

@@ -7,6 +7,7 @@ experiments/gpu/make_bundle.py builds here from the fake Bible corpus.
 .venv-node/wheels; outside CI the test is skipped where it is absent.
 """
 
+import json
 import os
 import subprocess
 import sys
@@ -17,6 +18,7 @@ import pytest
 from tests.data import tfm_data_testlib as testlib
 
 ROOT = Path(__file__).resolve().parents[2]
+LOOP_STEPS, LOOP_PROFILE = 24, 4  # gpu_table.py's --quick loop job (its flags: not imported)
 NODE = ROOT / ".venv-node"
 PYTHON = NODE / "bin" / "python"
 
@@ -101,3 +103,29 @@ def test_quick_table_from_the_bundle_in_the_nodes_python(node_python, bundle, tm
   step = (tmp_path / "step_xla.txt").read_text()
   assert step.startswith("$ ") and "benchmark_step.py" in step.splitlines()[0]
   assert "# step_base_xla: timed out, stopped" in step
+
+
+@pytest.mark.slow
+def test_quick_default_run_times_the_loop_against_the_step(node_python, bundle, tmp_path):
+  """The default jobs (step_cudnn, loop) as --quick on the CPU: the cuDNN rows fail there, the
+  loop row has its figures, and rows.json holds them as numbers: the loop's and the step alone's
+  time a step over the same timed steps, the difference between them, and the trace's summary."""
+  done = _table(node_python, bundle, tmp_path, "--quick", "--deadline=6")
+  assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+  files = sorted(p.name for p in tmp_path.iterdir())
+  assert files == ["bible.txt", "preflight.txt", "rows.json", "step_cudnn.txt", "table.md"]
+  saved = json.loads((tmp_path / "rows.json").read_text())
+  assert list(saved["rows"]) == ["preflight", "step_cudnn", "loop"]
+  (row,) = saved["rows"]["loop"]
+  assert row.startswith("| loop_bible_base | 14 steps of the real loop"), row
+  loop = saved["numbers"]["loop"]
+  steps = LOOP_STEPS - LOOP_PROFILE - 5 - 1  # less the traced steps, the margin, the compiling one
+  assert loop["steps_timed"] == steps
+  assert loop["added_ms_per_step"] == pytest.approx(loop["loop_step_ms"] - loop["alone_step_ms"])
+  assert loop["added_percent"] == pytest.approx(
+      100 * loop["added_ms_per_step"] / loop["alone_step_ms"])
+  profile = loop["profile"]
+  assert profile["trace"] and profile["device_ops"]
+  # LOOP_PROFILE steps traced: their dispatches, one interval fewer (the CPU has no device plane).
+  assert profile["host_step_interval"]["count"] == LOOP_PROFILE - 1
+  assert "top device ops" in (tmp_path / "bible.txt").read_text()

@@ -10,9 +10,9 @@ from tests.train.conftest import LABEL_SMOOTHING
 from tests.train.tiny_model import TinySeq2Seq, tiny_config
 from tfm.data.prefetch import to_device
 from tfm.train.sharding import batch_sharding
-from tfm.train.step import (BRANCH, POOLED_LEAF_SIZE, SELECT, KeptGradients, NonFiniteError,
-                            check_nonfinite, gradient_norm, guard_for, make_train_step,
-                            norm_groups, train_step)
+from tfm.train.step import (BRANCH, POOLED_LEAF_SIZE, RBG, SELECT, THREEFRY, KeptGradients,
+                            NonFiniteError, check_nonfinite, dropout_key, gradient_norm,
+                            guard_for, make_train_step, norm_groups, prng_for, train_step)
 
 ROWS, LENGTH = 8, 12
 EPS = LABEL_SMOOTHING
@@ -207,6 +207,40 @@ def test_dropout_key_changes_per_step():
   later = jax.device_put(frozen.replace(step=np.int32(7)), drop.shardings)
   _, other = drop.step(later, on_device)
   assert float(other["loss"]) != float(first["loss"])  # another step, another dropout mask
+
+
+def test_dropout_prng_by_platform():
+  """Threefry, fold_in(rng, step) itself, where CPUs have always drawn their masks; an unsafe_rbg
+  key elsewhere, made of the words of that key's split, for each step its own."""
+  assert [prng_for(p) for p in ("cpu", "gpu", "tpu")] == [THREEFRY, RBG, RBG]
+  rng = jax.random.PRNGKey(3)
+  assert np.array_equal(dropout_key(rng, 5), jax.random.fold_in(rng, 5))
+  rbg = dropout_key(rng, 5, RBG)
+  assert str(jax.random.key_impl(rbg)) == "unsafe_rbg"
+  want = np.asarray(jax.random.split(jax.random.fold_in(rng, 5), 2)).reshape(-1)
+  assert np.array_equal(jax.random.key_data(rbg), want)
+  assert not np.array_equal(jax.random.key_data(dropout_key(rng, 6, RBG)), want)
+  with pytest.raises(ValueError, match="prng must be"):
+    dropout_key(rng, 5, "philox")
+
+
+def test_rbg_dropout_trains_on_a_cpu():
+  """The accelerators' dropout PRNG compiles and runs on a CPU: the same (rng, step) gives the same
+  loss, another step another mask (another loss), and threefry's masks differ from it."""
+  model = TinySeq2Seq(tiny_config(dropout_rate=0.5))
+  drop = helpers.Setup(model, helpers.train_cfg(), helpers.mesh_cfg(), jax.devices()[:1])
+  _, on_device = device_batch(drop)
+  step = make_train_step(drop.model, drop.tx, drop.schedule, label_smoothing=EPS,
+                         microbatches=1, mesh=drop.mesh, rules=drop.rules,
+                         state_shardings=drop.shardings, compiler_options=helpers.FAST_COMPILE,
+                         prng=RBG)
+  loss = lambda s, state: float(s(state, on_device)[1]["loss"])
+  first = loss(step, drop.fresh_state())
+  assert np.isfinite(first) and first == loss(step, drop.fresh_state())
+  later = jax.device_put(jax.device_get(drop.fresh_state()).replace(step=np.int32(7)),
+                         drop.shardings)
+  assert loss(step, later) != first
+  assert loss(drop.step, drop.fresh_state()) != first  # the CPU's default: threefry's masks
 
 
 @pytest.mark.parametrize("clip", [0.0, 1.0])

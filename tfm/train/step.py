@@ -2,6 +2,7 @@
 
 train step (one update):
   1. N = real target tokens of the global batch; dropout key = fold_in(state.rng, state.step)
+     (on accelerators made an unsafe_rbg key: dropout_key)
   2. g = sum over microbatches of grad(label-smoothed CE sum / N)           (tfm/train/accumulate.py)
   3. if the loss, ||g|| (float32) and lrate(applied updates + 1) are finite, the Adam update gives
      new params and opt_state; else params and opt_state stay unchanged and nonfinite_count + 1
@@ -115,6 +116,32 @@ def guarded(finite: jax.Array, update, unchanged: Any, guard: str) -> Any:
   raise ValueError(f"guard must be {BRANCH!r} or {SELECT!r}, got {guard!r}")
 
 
+THREEFRY, RBG = "threefry", "unsafe_rbg"  # dropout_key's two PRNGs
+
+
+def prng_for(platform: str) -> str:
+  """The dropout PRNG make_train_step compiles for a platform: THREEFRY on CPUs (their masks, and
+  so their results, as they have always been), RBG elsewhere.
+
+  Threefry makes every random bit with rounds of integer arithmetic, device work every dropout
+  mask of every step pays for; XLA's RngBitGenerator (unsafe_rbg: its keys split and fold in by
+  hashing) is the generator GPUs make bits with cheaply. Either way the masks of step s are a pure
+  function of (state.rng, s)."""
+  return THREEFRY if platform == "cpu" else RBG
+
+
+def dropout_key(rng: jax.Array, step: jax.Array, prng: str = THREEFRY) -> jax.Array:
+  """The dropout key of step `step`: fold_in(rng, step) (rng uint32 [2], a threefry key); with
+  RBG, a typed unsafe_rbg key made of the 4 words of that key's two halves (split), so that
+  every random bit drawn from it comes from RngBitGenerator."""
+  key = jax.random.fold_in(rng, step)
+  if prng == THREEFRY:
+    return key
+  if prng == RBG:
+    return jax.random.wrap_key_data(jax.random.split(key, 2).reshape(-1), impl=RBG)
+  raise ValueError(f"prng must be {THREEFRY!r} or {RBG!r}, got {prng!r}")
+
+
 def apply_model(model: nn.Module, params: Any, batch: Batch, train: bool, dropout_key=None) -> jax.Array:
   """Logits [batch, target_len, vocab] (float32) for a batch dict."""
   rngs = {"dropout": dropout_key} if train else {}
@@ -143,20 +170,22 @@ class NonFiniteError(ValueError):
 
 def train_step(state: TrainState, batch: Batch, *, model: nn.Module, tx: optax.GradientTransformation,
                schedule: Schedule, label_smoothing: float, microbatches: int = 1,
-               grad_shardings: Any = None, guard: str = BRANCH
+               grad_shardings: Any = None, guard: str = BRANCH, prng: str = THREEFRY
                ) -> tuple[TrainState, dict[str, jax.Array]]:
   """One update (unjitted; see make_train_step). Returns (new state, metrics). guard: how the
-  non-finite check keeps or drops the update (guarded: BRANCH or SELECT)."""
+  non-finite check keeps or drops the update (guarded: BRANCH or SELECT); prng: the dropout
+  key's PRNG (dropout_key: THREEFRY or RBG)."""
   new_state, metrics, _ = train_step_and_gradients(
       state, batch, model=model, tx=tx, schedule=schedule, label_smoothing=label_smoothing,
-      microbatches=microbatches, grad_shardings=grad_shardings, guard=guard)
+      microbatches=microbatches, grad_shardings=grad_shardings, guard=guard, prng=prng)
   return new_state, metrics
 
 
 def train_step_and_gradients(state: TrainState, batch: Batch, *, model: nn.Module,
                              tx: optax.GradientTransformation, schedule: Schedule,
                              label_smoothing: float, microbatches: int = 1,
-                             grad_shardings: Any = None, guard: str = BRANCH
+                             grad_shardings: Any = None, guard: str = BRANCH,
+                             prng: str = THREEFRY
                              ) -> tuple[TrainState, dict[str, jax.Array], Any]:
   """train_step, also returning the gradients g it applied (a tree like state.params)."""
   weights = target_weights(batch["targets"], batch.get("targets_segmentation"))
@@ -168,7 +197,7 @@ def train_step_and_gradients(state: TrainState, batch: Batch, *, model: nn.Modul
       return sums["loss"] / num_tokens, sums
     return jax.grad(objective, has_aux=True)(params)
 
-  key = jax.random.fold_in(state.rng, state.step)
+  key = dropout_key(state.rng, state.step, prng)
   grads, sums = accumulate_gradients(grad_fn, state.params, batch, microbatches, key, grad_shardings)
   grad_norm = gradient_norm(grads, grad_shardings)
   learning_rate = schedule(state.applied_updates)
@@ -204,7 +233,8 @@ def eval_step(params: Any, batch: Batch, *, model: nn.Module, label_smoothing: f
 def make_train_step(model: nn.Module, tx: optax.GradientTransformation, schedule: Schedule, *,
                     label_smoothing: float, microbatches: int, mesh: Mesh, rules: Rules,
                     state_shardings: TrainState, compiler_options: dict | None = None,
-                    keep_gradients: bool | None = None, guard: str | None = None) -> OnMesh:
+                    keep_gradients: bool | None = None, guard: str | None = None,
+                    prng: str | None = None) -> OnMesh:
   """Compiled `step(state, batch) -> (state, metrics)`; the state argument is donated.
 
   label_smoothing, microbatches: train.label_smoothing and train.microbatches. state_shardings: from
@@ -214,13 +244,15 @@ def make_train_step(model: nn.Module, tx: optax.GradientTransformation, schedule
   means on CPUs only, where it saves every step the first touch of that memory. The updates are
   the same to the bit either way.
   guard: the non-finite guard's form (guarded); None means guard_for(the mesh's platform).
+  prng: the dropout PRNG (dropout_key); None means prng_for(the mesh's platform).
   """
   platform = mesh.devices.flat[0].platform
   if keep_gradients is None:
     keep_gradients = platform == "cpu"
   settings = dict(model=model, tx=tx, schedule=schedule, label_smoothing=label_smoothing,
                   microbatches=microbatches, grad_shardings=state_shardings.params,
-                  guard=guard_for(platform) if guard is None else guard)
+                  guard=guard_for(platform) if guard is None else guard,
+                  prng=prng_for(platform) if prng is None else prng)
   replicated = NamedSharding(mesh, PartitionSpec())
   batch_in = batch_sharding(mesh, rules)
 
