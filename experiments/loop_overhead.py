@@ -9,7 +9,8 @@ First it trains `config` with tfm.loop.train in a fresh workdir (--workdir, defa
 directory): the real pipeline, packing, prefetch, metrics windows, checkpoints, dev loss and dev
 BLEU at the config's cadence. It times loop.run_steps from the end of the first (compiling) step
 to the last step's state being ready, and subtracts the evaluations: each is timed from the moment
-the steps dispatched before it have finished (their time is the steps') to its result. What is
+the steps dispatched before it have finished (their time is the steps') to its result, and the
+redrawing of curves.png that follows them with them. What is
 left, over the timed steps, is the loop's time a step: the step and everything around it
 (next batch, metrics, flushes, saves, the profiler hooks, curves.png).
 
@@ -106,6 +107,16 @@ class LoopClock:
       return result
     return timed
 
+  def draw_curves(self, draw):
+    """loop._draw_curves, timed with the evaluations (it follows them, at their cadence)."""
+    def timed(*args):
+      start = clocks()
+      draw(*args)
+      end = clocks()
+      self.evaluations_s += end[0] - start[0]
+      self.evaluations_cpu_s += end[1] - start[1]
+    return timed
+
   def run_steps(self, run_steps):
     def timed(runner, state, step):
       runner = dataclasses.replace(runner, train_step=self._step(runner.train_step),
@@ -156,12 +167,12 @@ def measure(config, workdir: str, repeats: int, profile: int = 0) -> dict:
     config = config.replace(train=dataclasses.replace(config.train,
                                                       profile_steps=(steps - profile, steps)))
   clock = LoopClock(timed_until)
-  original = loop.run_steps
-  loop.run_steps = clock.run_steps(original)
+  original = loop.run_steps, loop._draw_curves  # pylint: disable=protected-access
+  loop.run_steps, loop._draw_curves = clock.run_steps(original[0]), clock.draw_curves(original[1])
   try:
     loop.train(config, workdir, stream=io.StringIO())
   finally:
-    loop.run_steps = original
+    loop.run_steps, loop._draw_curves = original
   timed = len(clock.batches) - 1
   loop_s = clock.end[0] - clock.first_done[0] - clock.evaluations_s
   loop_cpu = clock.end[1] - clock.first_done[1] - clock.evaluations_cpu_s

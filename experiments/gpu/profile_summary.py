@@ -8,7 +8,8 @@ Read with jaxlib's own reader of the trace (no TensorBoard or xprof needed, as o
   device gaps  on a GPU, the idle time between one train step's module ending on the device and the
                next one starting ("XLA Modules" events whose name holds "step"): what the host
                fails to hide
-  host steps   the Python thread's dispatches of the train step (PjitFunction(step...)): the time
+  host steps   the Python thread's dispatches of the train step (PjitFunction(step...), on the
+               thread with the most of them): the time
                from one dispatch's start to the next one's, and the part of it outside the dispatch
                (the loop's own Python, the next batch, metrics)
 summarize() returns those figures as numbers; lines() formats them.
@@ -44,6 +45,16 @@ def _spread(values: list[float]) -> dict[str, float]:
           "max_ms": ordered[-1]}
 
 
+def outermost(spans: list[tuple[int, int]]) -> list[tuple[int, int]]:
+  """The spans (start, end) not inside an earlier one (a dispatch's trace holds nested events of
+  the same name), sorted."""
+  kept: list[tuple[int, int]] = []
+  for start, end in sorted(spans):
+    if not kept or start >= kept[-1][1]:
+      kept.append((start, end))
+  return kept
+
+
 def summarize(path: str, top: int = 10) -> dict:
   """{'device_ops': [(name, total ms, share of all op time)], 'device_gaps': spread,
   'host_step_interval': spread, 'host_outside_dispatch': spread, 'step_modules': n}."""
@@ -62,15 +73,16 @@ def summarize(path: str, top: int = 10) -> dict:
       elif device and line.name == "XLA Ops":
         for e in events:
           ops[e.name] += e.duration_ns
-      elif not device and line.name == "python":
-        dispatches += [(e.start_ns, e.end_ns) for e in events
-                       if e.name.startswith("PjitFunction(") and STEP.search(e.name)]
       elif not device and line.name.startswith("tf_XLA"):  # a CPU's XLA threads: its "device"
         for e in events:
           if not NOT_OPS.match(e.name):
             ops[e.name] += e.duration_ns
+      elif not device:  # a Python thread (named after it; the main one after the process)
+        calls = outermost([(e.start_ns, e.end_ns) for e in events
+                           if e.name.startswith("PjitFunction(") and STEP.search(e.name)])
+        if len(calls) > len(dispatches):  # the thread that dispatches the steps
+          dispatches = calls
   modules.sort()
-  dispatches.sort()
   total = sum(ops.values()) or 1
   return {
       "trace": path,
