@@ -10,7 +10,8 @@
           a console line (step/total, ETA, MFU on accelerators) and TensorBoard scalars;
           every train.eval_every the input pipeline's packing efficiency and dropped-example
           counts, dev loss / perplexity (and dev BLEU every eval.bleu_every);
-          every train.checkpoint_every and at the end an async Orbax checkpoint;
+          every train.checkpoint_every and at the end an async Orbax checkpoint (on accelerators
+          started from a thread of its own: SaveThread);
           train.profile_steps=(a, b): a profiler trace of steps a+1..b.
 Console lines: tfm/train/progress.py (a progress bar on terminals).
 Preemption: a SIGTERM lets the current step finish, saves it and returns; with several hosts, at the
@@ -43,6 +44,7 @@ from tfm.train.cadence import Cadence
 from tfm.train.metrics_writer import MetricsWriter
 from tfm.train.preemption import Preemption
 from tfm.train.progress import Progress
+from tfm.train.save_thread import SaveThread
 from tfm.train.trace import ProfileTrace
 from tfm.train.window import Window
 from tfm.train.workdir import Workdir
@@ -89,6 +91,10 @@ def train(config: Config, workdir: str, stream=None):
     preemption.restore()
 
 
+def _on_cpu(exp: Experiment) -> bool:
+  return exp.mesh.devices.flat[0].platform == "cpu"
+
+
 def train_batches(config: Config, tokenizer, exp: Experiment):
   """This host's train batches (pipeline.train_iterator): made in a process of their own
   (tfm/data/batch_process.py) on accelerators, where the packer would hold the GIL the thread
@@ -96,7 +102,7 @@ def train_batches(config: Config, tokenizer, exp: Experiment):
   The same batches either way."""
   keywords = dict(process_index=jax.process_index(), process_count=jax.process_count(),
                   row_multiple=exp.batch_row_multiple)
-  if exp.mesh.devices.flat[0].platform == "cpu":
+  if _on_cpu(exp):
     return pipeline.train_iterator(config.data, tokenizer, **keywords)
   return batch_process.BatchProcess(config.data, tokenizer, **keywords)
 
@@ -127,6 +133,11 @@ def _train(config: Config, held: Workdir, log: logs.WorkdirLog, stream, preempti
     cleanup.callback(checkpointer.close)
     cleanup.callback(checkpointer.wait)
     restored = checkpointer.restore(exp.abstract_state, accept=_data_position(iterator))
+    saves = checkpointer
+    if not _on_cpu(exp):  # the steps after a save do not wait for it (tfm/train/save_thread.py)
+      saves = SaveThread(checkpointer)
+      cleanup.callback(saves.close)
+      cleanup.callback(saves.wait)
     state, start = (exp.init_state(), 0) if restored is None else (restored[0], restored[2])
     held.commit(config.to_dict())  # config.json only now that the state is known to fit it
     log.publish(held.path)  # and the log file (every host's, into WORKDIR/logs/)
@@ -157,7 +168,7 @@ def _train(config: Config, held: Workdir, log: logs.WorkdirLog, stream, preempti
                               batch_size=exp.decode_rows(config.eval.batch_size),
                               limit=config.eval.bleu_examples, compounds=config.eval.compounds)
     return run_steps(StepRunner(
-        config=config, train_step=exp.train_step, batches=batches, checkpointer=checkpointer,
+        config=config, train_step=exp.train_step, batches=batches, checkpointer=saves,
         writer=writer, evaluate_dev=evaluate_dev, evaluate_bleu=evaluate_bleu,
         preemption=preemption, progress=progress, workdir=workdir), state, start)
 
