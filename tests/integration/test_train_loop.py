@@ -10,6 +10,7 @@ import numpy as np
 import pytest
 
 from tests.integration.conftest import run_train
+from tfm import loop
 from tfm.train import checkpoint as ckpt_lib
 
 
@@ -87,3 +88,16 @@ def test_sigterm_saves_the_current_step(experiment, tmp_path):
   step = int(state.step)
   assert 0 < step < 100000
   assert ckpt_lib.available_steps(tmp_path) == [step], (log, os.listdir(tmp_path), os.listdir(tmp_path / "checkpoints"))
+
+
+def test_the_accelerators_input_and_saves_train_the_same_bits(experiment, tmp_path, monkeypatch):
+  """The loop's accelerator path on a CPU (its batches made in a process of their own, its saves
+  from a thread; tfm/loop.py): 6 steps with a save every 3, then a resume to 9, give the CPU
+  path's states and checkpoints to the bit."""
+  reference, _ = run_train(experiment("train.steps=9"), tmp_path / "a")
+  monkeypatch.setattr(loop, "_on_cpu", lambda exp: False)
+  run_train(experiment("train.steps=6"), tmp_path / "b")
+  assert ckpt_lib.available_steps(tmp_path / "b") == [3, 6]
+  resumed, log = run_train(experiment("train.steps=9"), tmp_path / "b")
+  assert "resumed from step 6" in log and int(resumed.step) == 9
+  assert _same_params(reference, resumed)
