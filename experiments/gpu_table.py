@@ -259,24 +259,26 @@ def loop_rows(runner: Runner, bundle: Path, ends_at: float, quick: bool) -> tupl
   return [row], numbers
 
 
-def bible_rows(runner: Runner, bundle: Path, ends_at: float, quick: bool) -> list[str]:
-  """configs/bible_base.py on the bundle's corpus: step timed, trained, evaluated averaged."""
+def bible_rows(runner: Runner, bundle: Path, ends_at: float, quick: bool
+               ) -> tuple[list[str], dict]:
+  """configs/bible_base.py on the bundle's corpus: step timed, trained, evaluated averaged.
+  Returns the row and its figures as numbers."""
   from configs import bible_base  # pylint: disable=import-outside-toplevel  (ml_collections)
   config = bible_config(bundle, quick)
   if config is None:
-    return [no_bundle(bundle)]
+    return [no_bundle(bundle)], {}
   timing = runner.run("bible", "bible_base_step", [
       sys.executable, "experiments/benchmark_step.py", *config,
       "--steps=3" if quick else "--steps=20"], ends_at)
   if not timing.ok:
-    return [f"| bible_base | step timing {timing.failure()} |"]
+    return [f"| bible_base | step timing {timing.failure()} |"], {}
   step_s = float(key_values(timing.output)["step_seconds"])
   minutes = min(FLAGS.minutes, QUICK_BIBLE_MINUTES) if quick else FLAGS.minutes
   train_s = min(60 * minutes, min(ends_at, runner.deadline_at) - time.monotonic()
                 - BIBLE_OVERHEAD_S[quick])
   if train_s < 10:
     return [f"| bible_base | skipped: {train_s + BIBLE_OVERHEAD_S[quick]:.0f} s left for its "
-            "training and evaluations |"]
+            "training and evaluations |"], {}
   run_of = bible_base.cadences(bible_base.steps_for(train_s, step_s))
   workdir = Path(tempfile.mkdtemp(prefix="gpu_table_bible_"))
   try:
@@ -286,7 +288,7 @@ def bible_rows(runner: Runner, bundle: Path, ends_at: float, quick: bool) -> lis
         sys.executable, "-m", "tfm.cli", "train", *config, *cadence,
         f"--workdir={workdir}"], ends_at)
     if not train.ok:
-      return [f"| bible_base | training {train.failure()} |"]
+      return [f"| bible_base | training {train.failure()} |"], {}
     evaluate = runner.run("bible", "bible_base_eval", [
         sys.executable, "-m", "tfm.cli", "eval", f"--workdir={workdir}", "--average=5"], ends_at)
     evaluated = sorted(workdir.glob("eval_dev_*.json"))
@@ -303,11 +305,16 @@ def bible_rows(runner: Runner, bundle: Path, ends_at: float, quick: bool) -> lis
          f"alone; the run took {train.seconds / 60:.1f} minutes with data, compilation and "
          f"evaluations)" + (f", training MFU {statistics.median(mfus):.1%}" if mfus else "")
          + f"; dev BLEU {curve or 'none logged'}; ")
+  numbers = {"steps": run_of["train"]["steps"], "step_alone_ms": 1e3 * step_s,
+             "train_minutes": train.seconds / 60,
+             "median_training_mfu": statistics.median(mfus) if mfus else None,
+             "dev_bleu": {int(s): float(b) for s, b in bleus}}
   if not evaluate.ok:
-    return [row + f"averaged evaluation {evaluate.failure()} |"]
+    return [row + f"averaged evaluation {evaluate.failure()} |"], numbers
+  numbers.update(averaged_bleu=final.get("bleu"), averaged_perplexity=final.get("perplexity"))
   return [row + f"last 5 checkpoints averaged: sacreBLEU {final.get('bleu', float('nan')):.1f}, "
           f"perplexity {final.get('perplexity', float('nan')):.2f} on "
-          f"{final.get('sentences', '?')} dev verses |"]
+          f"{final.get('sentences', '?')} dev verses |"], numbers
 
 
 def job_rows(name: str, runner: Runner, bundle: Path, ends_at: float) -> tuple[list[str], dict]:
@@ -331,7 +338,7 @@ def job_rows(name: str, runner: Runner, bundle: Path, ends_at: float) -> tuple[l
     run = runner.run(name, "flax", [sys.executable, "experiments/compare_flax_wmt.py",
                                     f"--flax_wmt_dir={FLAGS.flax_wmt_dir}", *shape], ends_at)
     return flax_rows(run), {}
-  return bible_rows(runner, bundle, ends_at, quick), {}
+  return bible_rows(runner, bundle, ends_at, quick)
 
 
 def parse_timeouts(values: list[str]) -> dict[str, float]:
