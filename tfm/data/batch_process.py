@@ -37,7 +37,6 @@ def _produce(arguments: dict, state: dict | None, batches, stop, parent: int) ->
   os.environ["JAX_PLATFORMS"] = "cpu"
   os.environ["CUDA_VISIBLE_DEVICES"] = ""
   from tfm.data import pipeline  # pylint: disable=import-outside-toplevel
-  batches.cancel_join_thread()  # exiting must not wait for batches nobody will read
 
   def put(item) -> bool:
     while not stop.is_set() and os.getppid() == parent:
@@ -63,6 +62,9 @@ def _produce(arguments: dict, state: dict | None, batches, stop, parent: int) ->
   finally:
     if iterator is not None:
       iterator.close()
+    if stop.is_set() or os.getppid() != parent:
+      batches.cancel_join_thread()  # exit without flushing batches nobody will read
+    # else the exit waits until the last item (done, or the error) is in the pipe
 
 
 class BatchProcessError(RuntimeError):
@@ -110,9 +112,13 @@ class BatchProcess:
         break
       except queue_lib.Empty:
         if not self._process.is_alive():
-          self._finished = True
-          raise BatchProcessError(f"the batch process exited (code {self._process.exitcode}) "
-                                  "without a batch or an error") from None
+          try:  # its last item may have arrived since
+            batch, state, stats = self._queue.get(timeout=_POLL_S)
+            break
+          except queue_lib.Empty:
+            self._finished = True
+            raise BatchProcessError(f"the batch process exited (code {self._process.exitcode})"
+                                    " without a batch or an error") from None
     if isinstance(batch, str):
       self._finished = True
       self.close()
