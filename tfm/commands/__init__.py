@@ -25,6 +25,23 @@ def require_workdir(fv: flags.FlagValues):
     raise UsageError("--workdir is required")
 
 
+def save(what: str, target, data: bytes | str, flag: str = "--out") -> bool:
+  """Writes `data` to `target` for a command that only reads a run (eval, plot, attention). Where
+  the target cannot be written (a read-only workdir or bucket) it says so in one line on stderr,
+  naming the flag that saves elsewhere, and returns False: the command still prints its results.
+  `data` is made before the write, so only the storage's own errors (OSError, gcsfs's, gfile's)
+  reach the except clause."""
+  import sys  # pylint: disable=import-outside-toplevel
+  from tfm import storage  # pylint: disable=import-outside-toplevel
+  try:
+    storage.write_atomically(target, data)
+  except Exception as e:  # pylint: disable=broad-except
+    reason = getattr(e, "strerror", None) or " ".join(str(e).split()) or type(e).__name__
+    print(f"tfm: could not save the {what} to {target} ({reason}); {flag}=FILE saves it "
+          "elsewhere", file=sys.stderr)
+    return False
+  return True
+
 
 def one_row(config, fv) -> None:
   """For commands that run one model: a table config (configs/table3.py) must name its row."""
