@@ -3,6 +3,7 @@
 Every command, benchmark and test helper assembles a run here and nowhere else:
 
   exp = Experiment(config)                # nothing is built yet
+  exp.data_source                         # config.data's dataset resolved: where it lives, splits
   exp.mesh, exp.rules                     # Mesh('data', 'fsdp', 'tensor') and the fitted rule table
   exp.model                               # Transformer(config.model)
   exp.tx, exp.schedule                    # Adam with the paper's schedule (train section)
@@ -45,6 +46,7 @@ import numpy as np
 
 from tfm.config import Config
 from tfm.data.batching import BATCH_KEYS, global_rows, rows_note
+from tfm.data.sources import DataSource
 from tfm.decode.translate import make_translate_fn
 from tfm.model.attention_weights import attention_weights
 from tfm.model.config import ModelConfig
@@ -190,6 +192,13 @@ class Experiment:
     self._devices = devices
     self.compiler_options = compiler_options
     self.compilation_cache_dir = compile_cache.enable(config.train.compilation_cache_dir)
+
+  @functools.cached_property
+  def data_source(self) -> DataSource:
+    """config.data's dataset, resolved once: the TFDS name and languages, the export or TFDS
+    directory it is read from, its splits (tfm/data/sources.py). The loop, the tokenizer, the
+    token cache and the pipeline read through it."""
+    return DataSource.of(self.config.data)
 
   @functools.cached_property
   def parts(self) -> Parts:

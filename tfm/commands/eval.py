@@ -58,9 +58,9 @@ def run(fv: flags.FlagValues, config):
   t = load_trained(fv.workdir, fv.average)
   announce_backend(t.note)
   exp, c = t.experiment, t.config
-  losses = DevLoss(c.data, t.tokenizer, exp.eval_step, exp.batch_sharding, split=fv.split,
+  losses = DevLoss(c.data, exp.data_source, t.tokenizer, exp.eval_step, exp.batch_sharding, split=fv.split,
                    row_multiple=exp.batch_shards)(t.params)
-  bleu = DevBleu(c.data, t.tokenizer, exp.translate_fn(eos_id=t.tokenizer.eos_id),
+  bleu = DevBleu(c.data, exp.data_source, t.tokenizer, exp.translate_fn(eos_id=t.tokenizer.eos_id),
                  batch_size=exp.decode_rows(c.eval.batch_size), split=fv.split,
                  limit=fv.limit or 0, compounds=c.eval.compounds)
   progress = Counter(f"[eval] {fv.split}: decoding", len(bleu.pairs), "sentences", sys.stderr)

@@ -108,8 +108,9 @@ def _prepare_data(configs) -> None:
   """Every distinct dataset and vocabulary, once, before any run starts."""
   from tfm.data import sources, tokenizer  # pylint: disable=import-outside-toplevel
   for data in {c.data for c in configs}:
-    sources.prepare(data)
-    tok = tokenizer.get_tokenizer(data)
+    source = sources.DataSource.of(data)
+    sources.prepare(source)
+    tok = tokenizer.get_tokenizer(data, source=source)
     for c in configs:
       if c.data == data:
         config_lib.check_vocabulary(c, tok.vocab_size)
