@@ -92,7 +92,7 @@ def run(fv: flags.FlagValues, config):
                            *result.labels(kind)))
   title = f"{fv.text.strip()}  ->  {result.translation or '(an empty translation)'}"
   out = fv.out or epath.Path(fv.workdir) / "attention.png"
-  if not save("figure", out, figure.png(rows, heads, title)):
+  if not save("figure", out, figure.png(rows, heads, title), given=fv.out is not None):
     return 1  # the figure is all this command makes
   print(f"written: {out}")
   return 0

@@ -75,5 +75,6 @@ def run(fv: flags.FlagValues, config):
   path = fv.out or epath.Path(fv.workdir) / result_name(fv.split, t.steps, fv.limit or 0)
   for key, value in result.items():
     print(f"{key:>22}: {value}")
-  if jax.process_index() == 0 and save("results", path, json.dumps(result, indent=1) + "\n"):
+  if jax.process_index() == 0 and save("results", path, json.dumps(result, indent=1) + "\n",
+                                       given=fv.out is not None):
     print(f"{'written':>22}: {path}")

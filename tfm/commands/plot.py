@@ -43,7 +43,7 @@ def run(fv: flags.FlagValues, config, args: list[str]):
       raise ValueError(f"--workdir {workdir}: no tensorboard/ events; expected a workdir written by "
                        "tfm train")
   out = fv.out or epath.Path(workdirs[0]) / "curves.png"
-  if not save("figure", out, curves.png(workdirs, fv.names)):
+  if not save("figure", out, curves.png(workdirs, fv.names), given=fv.out is not None):
     return 1  # the figure is all this command makes
   print(f"written: {out}")
   return 0
