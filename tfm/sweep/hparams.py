@@ -46,14 +46,14 @@ def write(workdir: str, result: RunResult, varied: Mapping[str, Any]) -> str | N
   if not result.ok:
     return None
   try:
-    from tensorboardX.summary import hparams  # pylint: disable=import-outside-toplevel
+    from tensorboardX.summary import hparams as plugin_records  # pylint: disable=import-outside-toplevel
   except ModuleNotFoundError:
     return None
   directory = os.path.join(workdir, "tensorboard")
   for old in glob.glob(os.path.join(directory, f"*{SUFFIX}")):
     os.remove(old)
   figures = metrics(result)
-  experiment, start, end = hparams(run_hparams(result, varied), figures)
+  experiment, start, end = plugin_records(run_hparams(result, varied), figures)
   writer = EventWriter(directory, suffix=SUFFIX)
   try:
     step = result.trained_steps or result.steps
