@@ -5,7 +5,7 @@ Same model, batch and schedule as configs/quickstart.py (2+2 layers, d_model 128
 vocabulary, 4096 tokens a side, warmup 400); the learning rate keeps decaying as step^-0.5, so
 the first 1500 steps are the quickstart's. Checkpoints every 1000 steps, the last five kept:
 `tfm eval --average=5` averages steps 6000-10000 as the paper averaged its last five.
-Measured on the 2-core machine (experiments/results/bible_hour/): 0.39-0.40 s a step alone (~66
+Measured on a 2-core AMD EPYC CPU (experiments/results/bible_hour/): 0.39-0.40 s a step alone (~66
 minutes); dev sacreBLEU on the first 200 dev verses 28.5 at step 5000, 29.1 at 10,000, 29.7 with
 the last five checkpoints averaged; dev perplexity 6.3 and 5.5 at steps 5000 and 10,000.
 """
@@ -16,7 +16,7 @@ from configs import quickstart
 def get_config():
   c = quickstart.get_config()
   c.train.update(
-      steps=10000,  # ~1 hour on the 2-core machine
+      steps=10000,  # ~1 hour on a 2-core CPU
       log_every=200, eval_every=1000, checkpoint_every=1000,
       keep_checkpoints=5, average_checkpoints=1)
   c.eval.update(

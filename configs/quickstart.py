@@ -5,7 +5,7 @@ Same architecture as the paper (post-LN, ReLU, sinusoids, tied embeddings, the p
 schedule and Adam), scaled down: 2+2 layers, d_model 128, d_ff 512, 4 heads of d_k 32, a shared BPE
 vocabulary of 2000 pieces (from one book pair a small vocabulary sees each piece often enough to
 learn it), 4096 tokens a side per step, warmup 400 (peak learning rate (128 x 400)^-0.5 = 4.4e-3).
-Candidates measured on the 2-core machine (dev sacreBLEU on the first 200 dev verses, beam 4; the
+Candidates measured on a 2-core AMD EPYC CPU (dev sacreBLEU on the first 200 dev verses, beam 4; the
 schedule does not depend on train.steps, so a checkpoint at step s of a longer run is the s-step
 run; the rows with "*" ran two at a time beside other jobs, so only their BLEU compares):
   vocab  layers  d_model  tokens/step  steps  warmup  lr scale  dev BLEU
@@ -18,7 +18,7 @@ run; the rows with "*" ran two at a time beside other jobs, so only their BLEU c
   2000   1+1      64      2048         2000   200     1.0       11.5  (the previous quickstart, 3.5 min)
   2000   1+1      64      2048         3000   200     1.0       12.3  *
   2000   2+2     128      4096         1000   400     1.0       17.3  * (step 1000 of bible_hour)
-  2000   2+2     128      4096         1500   400     1.0       22.1  (this config; 22.2 from be1a417, 22.1 at 1a4bbd2)
+  2000   2+2     128      4096         1500   400     1.0       22.1  (this config; 22.1-22.2 as rounding changed)
 The earlier 2+2 candidates lost to the one-layer model at 2048 tokens a step with a peak learning
 rate of 8-18e-3; at twice the batch and the paper's schedule scale (lr scale 1, 4.4e-3) the wider
 model passes it within 1000 steps. configs/bible_hour.py trains this model for 10,000 steps.

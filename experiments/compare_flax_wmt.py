@@ -1,8 +1,8 @@
 """tfm against the official Flax WMT example (google/flax examples/wmt), same shapes, one process.
 
-The example's model, beam search and train step are vendored in experiments/flax_wmt/ (google/flax
-at 18f8f311c275, its license beside them; ORIGIN.md), the default --flax_wmt_dir; another commit's
-`examples/wmt` directory can be passed instead:
+The example's model, beam search and train step are vendored in experiments/flax_wmt/ (the
+google/flax revision they come from and their license: ORIGIN.md), the default --flax_wmt_dir;
+another revision's `examples/wmt` directory can be passed instead:
 
   python experiments/compare_flax_wmt.py
   python experiments/compare_flax_wmt.py --only=train_small,beam --rounds=8

@@ -96,7 +96,7 @@ def time_pipeline(args, cfg, tok):
   On a shared machine wall-clock rates depend on the other jobs; CPU seconds per token do much
   less, so they are what the projection to more cores uses."""
   from tfm import data  # pylint: disable=import-outside-toplevel
-  it = data.train_iterator(cfg, tok)
+  it = data.train_iterator(cfg, data.DataSource.of(cfg), tok)
   batches = it
   if args.device_prefetch:
     import jax  # pylint: disable=import-outside-toplevel
@@ -137,8 +137,9 @@ def time_pipeline(args, cfg, tok):
 def time_halves(args, cfg, tok, num_chunks=60):
   """(producer real tokens/s on one core, main process alone real tokens/s)."""
   import grain  # pylint: disable=import-outside-toplevel
-  from tfm.data import bucketing, batching, cursor, packing, pipeline  # pylint: disable=import-outside-toplevel
-  chunks_ds = pipeline.train_chunks(cfg, tok, num_epochs=1)
+  # pylint: disable-next=import-outside-toplevel
+  from tfm.data import bucketing, batching, cursor, packing, pipeline, sources
+  chunks_ds = pipeline.train_chunks(cfg, sources.DataSource.of(cfg), tok, num_epochs=1)
   num_chunks = min(num_chunks, len(chunks_ds))
   start = time.perf_counter()
   chunks = [chunks_ds[i] for i in range(num_chunks)]
@@ -168,9 +169,10 @@ def main():
   from tfm.data import cache  # pylint: disable=import-outside-toplevel
   cfg = make_config(args)
   t0 = time.perf_counter()
-  data.prepare(cfg)
+  source = data.DataSource.of(cfg)
+  data.prepare(source)
   t1 = time.perf_counter()
-  tok = data.get_tokenizer(cfg, args.workdir)
+  tok = data.get_tokenizer(cfg, args.workdir, source=source)
   t2 = time.perf_counter()
   print(f"prepare: {t1 - t0:.1f}s  vocab ({tok.vocab_size} pieces): {t2 - t1:.1f}s")
   worker_counts = [int(w) for w in args.workers.split(",")]
@@ -179,11 +181,12 @@ def main():
     import shutil  # pylint: disable=import-outside-toplevel
     build_workers = max(worker_counts) if args.build_workers is None else args.build_workers
     build_cfg = make_config(args, build_workers)
-    directory = cache.cache_dir(build_cfg, tok, sources.open_split(build_cfg, "train"), 0, 1)
+    build_source = sources.DataSource.of(build_cfg)
+    directory = cache.cache_dir(build_cfg, tok, build_source.open("train"), 0, 1)
     if args.rebuild_cache and os.path.exists(directory):
       shutil.rmtree(directory)
     start, reused = time.perf_counter(), os.path.exists(directory)
-    tokens = cache.open_cache(build_cfg, tok)
+    tokens = cache.open_cache(build_cfg, build_source, tok)
     built = tokens.meta
     how = (f"reused, built by an earlier call in {built['build_seconds']:.1f}s" if reused else
            f"built with data.num_workers={build_cfg.num_workers} in {built['build_seconds']:.1f}s")

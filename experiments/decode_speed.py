@@ -47,7 +47,8 @@ def _trained_setup(workdir):
   from tfm.data import pipeline  # pylint: disable=import-outside-toplevel
   from tfm.eval.restore import load_trained  # pylint: disable=import-outside-toplevel
   t = load_trained(workdir, average=1)
-  sources = [s for s, _ in pipeline.eval_text_pairs(t.config.data, "dev")[:FLAGS.batch_size]]
+  pairs = pipeline.eval_text_pairs(t.config.data, t.experiment.data_source, "dev")
+  sources = [s for s, _ in pairs[:FLAGS.batch_size]]
   encoded = [t.tokenizer.encode(s)[:t.config.data.max_length] for s in sources]
   tokens = np.zeros((FLAGS.batch_size, max(map(len, encoded))), np.int32)
   for row, ids in enumerate(encoded):

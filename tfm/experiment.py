@@ -3,6 +3,7 @@
 Every command, benchmark and test helper assembles a run here and nowhere else:
 
   exp = Experiment(config)                # nothing is built yet
+  exp.data_source                         # config.data's dataset resolved: where it lives, splits
   exp.mesh, exp.rules                     # Mesh('data', 'fsdp', 'tensor') and the fitted rule table
   exp.model                               # Transformer(config.model)
   exp.tx, exp.schedule                    # Adam with the paper's schedule (train section)
@@ -17,18 +18,18 @@ Every command, benchmark and test helper assembles a run here and nowhere else:
 
 Building an Experiment points JAX's persistent compilation cache at train.compilation_cache_dir
 (tfm/train/compile_cache.py), so a restart, an eval or a plan reuses compiled steps. Each piece is
-built on first use and kept (the optimizer only when training asks for it), so
-eval and translate pay only for the parameters. `model` replaces the Transformer with another module
-of the same call contract (the train tests' tiny model); `devices` replaces jax.devices() (a TPU
+built on first use and kept; the optimizer is built only when training asks for it, so eval and
+translate pay for the parameters alone. `model` replaces the Transformer with another module of
+the same call contract (the train tests' tiny model); `devices` replaces jax.devices() (a TPU
 topology's devices for ahead-of-time compilation).
 
-The pieces are an Experiment's `parts` (Parts), built from a PartsKey: the model and mesh sections,
+The pieces are built from the Experiment's `key` (PiecesKey) alone: the model and mesh sections,
 the train section's step fields (less what only the loop reads: tfm/train/config.step_fields),
-the devices and the compiler options; all a piece reads. Within one process, Experiments of equal
-PartsKeys share their Parts (the last SHARED_KEEP are kept): a second run, a resume, a longer run,
-an evaluation after training or the next run of a sweep calls the jitted steps the first one traced
-and compiled, instead of tracing them again and loading them from the persistent cache. Nothing
-else feeds a step (data and eval settings reach it as arguments), so equal sections give the same
+the devices and the compiler options. Within one process, Experiments of equal keys share their
+`pieces` (the last SHARED_KEEP keys are kept): a second run, a resume, a longer run, an evaluation
+after training or the next run of a sweep calls the jitted steps the first one traced and
+compiled, instead of tracing them again and loading them from the persistent cache. Nothing else
+feeds a step (data and eval settings reach it as arguments), so equal sections give the same
 computation. Code that replaces a builder at run time (a test's monkeypatch) calls forget_shared().
 """
 
@@ -45,6 +46,7 @@ import numpy as np
 
 from tfm.config import Config
 from tfm.data.batching import BATCH_KEYS, global_rows, rows_note
+from tfm.data.sources import DataSource
 from tfm.decode.translate import make_translate_fn
 from tfm.model.attention_weights import attention_weights
 from tfm.model.config import ModelConfig
@@ -63,8 +65,8 @@ SHARED_KEEP = 8
 
 
 @dataclasses.dataclass(frozen=True)
-class PartsKey:
-  """Everything the built parts read, and so the cache key of Experiments that share them.
+class PiecesKey:
+  """Everything an Experiment's built pieces read, and so the key of Experiments that share them.
 
   step_train is the train section as the steps see it (tfm/train/config.step_fields): the fields
   only the training loop reads hold their defaults there, never the run's (read those from
@@ -77,107 +79,43 @@ class PartsKey:
   compiler_options: tuple[tuple[str, Any], ...]  # sorted (name, value) pairs
 
   @classmethod
-  def of(cls, config: Config, devices: Sequence | None, compiler_options: dict | None) -> PartsKey:
+  def of(cls, config: Config, devices: Sequence | None, compiler_options: dict | None) -> PiecesKey:
     return cls(model=config.model, mesh=config.mesh, step_train=step_fields(config.train),
                devices=tuple(jax.devices() if devices is None else devices),
                compiler_options=tuple(sorted((compiler_options or {}).items())))
 
 
-class Parts:
-  """An Experiment's built parts, each built from `key` on first use and kept: the mesh, rules,
-  model, optimizer, abstract state and parameters, init, the train and eval steps, and the
-  translate and attention-weight functions. model: a module to use instead of
-  Transformer(key.model) (the key then does not say what it computes, so such parts are never
-  shared)."""
-
-  def __init__(self, key: PartsKey, model: nn.Module | None = None):
-    self.key, self._model = key, model
-    self._translate_fns: dict[tuple, OnMesh] = {}
-
-  @property
-  def compiler_options(self) -> dict | None:
-    return dict(self.key.compiler_options) or None
-
-  @functools.cached_property
-  def mesh(self) -> jax.sharding.Mesh:
-    return create_mesh(self.key.mesh, self.key.devices)
-
-  @functools.cached_property
-  def rules(self):
-    return rules_for_model(self.key.mesh.rules, self.mesh, self.key.model)
-
-  @functools.cached_property
-  def model(self) -> nn.Module:
-    return self._model if self._model is not None else Transformer(self.key.model)
-
-  @functools.cached_property
-  def optimizer(self):
-    return make_optimizer(self.key.step_train, self.key.model.d_model)
-
-  @functools.cached_property
-  def abstract_state(self):
-    return abstract_train_state(self.model, self.optimizer[0], self.mesh, self.rules,
-                                self.key.step_train.seed)
-
-  @functools.cached_property
-  def abstract_params(self):
-    if "abstract_state" in self.__dict__:  # built for training already: the same tree, no trace
-      state, shardings = self.abstract_state
-      return state.params, shardings.params
-    return abstract_params(self.model, self.mesh, self.rules)
-
-  @functools.cached_property
-  def init(self):
-    return make_init(self.model, self.optimizer[0], self.mesh, self.key.step_train.seed,
-                     self.abstract_state[1], self.compiler_options)
-
-  @functools.cached_property
-  def train_step(self) -> OnMesh:
-    t = self.key.step_train
-    tx, schedule = self.optimizer
-    return make_train_step(self.model, tx, schedule, label_smoothing=t.label_smoothing,
-                           microbatches=t.microbatches, mesh=self.mesh, rules=self.rules,
-                           state_shardings=self.abstract_state[1],
-                           compiler_options=self.compiler_options)
-
-  @functools.cached_property
-  def eval_step(self) -> OnMesh:
-    return make_eval_step(self.model, self.key.step_train.label_smoothing, self.mesh, self.rules,
-                          self.abstract_params[1], self.compiler_options)
-
-  def translate_fn(self, **settings: Any) -> OnMesh:
-    architecture = self.key.model.architecture
-    if architecture != "encoder_decoder":
-      raise ValueError(f"model.architecture={architecture!r}: translating (dev BLEU, tfm eval, tfm "
-                       "translate) needs 'encoder_decoder'; train it with eval.bleu_every=0")
-    key = tuple(sorted(settings.items()))
-    if key not in self._translate_fns:
-      self._translate_fns[key] = OnMesh(make_translate_fn(self.model, **settings), self.mesh,
-                                        self.rules)
-    return self._translate_fns[key]
-
-  @functools.cached_property
-  def attention_weights_fn(self) -> OnMesh:
-    return OnMesh(jax.jit(functools.partial(attention_weights, self.model)), self.mesh, self.rules)
-
-
-_shared: collections.OrderedDict[PartsKey, Parts] = collections.OrderedDict()
+_shared: collections.OrderedDict[PiecesKey, dict] = collections.OrderedDict()
 
 
 def forget_shared() -> None:
-  """Drops the parts kept for later Experiments (after replacing a function they are built from)."""
+  """Drops the pieces kept for later Experiments (after replacing a function they are built from)."""
   _shared.clear()
 
 
-def shared_parts(key: PartsKey) -> Parts:
-  """The Parts of `key`, shared within the process (the SHARED_KEEP last used kept)."""
+def _shared_pieces(key: PiecesKey) -> dict:
+  """The pieces built for `key`, shared within the process (the SHARED_KEEP last used kept)."""
   if key in _shared:
     _shared.move_to_end(key)
   else:
-    _shared[key] = Parts(key)
+    _shared[key] = {}
     while len(_shared) > SHARED_KEEP:
       _shared.popitem(last=False)
   return _shared[key]
+
+
+def _piece(build):
+  """An Experiment property: build(experiment), run on first use and kept in experiment.pieces
+  under its name (so Experiments of an equal PiecesKey build it once). A builder reads
+  experiment.key, never experiment.config: the key is all a piece may depend on."""
+  name = build.__name__
+
+  def get(self):
+    if name not in self.pieces:
+      self.pieces[name] = build(self)
+    return self.pieces[name]
+
+  return property(get, doc=build.__doc__)
 
 
 class Experiment:
@@ -192,64 +130,97 @@ class Experiment:
     self.compilation_cache_dir = compile_cache.enable(config.train.compilation_cache_dir)
 
   @functools.cached_property
-  def parts(self) -> Parts:
-    """The built parts; shared with the process's other Experiments of an equal PartsKey (what
-    only the training loop reads builds nothing, so Experiments differing there share)."""
-    key = PartsKey.of(self.config, self._devices, self.compiler_options)
-    if self._model is not None:  # another module: its config does not say what it computes
-      return Parts(key, self._model)
-    return shared_parts(key)
+  def data_source(self) -> DataSource:
+    """config.data's dataset, resolved once: the TFDS name and languages, the export or TFDS
+    directory it is read from, its splits (tfm/data/sources.py). The loop, the tokenizer, the
+    token cache and the pipeline read through it."""
+    return DataSource.of(self.config.data)
 
-  @property
+  @functools.cached_property
+  def key(self) -> PiecesKey:
+    """What the pieces are built from (the devices are looked up on first use)."""
+    return PiecesKey.of(self.config, self._devices, self.compiler_options)
+
+  @functools.cached_property
+  def pieces(self) -> dict:
+    """The pieces built so far, by name; shared with the process's other Experiments of an equal
+    key (what only the training loop reads builds nothing, so Experiments differing there share).
+    A given model is not described by its config, so its pieces are never shared."""
+    return {} if self._model is not None else _shared_pieces(self.key)
+
+  @_piece
   def mesh(self) -> jax.sharding.Mesh:
-    return self.parts.mesh
+    """Mesh('data', 'fsdp', 'tensor') over the devices."""
+    return create_mesh(self.key.mesh, self.key.devices)
 
-  @property
+  @_piece
   def rules(self):
     """mesh.rules with every rule whose model dimension its mesh axes do not divide replicated."""
-    return self.parts.rules
+    return rules_for_model(self.key.mesh.rules, self.mesh, self.key.model)
 
-  @property
+  @_piece
   def model(self) -> nn.Module:
-    return self.parts.model
+    """Transformer(config.model), or the module given."""
+    return self._model if self._model is not None else Transformer(self.key.model)
 
-  @property
-  def tx(self):
-    return self.parts.optimizer[0]
+  @_piece
+  def optimizer(self):
+    """(tx, schedule): Adam with the paper's schedule (train section)."""
+    return make_optimizer(self.key.step_train, self.key.model.d_model)
 
-  @property
-  def schedule(self):
-    return self.parts.optimizer[1]
+  tx = property(lambda self: self.optimizer[0])
+  schedule = property(lambda self: self.optimizer[1])
 
-  @property
-  def abstract_state(self):
-    """The TrainState as jax.ShapeDtypeStructs carrying their shardings (a restore target)."""
-    return self.parts.abstract_state[0]
+  @_piece
+  def state_and_shardings(self):
+    """(the TrainState as jax.ShapeDtypeStructs carrying their shardings, a restore target; the
+    shardings alone)."""
+    return abstract_train_state(self.model, self.optimizer[0], self.mesh, self.rules,
+                                self.key.step_train.seed)
 
-  @property
-  def state_shardings(self):
-    return self.parts.abstract_state[1]
+  abstract_state = property(lambda self: self.state_and_shardings[0])
+  state_shardings = property(lambda self: self.state_and_shardings[1])
 
-  @property
-  def abstract_params(self):
-    """The parameters as ShapeDtypeStructs with shardings, without building an optimizer."""
-    return self.parts.abstract_params[0]
+  @_piece
+  def params_and_shardings(self):
+    """(the parameters as ShapeDtypeStructs with shardings, without building an optimizer; the
+    shardings alone)."""
+    if "state_and_shardings" in self.pieces:  # built for training already: the same tree, no trace
+      state, shardings = self.state_and_shardings
+      return state.params, shardings.params
+    return abstract_params(self.model, self.mesh, self.rules)
 
-  @property
-  def param_shardings(self):
-    return self.parts.abstract_params[1]
+  abstract_params = property(lambda self: self.params_and_shardings[0])
+  param_shardings = property(lambda self: self.params_and_shardings[1])
+
+  @_piece
+  def _init(self):
+    return make_init(self.model, self.optimizer[0], self.mesh, self.key.step_train.seed,
+                     self.state_shardings, self._compiler_options)
 
   def init_state(self):
     """A fresh TrainState (seed train.seed), every array created directly in its shards."""
-    return self.parts.init()
+    return self._init()
 
   @property
+  def _compiler_options(self) -> dict | None:
+    return dict(self.key.compiler_options) or None
+
+  @_piece
   def train_step(self) -> OnMesh:
-    return self.parts.train_step
+    """train_step(state, batch) -> (state, metrics), jitted over the mesh, state donated."""
+    t = self.key.step_train
+    tx, schedule = self.optimizer
+    return make_train_step(self.model, tx, schedule, label_smoothing=t.label_smoothing,
+                           microbatches=t.microbatches, mesh=self.mesh, rules=self.rules,
+                           state_shardings=self.state_shardings,
+                           compiler_options=self._compiler_options)
 
-  @property
+  @_piece
   def eval_step(self) -> OnMesh:
-    return self.parts.eval_step
+    """eval_step(params, batch) -> loss sums, jitted over the mesh."""
+    return make_eval_step(self.model, self.key.step_train.label_smoothing, self.mesh, self.rules,
+                          self.param_shardings, self._compiler_options)
 
   @property
   def batch_sharding(self) -> jax.sharding.NamedSharding:
@@ -291,14 +262,27 @@ class Experiment:
                    top_k: int = 0, top_p: float = 1.0, eos_id: int = 1) -> OnMesh:
     """translate(params, inputs, rng) on this mesh: beam search with the eval section's settings
     (beam_size overrides eval.beam_size; 1 = greedy), or sampling when `temperature` is set."""
+    architecture = self.key.model.architecture
+    if architecture != "encoder_decoder":
+      raise ValueError(f"model.architecture={architecture!r}: translating (dev BLEU, tfm eval, tfm "
+                       "translate) needs 'encoder_decoder'; train it with eval.bleu_every=0")
     e = self.config.eval
-    return self.parts.translate_fn(
-        beam_size=e.beam_size if beam_size is None else beam_size, alpha=e.length_penalty,
-        max_extra_length=e.max_extra_length, eos_id=eos_id, temperature=temperature, top_k=top_k,
-        top_p=top_p, cache_phases=e.cache_phases)
+    settings = dict(beam_size=e.beam_size if beam_size is None else beam_size,
+                    alpha=e.length_penalty, max_extra_length=e.max_extra_length, eos_id=eos_id,
+                    temperature=temperature, top_k=top_k, top_p=top_p,
+                    cache_phases=e.cache_phases)
+    built = self.pieces.setdefault("translate_fns", {})  # one per setting, shared as the rest
+    key = tuple(sorted(settings.items()))
+    if key not in built:
+      built[key] = OnMesh(make_translate_fn(self.model, **settings), self.mesh, self.rules)
+    return built[key]
 
   def attention_weights_fn(self) -> OnMesh:
     """weights(params, inputs [b, s], targets [b, t]) on this mesh -> {kind: float32 [layers, b,
     heads, q_length, kv_length]}: the model's own softmax probabilities of a teacher-forced forward
     pass (tfm/model/attention_weights.py), kinds 'encoder', 'decoder' and 'cross'."""
-    return self.parts.attention_weights_fn
+    return self._attention_weights
+
+  @_piece
+  def _attention_weights(self) -> OnMesh:
+    return OnMesh(jax.jit(functools.partial(attention_weights, self.model)), self.mesh, self.rules)

@@ -54,8 +54,9 @@ DATA_STATS = ("inputs_efficiency", "targets_efficiency", "examples_read", "examp
               "skipped_empty", "skipped_non_utf8", "filtered_overlong", "truncated")
 
 
-def prepare_data(config: Config, workdir: str):
-  """The dataset on every host and the vocabulary in the workdir; returns the tokenizer.
+def prepare_data(config: Config, source: sources.DataSource, workdir: str):
+  """The dataset (the Experiment's data source) on every host and the vocabulary in the workdir;
+  returns the tokenizer.
 
   The lead host prepares the dataset in data.data_dir and trains the vocabulary (into
   data.vocab_dir or the workdir, storage every host reads); then every other host prepares the
@@ -65,13 +66,13 @@ def prepare_data(config: Config, workdir: str):
   """
   lead = distributed.is_lead_host()
   if lead:
-    sources.prepare(config.data)
+    sources.prepare(source)
     # A resumed run's model learned the vocabulary already there: never train another one.
-    tokenizer_lib.get_tokenizer(config.data, workdir,
+    tokenizer_lib.get_tokenizer(config.data, workdir, source=source,
                                 train=not ckpt_lib.available_steps(workdir))
   distributed.barrier("tfm-data-ready")
   if not lead:
-    sources.prepare(config.data, create_data_dir=True)  # the lead checked that the path exists
+    sources.prepare(source, create_data_dir=True)  # the lead checked that the path exists
   tokenizer = tokenizer_lib.get_tokenizer(config.data, workdir)
   check_vocabulary(config, tokenizer.vocab_size)
   distributed.barrier("tfm-data-everywhere")
@@ -103,8 +104,8 @@ def train_batches(config: Config, tokenizer, exp: Experiment):
   keywords = dict(process_index=jax.process_index(), process_count=jax.process_count(),
                   row_multiple=exp.batch_row_multiple)
   if _on_cpu(exp):
-    return pipeline.train_iterator(config.data, tokenizer, **keywords)
-  return batch_process.BatchProcess(config.data, tokenizer, **keywords)
+    return pipeline.train_iterator(config.data, exp.data_source, tokenizer, **keywords)
+  return batch_process.BatchProcess(config.data, exp.data_source, tokenizer, **keywords)
 
 
 def _data_position(iterator):
@@ -122,9 +123,9 @@ def _data_position(iterator):
 def _train(config: Config, held: Workdir, log: logs.WorkdirLog, stream, preemption: Preemption):
   workdir = os.fspath(held.path)
   held.check_config(config.to_dict())  # before anything is written: a resume is the same model
-  tokenizer = prepare_data(config, workdir)
-  tc = config.train
   exp = Experiment(config)
+  tokenizer = prepare_data(config, exp.data_source, workdir)
+  tc = config.train
   with contextlib.ExitStack() as cleanup:  # closed in reverse order, whatever happens
     iterator = train_batches(config, tokenizer, exp)
     cleanup.callback(iterator.close)
@@ -160,11 +161,12 @@ def _train(config: Config, held: Workdir, log: logs.WorkdirLog, stream, preempti
       writer.text(f"tfm: resumed from step {start} in {workdir}")
     batches = prefetch.prefetch_to_device(iterator, exp.batch_sharding)
     cleanup.callback(batches.close)
-    evaluate_dev = DevLoss(config.data, tokenizer, exp.eval_step, exp.batch_sharding,
+    evaluate_dev = DevLoss(config.data, exp.data_source, tokenizer, exp.eval_step, exp.batch_sharding,
                            row_multiple=exp.batch_shards)
     evaluate_bleu = None
     if config.eval.bleu_every:
-      evaluate_bleu = DevBleu(config.data, tokenizer, exp.translate_fn(eos_id=tokenizer.eos_id),
+      evaluate_bleu = DevBleu(config.data, exp.data_source, tokenizer,
+                              exp.translate_fn(eos_id=tokenizer.eos_id),
                               batch_size=exp.decode_rows(config.eval.batch_size),
                               limit=config.eval.bleu_examples, compounds=config.eval.compounds)
     return run_steps(StepRunner(

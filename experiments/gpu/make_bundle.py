@@ -87,14 +87,15 @@ def build_data(config, data_root: Path) -> dict:
   # pylint: disable=import-outside-toplevel
   from tfm.data import cache, exported, sources, tokenizer
   data = config.data
-  sources.prepare(data, create_data_dir=data.data_dir is not None)
-  splits = {tfds_split: sources.open_split(data, split)
-            for split, tfds_split in sources.SPLITS.items()}
+  source = sources.DataSource.of(data)
+  sources.prepare(source, create_data_dir=data.data_dir is not None)
+  splits = {tfds_split: source.open(split) for split, tfds_split in source.splits}
   bundled = data.replace(data_dir=str(data_root), manual_dir=None, vocab_dir=str(data_root / "vocab"),
                          cache_dir=None, cache=True)
   exported.write(exported.export_dir(bundled), data.dataset, splits)
-  tok = tokenizer.get_tokenizer(bundled)  # trained from the export's train split
-  cache.open_cache(bundled, tok)
+  from_export = sources.DataSource.of(bundled)
+  tok = tokenizer.get_tokenizer(bundled, source=from_export)  # trained from the export's split
+  cache.open_cache(bundled, from_export, tok)
   if tok.vocab_size != data.vocab_size:
     raise ValueError(f"the vocabulary has {tok.vocab_size} pieces, data.vocab_size is "
                      f"{data.vocab_size}: the corpus is too small for it; lower data.vocab_size")

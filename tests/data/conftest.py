@@ -25,8 +25,8 @@ def bible_env(tmp_path_factory):
                    data_dir=str(root / "tfds"), manual_dir=sword_dir, vocab_size=VOCAB_SIZE,
                    vocab_dir=str(root / "vocab"), max_length=MAX_LENGTH,
                    tokens_per_batch=MAX_LENGTH * ROWS, overlong="truncate")
-  builder = sources.prepare(cfg, create_data_dir=True)
-  tok = tokenizer.get_tokenizer(cfg, None)
+  builder = sources.prepare(sources.DataSource.of(cfg), create_data_dir=True)
+  tok = tokenizer.get_tokenizer(cfg, None, source=sources.DataSource.of(cfg))
   return {"cfg": cfg, "tokenizer": tok, "builder": builder, "root": root, "sword_dir": sword_dir}
 
 

@@ -26,17 +26,19 @@ def main():
   process_id, port, config_path, out_path = sys.argv[1:5]
   jax.distributed.initialize(coordinator_address=f"127.0.0.1:{port}", num_processes=2,
                              process_id=int(process_id), initialization_timeout=60)
-  from tfm.data import pipeline, prefetch, tokenizer  # pylint: disable=import-outside-toplevel
+  from tfm.data import pipeline, prefetch, sources, tokenizer  # pylint: disable=import-outside-toplevel
   from tfm.data.config import DataConfig  # pylint: disable=import-outside-toplevel
   with open(config_path, encoding="utf-8") as f:
     cfg = DataConfig(**json.load(f))
-  tok = tokenizer.get_tokenizer(cfg, None)
+  tok = tokenizer.get_tokenizer(cfg, None, source=sources.DataSource.of(cfg))
   index, count = jax.process_index(), jax.process_count()
-  it = pipeline.train_iterator(cfg, tok, process_index=index, process_count=count, num_epochs=1)
+  source = sources.DataSource.of(cfg)
+  it = pipeline.train_iterator(cfg, source, tok, process_index=index, process_count=count,
+                               num_epochs=1)
   batches = list(it)
   train = [[a, b] for batch in batches
            for a, b in zip(segments(batch, "inputs"), segments(batch, "targets"))]
-  dev = pipeline.eval_batches(cfg, tok, "dev", process_index=index, process_count=count)
+  dev = pipeline.eval_batches(cfg, source, tok, "dev", process_index=index, process_count=count)
   mesh = jax.sharding.Mesh(np.array(jax.devices()), ("data",))
   sharding = jax.sharding.NamedSharding(mesh, jax.sharding.PartitionSpec("data"))
   global_batch = next(prefetch.prefetch_to_device(iter(batches[:1]), sharding))

@@ -29,7 +29,7 @@ def main():
   pathlib.Path(ready).touch()
   while not os.path.exists(go):
     time.sleep(0.005)
-  sources.prepare(cfg)
+  sources.prepare(sources.DataSource.of(cfg))
 
 
 if __name__ == "__main__":

@@ -24,7 +24,7 @@ def test_overlong_counts(cfg, tok, policy):
   lengths = _train_lengths(tok)
   overlong = sum(1 for a, b in lengths if max(a, b) > 24)
   assert 0 < overlong < len(lengths)
-  it = pipeline.train_iterator(cfg, tok, num_epochs=1)
+  it = pipeline.train_iterator(cfg, sources.DataSource.of(cfg), tok, num_epochs=1)
   batches = list(it)
   stats = it.stats()
   assert stats["examples_read"] == len(lengths)
@@ -54,14 +54,14 @@ def test_empty_and_non_utf8_are_skipped_and_counted(cfg, tok, monkeypatch):
   good = [(f"light day {i}.".encode(), f"luz dia {i}.".encode()) for i in range(20)]
   bad = [(b"", b"luz."), (b"   ", b"x"), (b"light.", b"\n"), (b"\xff\xfe light", b"luz."),
          (b"light.", b"caf\xe9")]
-  monkeypatch.setattr(sources, "open_split", lambda cfg, split: _ListSource(good + bad))
-  it = pipeline.train_iterator(cfg, tok, num_epochs=1)
+  monkeypatch.setattr(sources.DataSource, "open", lambda self, split: _ListSource(good + bad))
+  it = pipeline.train_iterator(cfg, sources.DataSource.of(cfg), tok, num_epochs=1)
   rows = sum(len(list(testlib.segments(b, "inputs"))) for b in it)
   stats = it.stats()
   assert rows == 20
   assert stats["skipped_empty"] == 3 and stats["skipped_non_utf8"] == 2
   assert stats["examples_read"] == 25 and stats["examples_kept"] == 20
-  pairs = pipeline.eval_text_pairs(cfg, "dev")
+  pairs = pipeline.eval_text_pairs(cfg, sources.DataSource.of(cfg), "dev")
   assert len(pairs) == 20 and pairs[0] == ("light day 0.", "luz dia 0.")
 
 
@@ -102,11 +102,12 @@ def test_bad_values_name_key(key, value, message):
 def test_rows_are_rounded_up_to_divide_among_hosts(cfg, tok):
   cfg = cfg.replace(tokens_per_batch=cfg.max_length * 3)  # 3 rows on 2 hosts: 4 rows, 2 each
   for index in range(2):
-    batch = next(pipeline.train_iterator(cfg, tok, process_index=index, process_count=2))
+    batch = next(pipeline.train_iterator(cfg, sources.DataSource.of(cfg), tok, process_index=index,
+                                         process_count=2))
     assert batch["inputs"].shape == (2, cfg.max_length)
 
 
 def test_unprepared_dataset_is_a_clear_error(cfg, tmp_path):
   cfg = cfg.replace(data_dir=str(tmp_path))
   with pytest.raises(FileNotFoundError, match=r"not prepared in data\.data_dir"):
-    sources.open_split(cfg, "train")
+    sources.DataSource.of(cfg).open("train")

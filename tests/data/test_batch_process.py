@@ -4,7 +4,7 @@ with the same checkpointable states, resumable from either side."""
 import pytest
 
 import tfm_data_testlib as testlib
-from tfm.data import pipeline
+from tfm.data import pipeline, sources
 from tfm.data.batch_process import BatchProcess, BatchProcessError
 
 
@@ -20,13 +20,13 @@ def test_the_process_gives_the_in_process_batches_and_states(cfg, tok):
   """6 batches in order, each with the state after it; then a fresh BatchProcess set to the state
   after batch 2 (written by the in-process iterator) gives batches 3-6 again, and an in-process
   iterator set to the process's state after batch 4 gives 5 and 6."""
-  reference = pipeline.train_iterator(cfg, tok)
+  reference = pipeline.train_iterator(cfg, sources.DataSource.of(cfg), tok)
   try:
     want, want_states = _take(reference, 6)
     want_stats = reference.stats()
   finally:
     reference.close()
-  process = BatchProcess(cfg, tok)
+  process = BatchProcess(cfg, sources.DataSource.of(cfg), tok)
   try:
     assert process.get_state() is None  # nothing taken yet
     got, got_states = _take(process, 6)
@@ -37,7 +37,7 @@ def test_the_process_gives_the_in_process_batches_and_states(cfg, tok):
     process.close()
   assert testlib.same_batches(got, want) and got_states == want_states
   assert testlib.same_batches(again, want[2:])
-  resumed = pipeline.train_iterator(cfg, tok)
+  resumed = pipeline.train_iterator(cfg, sources.DataSource.of(cfg), tok)
   try:
     resumed.set_state(got_states[3])
     assert testlib.same_batches(_take(resumed, 2)[0], want[4:])
@@ -48,7 +48,8 @@ def test_the_process_gives_the_in_process_batches_and_states(cfg, tok):
 def test_an_error_in_the_process_reaches_the_caller(cfg, tok, tmp_path):
   """A data directory without the dataset: the process's exception, with its traceback, is raised
   by next(), and the iterator is finished."""
-  process = BatchProcess(cfg.replace(data_dir=str(tmp_path / "empty")), tok)
+  empty = cfg.replace(data_dir=str(tmp_path / "empty"))
+  process = BatchProcess(empty, sources.DataSource.of(empty), tok)
   try:
     with pytest.raises(BatchProcessError, match="the batch process failed"):
       next(process)

@@ -69,7 +69,7 @@ def test_missing_manual_dir_names_config_key(cfg, tmp_path):
   cfg = cfg.replace(manual_dir=str(tmp_path / "does-not-exist"))
   cfg = cfg.replace(data_dir=str(tmp_path / "tfds"))
   with pytest.raises(FileNotFoundError, match=r"data\.manual_dir"):
-    sources.prepare(cfg, create_data_dir=True)
+    sources.prepare(sources.DataSource.of(cfg), create_data_dir=True)
 
 
 def test_manual_dir_without_modules_names_packages(cfg, tmp_path):
@@ -79,7 +79,7 @@ def test_manual_dir_without_modules_names_packages(cfg, tmp_path):
   cfg = cfg.replace(data_dir=str(tmp_path / "tfds"))
   with pytest.raises(FileNotFoundError, match="apt-get install sword-text-kjv sword-text-web "
                      "sword-text-sparv") as info:
-    sources.prepare(cfg, create_data_dir=True)
+    sources.prepare(sources.DataSource.of(cfg), create_data_dir=True)
   assert "data.manual_dir" in str(info.value)
 
 
@@ -101,14 +101,14 @@ def test_real_modules_read_a_book():
 def test_kjv_web_config_english_pair(cfg, tmp_path):
   cfg = cfg.replace(dataset="bible_translate/kjv-web", source_lang="kjv", target_lang="web")
   cfg = cfg.replace(data_dir=str(tmp_path / "tfds"))
-  sources.prepare(cfg, create_data_dir=True)
+  sources.prepare(sources.DataSource.of(cfg), create_data_dir=True)
   expected = testlib.clean_pairs(source="kjv", target="web")
   got = {}
   for split in ("train", "validation", "test"):
     for example in _read_split(cfg, split):
       got[example["ref"]] = (example["kjv"], example["web"])
   assert got == expected
-  assert sources.open_split(cfg, "train")[0] in set(expected.values()) | {
+  assert sources.DataSource.of(cfg).open("train")[0] in set(expected.values()) | {
       tuple(v.encode() for v in pair) for pair in expected.values()}
 
 

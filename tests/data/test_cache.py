@@ -11,7 +11,7 @@ from tfm.data import cache, examples, pipeline, sources, tokenizer
 
 
 def _take(cfg, tok, n, **kwargs):
-  it = pipeline.train_iterator(cfg, tok, **kwargs)
+  it = pipeline.train_iterator(cfg, sources.DataSource.of(cfg), tok, **kwargs)
   try:
     return [next(it) for _ in range(n)], it.stats()
   finally:
@@ -40,8 +40,8 @@ def test_each_host_caches_its_own_shard(cfg, tok, tmp_path):
 
 def test_cache_holds_each_examples_ids(cfg, tok, tmp_path):
   cfg = cfg.replace(cache=True, cache_dir=str(tmp_path), overlong="filter", max_length=32)
-  tokens = cache.open_cache(cfg, tok, process_index=1, process_count=2)
-  source = sources.open_split(cfg, "train")
+  tokens = cache.open_cache(cfg, sources.DataSource.of(cfg), tok, process_index=1, process_count=2)
+  source = sources.DataSource.of(cfg).open("train")
   host = range(1, len(source), 2)
   assert len(tokens) == len(host) and tokens.meta["dtype"] == "uint16"
   chunk = tokens.chunk(np.arange(len(host)))
@@ -68,9 +68,10 @@ def test_cache_holds_each_examples_ids(cfg, tok, tmp_path):
 
 def test_cache_key_changes_with_what_the_ids_depend_on(cfg, tok, tmp_path):
   cfg = cfg.replace(cache=True, cache_dir=str(tmp_path))
-  source = sources.open_split(cfg, "train")
+  source = sources.DataSource.of(cfg).open("train")
   key = lambda c, t=tok, count=1: cache.cache_dir(c, t, source, 0, count)
-  other_vocab = tokenizer.get_tokenizer(cfg.replace(vocab_size=200, vocab_dir=str(tmp_path)))
+  other_vocab = tokenizer.get_tokenizer(cfg.replace(vocab_size=200, vocab_dir=str(tmp_path)),
+                                        source=sources.DataSource.of(cfg))
   changed = [key(cfg.replace(max_length=32)), key(cfg.replace(overlong="filter")),
              key(cfg, other_vocab), key(cfg, count=2)]
   assert len(set(changed + [key(cfg)])) == 5
@@ -92,7 +93,7 @@ def test_build_with_workers_writes_the_same_cache(cfg, tok, tmp_path):
   dirs = []
   for workers in (0, 2):
     c = cfg.replace(cache=True, cache_dir=str(tmp_path / f"w{workers}"), num_workers=workers)
-    dirs.append(cache.open_cache(c, tok).directory)
+    dirs.append(cache.open_cache(c, sources.DataSource.of(c), tok).directory)
   names = sorted(os.listdir(dirs[0]))
   assert names == sorted(os.listdir(dirs[1])) and "inputs.bin" in names
   for name in names:
@@ -105,15 +106,16 @@ def test_build_with_workers_writes_the_same_cache(cfg, tok, tmp_path):
 @pytest.mark.slow
 def test_cached_batches_with_workers_resume_exactly(cfg, tok, tmp_path):
   cached = cfg.replace(cache=True, cache_dir=str(tmp_path), num_workers=2)
-  cache.open_cache(cached.replace(num_workers=0), tok)  # built in process: 2 worker starts less
+  # Built in process: 2 worker starts less.
+  cache.open_cache(cached.replace(num_workers=0), sources.DataSource.of(cached), tok)
   want, _ = _take(cfg, tok, 12)  # in process, tokenizing on the fly
-  it = pipeline.train_iterator(cached, tok)
+  it = pipeline.train_iterator(cached, sources.DataSource.of(cached), tok)
   try:
     first = [next(it) for _ in range(5)]
     state = it.get_state()
   finally:
     it.close()
-  resumed = pipeline.train_iterator(cached, tok)
+  resumed = pipeline.train_iterator(cached, sources.DataSource.of(cached), tok)
   try:
     resumed.set_state(state)
     rest = [next(resumed) for _ in range(7)]

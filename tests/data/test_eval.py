@@ -6,7 +6,7 @@ import numpy as np
 import tensorflow_datasets as tfds
 
 import tfm_data_testlib as testlib
-from tfm.data import pipeline
+from tfm.data import pipeline, sources
 from conftest import MAX_LENGTH, ROWS
 
 
@@ -24,30 +24,33 @@ def test_eval_batches_cover_dev_in_order(cfg, tok):
   dev = _dev_in_order(cfg)
   assert set(dev) == {p for ref, p in testlib.clean_pairs().items()
                       if testlib.expected_split(ref) == "validation"}
-  batches = pipeline.eval_batches(cfg, tok, "dev")
+  batches = pipeline.eval_batches(cfg, sources.DataSource.of(cfg), tok, "dev")
   assert all(b["inputs"].shape == (ROWS, MAX_LENGTH) for b in batches)
   assert all(np.all(b["inputs_segmentation"] <= 1) for b in batches)
   want = [tuple(tuple(ids if len(ids) <= MAX_LENGTH else ids[:MAX_LENGTH - 1] + [1])
                 for ids in (tok.encode(s), tok.encode(t))) for s, t in dev]
   assert _segments(batches) == want
-  assert pipeline.eval_text_pairs(cfg, "dev") == dev
+  assert pipeline.eval_text_pairs(cfg, sources.DataSource.of(cfg), "dev") == dev
 
 
 def test_eval_max_examples(cfg, tok):
   cfg = cfg.replace(eval_max_examples=5)
   dev = _dev_in_order(cfg)[:5]
-  assert pipeline.eval_text_pairs(cfg, "dev") == dev
-  assert [tok.decode(s) for s, _ in _segments(pipeline.eval_batches(cfg, tok, "dev"))] == [
+  assert pipeline.eval_text_pairs(cfg, sources.DataSource.of(cfg), "dev") == dev
+  batches = pipeline.eval_batches(cfg, sources.DataSource.of(cfg), tok, "dev")
+  assert [tok.decode(s) for s, _ in _segments(batches)] == [
       s for s, _ in dev]
 
 
 def test_eval_hosts_disjoint_complete_same_batch_count(cfg, tok):
   cfg = cfg.replace(tokens_per_batch=MAX_LENGTH * 4)  # 2 rows per host, several batches
-  per_host = [pipeline.eval_batches(cfg, tok, "test", process_index=i, process_count=2)
+  per_host = [pipeline.eval_batches(cfg, sources.DataSource.of(cfg), tok, "test", process_index=i,
+                                    process_count=2)
               for i in range(2)]
   assert len(per_host[0]) == len(per_host[1]) > 1
   assert all(b["inputs"].shape == (2, MAX_LENGTH) for h in per_host for b in h)
   segs = [collections.Counter(_segments(h)) for h in per_host]
   assert not set(segs[0]) & set(segs[1])
-  everything = collections.Counter(_segments(pipeline.eval_batches(cfg, tok, "test")))
+  everything = collections.Counter(
+      _segments(pipeline.eval_batches(cfg, sources.DataSource.of(cfg), tok, "test")))
   assert segs[0] + segs[1] == everything

@@ -19,7 +19,8 @@ def export_cfg(bible_env, tmp_path_factory):
   """The fake Bible's splits exported into a data.data_dir of their own."""
   cfg = bible_env["cfg"]
   data_dir = tmp_path_factory.mktemp("export")
-  splits = {name: sources.open_split(cfg, split) for split, name in sources.SPLITS.items()}
+  source = sources.DataSource.of(cfg)
+  splits = {name: source.open(split) for split, name in source.splits}
   exported_cfg = cfg.replace(data_dir=str(data_dir), manual_dir=None)
   exported.write(exported.export_dir(exported_cfg), cfg.dataset, splits)
   return exported_cfg
@@ -27,14 +28,17 @@ def export_cfg(bible_env, tmp_path_factory):
 
 def test_export_reads_as_the_tfds_splits(cfg, export_cfg):
   for split in sources.SPLITS:
-    want = sources.open_split(cfg, split)
-    got = sources.open_split(export_cfg, split)
+    want = sources.DataSource.of(cfg).open(split)
+    got = sources.DataSource.of(export_cfg).open(split)
     assert isinstance(got, exported.ExportedSplit) and len(got) == len(want) > 0
     assert got.version == want.version and got.version
     assert [got[i] for i in range(len(got))] == [
         tuple(bytes(v).decode("utf-8") for v in want[i]) for i in range(len(want))]
-  assert pipeline.eval_text_pairs(export_cfg, "dev") == pipeline.eval_text_pairs(cfg, "dev")
-  assert sources.prepare(export_cfg) is None  # ready as it is: no TFDS builder
+  from_export = sources.DataSource.of(export_cfg)
+  assert from_export.export == exported.export_dir(export_cfg)
+  assert pipeline.eval_text_pairs(export_cfg, from_export, "dev") == pipeline.eval_text_pairs(
+      cfg, sources.DataSource.of(cfg), "dev")
+  assert sources.prepare(from_export) is None  # ready as it is: no TFDS builder
 
 
 def test_export_finds_the_token_cache_built_from_tfds(cfg, export_cfg, tok, tmp_path):
@@ -42,12 +46,12 @@ def test_export_finds_the_token_cache_built_from_tfds(cfg, export_cfg, tok, tmp_
   from the TFDS split serves the export, and their batches are the same."""
   from_tfds = cfg.replace(cache=True, cache_dir=str(tmp_path), overlong="truncate")
   from_export = export_cfg.replace(cache=True, cache_dir=str(tmp_path), overlong="truncate")
-  built = cache.open_cache(from_tfds, tok)
-  found = cache.open_cache(from_export, tok)
+  built = cache.open_cache(from_tfds, sources.DataSource.of(from_tfds), tok)
+  found = cache.open_cache(from_export, sources.DataSource.of(from_export), tok)
   assert found.directory == built.directory and os.listdir(tmp_path) == [
       os.path.basename(os.path.dirname(built.directory))]
-  want = pipeline.train_iterator(from_tfds, tok)
-  got = pipeline.train_iterator(from_export, tok)
+  want = pipeline.train_iterator(from_tfds, sources.DataSource.of(from_tfds), tok)
+  got = pipeline.train_iterator(from_export, sources.DataSource.of(from_export), tok)
   try:
     assert testlib.same_batches([next(got) for _ in range(5)], [next(want) for _ in range(5)])
   finally:
@@ -65,8 +69,9 @@ from tfm.data.config import DataConfig
 from tfm.data import pipeline, sources
 cfg = DataConfig(dataset={export_cfg.dataset!r}, source_lang="en", target_lang="es",
                  data_dir={export_cfg.data_dir!r}, vocab_size=300)
-sources.prepare(cfg)
-print(len(sources.open_split(cfg, "train")), len(pipeline.eval_text_pairs(cfg, "dev")))
+source = sources.DataSource.of(cfg)
+sources.prepare(source)
+print(len(source.open("train")), len(pipeline.eval_text_pairs(cfg, source, "dev")))
 """
   done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=False,
                         env={**os.environ, "PYTHONPATH": ROOT}, timeout=120)

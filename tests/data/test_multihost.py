@@ -56,7 +56,7 @@ def test_two_processes_read_disjoint_complete_shards(cfg, tok, tmp_path):
 def test_host_shards_are_the_splits_strided_slices(cfg):
   """HostShard(split, i, n, limit) is split[:limit][i::n] whichever way it is read, so the train
   shards, the eval shards and the token cache's shard agree; a host outside the count is refused."""
-  source = sources.open_split(cfg, "train")
+  source = sources.DataSource.of(cfg).open("train")
   everything = [source[i] for i in range(len(source))]
   for count, limit in ((1, None), (3, None), (3, 7), (4, len(source) + 5)):
     shards = [sources.HostShard(source, i, count, limit) for i in range(count)]

@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 
 import tfm_data_testlib as testlib
-from tfm.data import batching, cursor, packing, pipeline
+from tfm.data import batching, cursor, packing, pipeline, sources
 from conftest import MAX_LENGTH, ROWS
 
 
@@ -85,7 +85,7 @@ def test_pack_first_fit_by_hand():
 
 
 def test_one_epoch_preserves_every_train_pair(cfg, tok):
-  it = pipeline.train_iterator(cfg, tok, num_epochs=1)
+  it = pipeline.train_iterator(cfg, sources.DataSource.of(cfg), tok, num_epochs=1)
   batches = list(it)
   assert all(b["inputs"].shape == (ROWS, MAX_LENGTH) for b in batches)
   for batch in batches:
@@ -116,12 +116,13 @@ def test_bucketed_batches_are_refused_on_several_hosts(cfg, tok):
   """Each host would fill its buckets from its own shard and pick its own bucket length for a step
   (host 0 [6, 32] while host 1 gives [4, 48]): the step's global batch could not be assembled."""
   with pytest.raises(ValueError, match=r"data\.packing=False .* not 2"):
-    pipeline.train_iterator(cfg.replace(packing=False), tok, process_index=1, process_count=2)
+    pipeline.train_iterator(cfg.replace(packing=False), sources.DataSource.of(cfg), tok,
+                            process_index=1, process_count=2)
 
 
 def test_bucketed_batches_shapes_and_content(cfg, tok):
   cfg = cfg.replace(packing=False)
-  it = pipeline.train_iterator(cfg, tok, num_epochs=1)
+  it = pipeline.train_iterator(cfg, sources.DataSource.of(cfg), tok, num_epochs=1)
   batches = list(it)
   boundaries = batching.bucket_boundaries(MAX_LENGTH)
   shapes = {b["inputs"].shape for b in batches}
@@ -176,11 +177,13 @@ def test_packed_rows_round_up_to_split(cfg, hosts, multiple, rows):
 
 
 def test_packed_batches_have_the_rounded_rows(cfg, tok):
-  batches = list(pipeline.train_iterator(cfg, tok, num_epochs=1, row_multiple=3))
+  batches = list(pipeline.train_iterator(cfg, sources.DataSource.of(cfg), tok, num_epochs=1,
+                                         row_multiple=3))
   assert batches and all(b["inputs"].shape == (9, MAX_LENGTH) for b in batches)
 
 
 def test_bucketed_batches_split_over_the_step(cfg, tok):
   cfg = cfg.replace(packing=False)
-  batches = list(pipeline.train_iterator(cfg, tok, num_epochs=1, row_multiple=5))
+  batches = list(pipeline.train_iterator(cfg, sources.DataSource.of(cfg), tok, num_epochs=1,
+                                         row_multiple=5))
   assert batches and all(b["inputs"].shape[0] % 5 == 0 for b in batches)  # budgets: 48, 32, 24 rows...

@@ -4,16 +4,17 @@ import jax
 import numpy as np
 import pytest
 
-from tfm.data import pipeline, prefetch
+from tfm.data import pipeline, prefetch, sources
 
 
 def test_prefetch_matches_host_batches_and_resumes(cfg, tok):
   sharding = jax.sharding.NamedSharding(
       jax.sharding.Mesh(np.array(jax.devices()[:1]), ("data",)),
       jax.sharding.PartitionSpec("data"))
-  host = pipeline.train_iterator(cfg, tok)
+  host = pipeline.train_iterator(cfg, sources.DataSource.of(cfg), tok)
   expected = [next(host) for _ in range(6)]
-  device_it = prefetch.prefetch_to_device(pipeline.train_iterator(cfg, tok), sharding, size=2)
+  device_it = prefetch.prefetch_to_device(
+      pipeline.train_iterator(cfg, sources.DataSource.of(cfg), tok), sharding, size=2)
   got = [next(device_it) for _ in range(3)]
   for g, e in zip(got, expected):
     assert g.keys() == e.keys()
@@ -22,7 +23,7 @@ def test_prefetch_matches_host_batches_and_resumes(cfg, tok):
       np.testing.assert_array_equal(np.asarray(g[key]), e[key])
   state = device_it.get_state()  # after 3 consumed batches, although more were prefetched
   device_it.close()
-  resumed = pipeline.train_iterator(cfg, tok)
+  resumed = pipeline.train_iterator(cfg, sources.DataSource.of(cfg), tok)
   resumed.set_state(state)
   for e in expected[3:]:
     b = next(resumed)

@@ -7,6 +7,7 @@ import pytest
 
 import tfm_data_testlib as testlib
 from tfm.data import tokenizer as tokenizer_lib
+from tfm.data.sources import DataSource
 
 
 def test_id_contract(tok):
@@ -71,7 +72,7 @@ def test_cache_key_depends_on_dataset_and_size(cfg):
 
 
 def test_training_is_deterministic(cfg, tmp_path):
-  sentences = tokenizer_lib.training_sentences(cfg, max_sentences=10_000)
+  sentences = tokenizer_lib.training_sentences(DataSource.of(cfg), max_sentences=10_000)
   paths = [str(tmp_path / f"v{i}.model") for i in range(2)]
   for path in paths:
     tokenizer_lib.train_vocab(sentences, 200, path)
@@ -79,7 +80,7 @@ def test_training_is_deterministic(cfg, tmp_path):
 
 
 def test_training_sentences_bounded(cfg):
-  assert len(tokenizer_lib.training_sentences(cfg, max_sentences=20)) == 20
+  assert len(tokenizer_lib.training_sentences(DataSource.of(cfg), max_sentences=20)) == 20
 
 
 def test_missing_vocab_dir_is_a_clear_error(cfg):

@@ -36,11 +36,12 @@ def _normalize(text):
 
 def test_wmt14_en_de_end_to_end(mocked, tmp_path):
   cfg = _cfg(tmp_path)
-  sources.prepare(cfg, create_data_dir=True)  # download_and_prepare is a no-op under the mock
+  # download_and_prepare is a no-op under the mock
+  sources.prepare(sources.DataSource.of(cfg), create_data_dir=True)
   raw = tfds.data_source("wmt14_translate/de-en", split="train")
   examples = [raw[i] for i in range(len(raw))]
-  tok = tokenizer.get_tokenizer(cfg, None)
-  it = pipeline.train_iterator(cfg, tok, num_epochs=1)
+  tok = tokenizer.get_tokenizer(cfg, None, source=sources.DataSource.of(cfg))
+  it = pipeline.train_iterator(cfg, sources.DataSource.of(cfg), tok, num_epochs=1)
   batches = list(it)
   assert all(b["inputs"].shape == (4, 64) and b["inputs"].dtype == np.int32 for b in batches)
   got = collections.Counter(
@@ -51,9 +52,9 @@ def test_wmt14_en_de_end_to_end(mocked, tmp_path):
   assert got == want  # en -> de: inputs are English, targets German
   assert it.stats()["examples_read"] == NUM_EXAMPLES
 
-  dev = pipeline.eval_batches(cfg, tok, "dev")
+  dev = pipeline.eval_batches(cfg, sources.DataSource.of(cfg), tok, "dev")
   assert sum(len(list(testlib.segments(b, "inputs"))) for b in dev) == sum(want.values())
-  pairs = pipeline.eval_text_pairs(cfg, "test")
+  pairs = pipeline.eval_text_pairs(cfg, sources.DataSource.of(cfg), "test")
   assert [(_normalize(a), _normalize(b)) for a, b in pairs] == [
       (_normalize(e["en"]), _normalize(e["de"])) for e in examples if e["en"].strip() and e["de"].strip()]
 
@@ -62,7 +63,7 @@ def test_wmt14_en_de_end_to_end(mocked, tmp_path):
                                            ("wmt_t2t_translate/de-en", ("de", "en"))])
 def test_other_wmt_sources_and_directions(mocked, tmp_path, dataset, langs):
   cfg = _cfg(tmp_path, dataset, *langs)  # validated when built
-  source = sources.open_split(cfg, "dev")
+  source = sources.DataSource.of(cfg).open("dev")
   raw = tfds.data_source(dataset, split="validation")
   assert len(source) == NUM_EXAMPLES
   assert source[3] == (raw[3][langs[0]], raw[3][langs[1]])
@@ -70,10 +71,10 @@ def test_other_wmt_sources_and_directions(mocked, tmp_path, dataset, langs):
 
 def test_wmt14_token_cache_gives_the_same_batches(mocked, tmp_path):
   cfg = _cfg(tmp_path)
-  sources.prepare(cfg, create_data_dir=True)
-  tok = tokenizer.get_tokenizer(cfg, None)
-  want = list(pipeline.train_iterator(cfg, tok, num_epochs=2))
+  sources.prepare(sources.DataSource.of(cfg), create_data_dir=True)
+  tok = tokenizer.get_tokenizer(cfg, None, source=sources.DataSource.of(cfg))
+  want = list(pipeline.train_iterator(cfg, sources.DataSource.of(cfg), tok, num_epochs=2))
   cached = cfg.replace(cache=True)  # cache_dir None: under data.data_dir
-  got = list(pipeline.train_iterator(cached, tok, num_epochs=2))
+  got = list(pipeline.train_iterator(cached, sources.DataSource.of(cached), tok, num_epochs=2))
   assert testlib.same_batches(got, want)
   assert list((tmp_path / "tfds" / "tfm_cache").glob("*/host-0-of-1/meta.json"))

@@ -6,7 +6,7 @@ import grain
 import pytest
 
 import tfm_data_testlib as testlib
-from tfm.data import pipeline, workers
+from tfm.data import pipeline, sources, workers
 
 
 def _take(it, n):
@@ -14,7 +14,7 @@ def _take(it, n):
 
 
 def _batches(cfg, tok, n, state=None):
-  it = pipeline.train_iterator(cfg, tok)
+  it = pipeline.train_iterator(cfg, sources.DataSource.of(cfg), tok)
   try:
     if state is not None:
       it.set_state(state)
@@ -52,7 +52,8 @@ def test_two_workers_give_the_in_process_batches(cfg, tok, packing):
 
 @pytest.mark.slow
 def test_resume_mid_epoch_with_workers_is_exact(cfg, tok):
-  reference = pipeline.train_iterator(cfg, tok)  # in-process, never interrupted
+  # In-process, never interrupted.
+  reference = pipeline.train_iterator(cfg, sources.DataSource.of(cfg), tok)
   _take(reference, 5)
   expected = _take(reference, 10)
   reference.close()

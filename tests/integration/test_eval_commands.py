@@ -96,3 +96,57 @@ def test_a_workdir_whose_mesh_does_not_fit_here_is_evaluated_data_parallel(train
   assert ("the workdir's mesh (data=-1, fsdp=2, tensor=2) does not fit the 1 device(s) here: "
           "data parallel over them instead") in outputs[1].err
   assert "mesh" not in outputs[0].err
+
+
+@pytest.fixture
+def read_only(trained, tmp_path):
+  """A copy of the trained workdir behind a read-only bind mount (root only: chmod does not stop
+  root, a mount does)."""
+  import shutil  # pylint: disable=import-outside-toplevel
+  import subprocess  # pylint: disable=import-outside-toplevel
+  copy, mount = tmp_path / "copy", tmp_path / "read_only"
+  shutil.copytree(trained, copy)
+  mount.mkdir()
+  if subprocess.run(["mount", "-o", "bind,ro", str(copy), str(mount)],
+                    capture_output=True).returncode != 0:
+    pytest.skip("a read-only bind mount needs root (mount -o bind,ro)")
+  try:
+    with pytest.raises(OSError):  # really read-only
+      (mount / "probe").write_text("")
+    yield mount
+  finally:
+    subprocess.run(["umount", str(mount)], check=True)
+
+
+def test_commands_that_read_a_run_work_on_a_read_only_workdir(read_only, tmp_path, capsys):
+  """eval prints its results and says in one line where it could not save them; --out saves them
+  elsewhere, the same file it writes into a writable workdir. translate needs no write; plot and
+  attention say where their figure could not go, and --out draws it elsewhere."""
+  before = sorted(p.name for p in read_only.rglob("*"))
+  assert cli.main(["tfm", "eval", f"--workdir={read_only}", "--limit=4", "--average=1"]) == 0
+  out = capsys.readouterr()
+  target = read_only / "eval_dev_6_avg1_first4.json"
+  assert "perplexity" in out.out and "written" not in out.out
+  (line,) = [l for l in out.err.splitlines() if "could not save" in l]
+  assert line == (f"tfm: could not save the results to {target} (Read-only file system); "
+                  "--out=FILE saves it elsewhere")
+  saved = tmp_path / "eval.json"
+  assert cli.main(["tfm", "eval", f"--workdir={read_only}", "--limit=4", "--average=1",
+                   f"--out={saved}"]) == 0
+  printed = capsys.readouterr().out
+  result = json.loads(saved.read_text())
+  assert result["checkpoints"] == [6] and f"{result['perplexity']}" in printed
+  source = tmp_path / "in.txt"
+  source.write_text("in the beginning god made the light\n", encoding="utf-8")
+  assert cli.main(["tfm", "translate", f"--workdir={read_only}", f"--input={source}"]) == 0
+  assert len(capsys.readouterr().out.splitlines()) == 1
+  assert cli.main(["tfm", "plot", f"--workdir={read_only}"]) == 1
+  assert f"could not save the figure to {read_only / 'curves.png'} (Read-only file system)" in (
+      capsys.readouterr().err)
+  assert cli.main(["tfm", "attention", f"--workdir={read_only}", "--text=the word"]) == 1
+  assert f"could not save the figure to {read_only / 'attention.png'}" in capsys.readouterr().err
+  figure = tmp_path / "attention.png"
+  assert cli.main(["tfm", "attention", f"--workdir={read_only}", "--text=the word",
+                   f"--out={figure}"]) == 0
+  assert figure.read_bytes().startswith(b"\x89PNG")
+  assert sorted(p.name for p in read_only.rglob("*")) == before  # nothing half-written left

@@ -11,6 +11,25 @@ from tfm.config import load_config
 from tfm.model.params import count_params
 
 
+def _tensorboard_hparams(workdir):
+  """What TensorBoard's HParams dashboard reads of a run: {'experiment': HParamsPluginData's
+  experiment, 'start' / 'end': its session infos, 'scalars': {tag: value}}, read with TensorFlow's
+  own event reader and the hparams plugin's protos, not with tfm's code."""
+  import glob  # pylint: disable=import-outside-toplevel
+  import tensorflow as tf  # pylint: disable=import-outside-toplevel
+  from tensorboardX.proto.plugin_hparams_pb2 import HParamsPluginData  # pylint: disable=import-outside-toplevel
+  found = {"scalars": {}}
+  for path in glob.glob(os.path.join(workdir, "tensorboard", "events.out.tfevents.*")):
+    for event in tf.compat.v1.train.summary_iterator(path):
+      for value in event.summary.value:
+        if value.metadata.plugin_data.plugin_name == "hparams":
+          data = HParamsPluginData.FromString(value.metadata.plugin_data.content)
+          found[data.WhichOneof("data")] = getattr(data, data.WhichOneof("data"))
+        elif value.tag.startswith("sweep/"):
+          found["scalars"][value.tag] = (event.step, value.simple_value)
+  return found
+
+
 @pytest.mark.slow
 def test_grid_sweep_records_failures_and_skips_finished_runs(corpus, tmp_path, capsys):
   root = tmp_path / "sweep"
@@ -41,6 +60,20 @@ def test_grid_sweep_records_failures_and_skips_finished_runs(corpus, tmp_path, c
     # the same examples as `tfm eval`.
     assert [s for s, _ in r["dev_curve"]] == [3]
     assert r["dev_curve"][0][1] == pytest.approx(r["dev_ppl"], rel=1e-5)
+    # TensorBoard's HParams dashboard: the keys the grid varies, this run's values, its figures.
+    board = _tensorboard_hparams(root / r["name"])
+    hp = board["session_start_info"].hparams
+    assert (hp["model.num_heads"].number_value, hp["mesh.data"].number_value) == (heads, 1)
+    assert hp["group"].string_value == r["group"] and hp["seed"].number_value == 0
+    assert board["session_end_info"].status == 1  # STATUS_SUCCESS
+    assert {h.name for h in board["experiment"].hparam_infos} >= {"model.num_heads", "mesh.data",
+                                                                  "train.steps", "seed"}
+    assert {m.name.tag for m in board["experiment"].metric_infos} == {
+        "sweep/dev_ppl", "sweep/bleu", "sweep/tokenized_bleu", "sweep/wall_s"}
+    assert board["scalars"]["sweep/dev_ppl"] == (3, pytest.approx(r["dev_ppl"], rel=1e-6))
+    assert board["scalars"]["sweep/bleu"] == (3, pytest.approx(r["bleu"], rel=1e-6, abs=1e-6))
+  for r in failed:  # no figures to compare
+    assert "session_start_info" not in _tensorboard_hparams(root / r["name"])
   table = (root / "table.md").read_text()
   assert "| model.num_heads=1,mesh.data=1 | num_heads=1, data=1 | 1/1 |" in table
   assert "Failed runs:" in table and (root / "sweep.png").exists()

@@ -281,3 +281,26 @@ def test_glance_tables():
                                            (0.0004, "+0.0%"), (0.0, "0%"), (1.734, "+173%")])
 def test_glance_percent(change, shown):
   assert report._short_percent(change) == shown  # pylint: disable=protected-access
+
+
+@pytest.mark.parametrize("rows", [["base"], ["base", "A1"]])
+def test_a_grid_over_table_rows_is_titled_and_labelled_by_its_groups(rows):
+  """`tfm sweep --config=configs/table3_mini.py:base --grid train.learning_rate=0.5,1` (or over
+  several rows): the rows carry the paper's figures, the grid's points do not, so the figure is
+  each group's perplexity, named by the group, not Table 3's comparison with every tick 'base'."""
+  from tfm.figures import sweep as sweep_figure  # pylint: disable=import-outside-toplevel
+  runs = expand("configs/table3_mini.py", rows, parse_grid(["train.learning_rate=0.5,1"]), seeds=1)
+  paper = {"base": 4.92, "A1": 5.29}
+  results = [_result(r.row, r.seed, 10.0 + i, 5.0, paper[r.row], 25.8) for i, r in enumerate(runs)]
+  results = [dataclasses.replace(res, name=r.name, group=r.group) for res, r in zip(results, runs)]
+  fig, title = sweep_figure.draw(compare.groups(results))
+  (ax,) = [a for a in fig.axes if a.get_xticklabels()]
+  labels = [t.get_text() for t in ax.get_xticklabels()]
+  assert labels == [r.group for r in runs] == [
+      f"{row}+train.learning_rate={v}" for row in rows for v in ("0.5", "1")]
+  assert title == ("Dev perplexity per run group over train.learning_rate (rows "
+                   f"{', '.join(rows)})")
+  assert "Table 3" not in title and "paper" not in title
+  # Each group's own PPL (one seed: the marks and both error caps at it; not the rows' separators).
+  heights = [list(line.get_ydata()) for line in ax.get_lines() if len(line.get_ydata()) == len(runs)]
+  assert heights and all(h == [10.0 + i for i in range(len(runs))] for h in heights)

@@ -166,7 +166,7 @@ def test_a_save_killed_midway_leaves_nothing_after_the_next_run(tmp_path):
 
 def test_an_optimizer_state_numbered_by_optax_chain_is_named_and_its_params_still_restore(
     tiny_setup, tmp_path):
-  """Checkpoints before 7f67950 held opt_state as optax.chain's tuple (opt_state/0/mu/...)."""
+  """Checkpoints of older tfm versions held opt_state as optax.chain's tuple (opt_state/0/mu/...)."""
   import optax  # pylint: disable=import-outside-toplevel
   state = perturbed(tiny_setup.initial, 4)
   chain = optax.chain(optax.scale_by_adam(), optax.scale_by_learning_rate(1e-3))

@@ -33,17 +33,17 @@ def test_equal_sections_share_steps_and_each_init_is_a_fresh_state():
   assert Experiment(longer, compiler_options=FAST).train_step is first.train_step
   assert Experiment(longer, compiler_options=FAST).config.train.steps == 77
   # Anything the steps are built from, changed, builds them again.
-  built = first.parts
+  built = first.pieces
   cosine = dataclasses.replace(config.train, schedule="linear_cosine", steps=40)
-  cosine_parts = Experiment(config.replace(train=cosine), compiler_options=FAST).parts
-  assert cosine_parts is not built  # linear_cosine decays to train.steps: another length, another step
+  cosine_pieces = Experiment(config.replace(train=cosine), compiler_options=FAST).pieces
+  assert cosine_pieces is not built  # linear_cosine decays to train.steps: another length, another step
   assert Experiment(config.replace(train=dataclasses.replace(cosine, steps=41)),
-                    compiler_options=FAST).parts is not cosine_parts
+                    compiler_options=FAST).pieces is not cosine_pieces
   for changed in (config.replace(train=dataclasses.replace(config.train, label_smoothing=0.0)),
                   config.replace(model=dataclasses.replace(MODEL, dropout_rate=0.2)),
                   config.replace(mesh=dataclasses.replace(config.mesh, rules=config.mesh.rules[1:]))):
-    assert Experiment(changed, compiler_options=FAST).parts is not built
-  assert Experiment(config).parts is not built  # other compiler options
+    assert Experiment(changed, compiler_options=FAST).pieces is not built
+  assert Experiment(config).pieces is not built  # other compiler options
   # A shared init still gives each run its own arrays: a step donating one leaves the other intact.
   a, b = first.init_state(), second.init_state()
   initial = jax.device_get(b)
@@ -66,7 +66,7 @@ def test_parameters_alone_equal_the_states_parameters():
   config = experiment_config(MODEL, train_cfg(), mesh_cfg())
   alone = Experiment(config, model=Transformer(MODEL))  # a given model: its own pieces, unshared
   params, shardings = alone.abstract_params, alone.param_shardings
-  assert "abstract_state" not in alone.parts.__dict__
+  assert "state_and_shardings" not in alone.pieces
   trained = Experiment(config, model=Transformer(MODEL))
   assert trained.abstract_state.params is trained.abstract_params
   assert jax.tree.structure(trained.abstract_params) == jax.tree.structure(params)

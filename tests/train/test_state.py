@@ -33,7 +33,7 @@ def test_inference_parameters_need_no_optimizer():
   experiment_lib.forget_shared()
   exp = Experiment(experiment_config(cfg, train_cfg(), mesh_cfg()), devices=jax.devices()[:1])
   params = exp.abstract_params
-  assert "optimizer" not in exp.parts.__dict__  # nothing built it  # pylint: disable=protected-access
+  assert "optimizer" not in exp.pieces  # nothing built it
   state_params = exp.abstract_state.params
   same = jax.tree_util.tree_map(lambda a, b: (a.shape, a.dtype, a.sharding) == (b.shape, b.dtype, b.sharding),
                                 params, state_params)

@@ -25,6 +25,27 @@ def require_workdir(fv: flags.FlagValues):
     raise UsageError("--workdir is required")
 
 
+def save(what: str, target, data: bytes | str, given: bool, flag: str = "--out") -> bool:
+  """Writes `data` to `target` for a command that only reads a run (eval, plot, attention). A
+  target the user gave (`given`: --out) is written or the command fails with the error. The
+  default target, in the workdir, may be unwritable (a read-only workdir or bucket): then one line
+  on stderr says so, naming the flag that saves elsewhere, and it returns False; the command has
+  printed its results. `data` is made before the write, so only the storage's own errors (OSError,
+  gcsfs's, gfile's) reach the except clause."""
+  import sys  # pylint: disable=import-outside-toplevel
+  from tfm import storage  # pylint: disable=import-outside-toplevel
+  if given:
+    storage.write_atomically(target, data)
+    return True
+  try:
+    storage.write_atomically(target, data)
+  except Exception as e:  # pylint: disable=broad-except
+    reason = getattr(e, "strerror", None) or " ".join(str(e).split()) or type(e).__name__
+    print(f"tfm: could not save the {what} to {target} ({reason}); {flag}=FILE saves it "
+          "elsewhere", file=sys.stderr)
+    return False
+  return True
+
 
 def one_row(config, fv) -> None:
   """For commands that run one model: a table config (configs/table3.py) must name its row."""

@@ -6,7 +6,8 @@ attention weights of one layer (default: the last), one panel per head, a row pe
 self-attention, decoder self-attention, encoder-decoder attention (tfm/eval/sentence_attention.py,
 tfm/figures/attention.py). Layers and heads count from 1, as the paper's "layer 5 of 6" does.
 The weights come from the einsum attention kernel, whatever model.attention_impl says: the fused
-kernels never expose the probabilities (tfm/model/attention.py).
+kernels never expose the probabilities (tfm/model/attention.py). A workdir it cannot write
+(read-only) is said in one line; --out saves the figure elsewhere.
 """
 
 from __future__ import annotations
@@ -15,7 +16,7 @@ from absl import flags
 from etils import epath
 
 from tfm.commands import (UsageError, announce_backend, define_trained_flags, refuse_config,
-                           require_workdir)
+                           require_workdir, save)
 
 KINDS = ("encoder", "decoder", "cross")
 
@@ -91,4 +92,7 @@ def run(fv: flags.FlagValues, config):
                            *result.labels(kind)))
   title = f"{fv.text.strip()}  ->  {result.translation or '(an empty translation)'}"
   out = fv.out or epath.Path(fv.workdir) / "attention.png"
-  print(f"written: {figure.write_png(rows, heads, title, out)}")
+  if not save("figure", out, figure.png(rows, heads, title), given=fv.out is not None):
+    return 1  # the figure is all this command makes
+  print(f"written: {out}")
+  return 0

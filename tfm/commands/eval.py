@@ -3,19 +3,22 @@
 Prints and writes workdir/eval_<split>_<step>_avg<N>[_first<K>].json (step: the last checkpoint
 averaged; N: how many were; K: --limit) with sacreBLEU (and its signature), the paper's tokenized
 BLEU, dev perplexity per target token (no smoothing) and decoding speed. Another --average or
---limit writes another file, so no result overwrites a differently computed one.
+--limit writes another file, so no result overwrites a differently computed one. --out writes the
+JSON elsewhere; a workdir it cannot write (read-only) gets the results printed and one line saying
+where they could not be saved.
 """
 
 from __future__ import annotations
 
+import json
 import re
 import sys
 
 from absl import flags
 from etils import epath
 
-from tfm import storage
-from tfm.commands import announce_backend, define_trained_flags, refuse_config, require_workdir
+from tfm.commands import (announce_backend, define_trained_flags, refuse_config, require_workdir,
+                          save)
 
 
 SPLIT_HELP = ("the workdir's dataset's dev or test split (data.dataset: for WMT'14 newstest2013 and "
@@ -28,6 +31,8 @@ def define_flags(fv: flags.FlagValues):
   define_trained_flags(fv)
   flags.DEFINE_enum("split", "dev", ["dev", "test"], SPLIT_HELP, flag_values=fv)
   flags.DEFINE_integer("limit", None, LIMIT_HELP, lower_bound=0, flag_values=fv)
+  flags.DEFINE_string("out", None, "the JSON to write (default: WORKDIR/eval_<split>_<step>_avg<N>"
+                      "[_first<K>].json)", flag_values=fv)
 
 
 RESULT = re.compile(r"eval_(?P<split>dev|test)_(?P<step>\d+)_avg(?P<averaged>\d+)"
@@ -53,9 +58,9 @@ def run(fv: flags.FlagValues, config):
   t = load_trained(fv.workdir, fv.average)
   announce_backend(t.note)
   exp, c = t.experiment, t.config
-  losses = DevLoss(c.data, t.tokenizer, exp.eval_step, exp.batch_sharding, split=fv.split,
+  losses = DevLoss(c.data, exp.data_source, t.tokenizer, exp.eval_step, exp.batch_sharding, split=fv.split,
                    row_multiple=exp.batch_shards)(t.params)
-  bleu = DevBleu(c.data, t.tokenizer, exp.translate_fn(eos_id=t.tokenizer.eos_id),
+  bleu = DevBleu(c.data, exp.data_source, t.tokenizer, exp.translate_fn(eos_id=t.tokenizer.eos_id),
                  batch_size=exp.decode_rows(c.eval.batch_size), split=fv.split,
                  limit=fv.limit or 0, compounds=c.eval.compounds)
   progress = Counter(f"[eval] {fv.split}: decoding", len(bleu.pairs), "sentences", sys.stderr)
@@ -67,9 +72,9 @@ def run(fv: flags.FlagValues, config):
                 target_tokens=losses["tokens"], beam_size=c.eval.beam_size,
                 length_penalty=c.eval.length_penalty, max_extra_length=c.eval.max_extra_length,
                 train_source_tokens=tokens("real_inputs"), train_target_tokens=tokens("real_targets"))
-  path = epath.Path(fv.workdir) / result_name(fv.split, t.steps, fv.limit or 0)
-  if jax.process_index() == 0:
-    storage.write_json(path, result)
+  path = fv.out or epath.Path(fv.workdir) / result_name(fv.split, t.steps, fv.limit or 0)
   for key, value in result.items():
     print(f"{key:>22}: {value}")
-  print(f"{'written':>22}: {path}")
+  if jax.process_index() == 0 and save("results", path, json.dumps(result, indent=1) + "\n",
+                                       given=fv.out is not None):
+    print(f"{'written':>22}: {path}")

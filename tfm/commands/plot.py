@@ -3,7 +3,7 @@
 Train and dev loss, dev perplexity, dev BLEU, the learning rate and loss against tokens seen, from
 the workdirs' TensorBoard events, several workdirs overlaid with their names (tfm/figures/curves.py).
 Default output: curves.png in the first workdir (tfm train also writes WORKDIR/curves.png at each
-evaluation).
+evaluation); a workdir it cannot write (read-only) is said in one line, and --out saves elsewhere.
 """
 
 from __future__ import annotations
@@ -11,7 +11,7 @@ from __future__ import annotations
 from absl import flags
 from etils import epath
 
-from tfm.commands import UsageError
+from tfm.commands import UsageError, save
 
 POSITIONAL = "more workdirs"
 
@@ -43,4 +43,7 @@ def run(fv: flags.FlagValues, config, args: list[str]):
       raise ValueError(f"--workdir {workdir}: no tensorboard/ events; expected a workdir written by "
                        "tfm train")
   out = fv.out or epath.Path(workdirs[0]) / "curves.png"
-  print(f"written: {curves.write_png(workdirs, out, fv.names)}")
+  if not save("figure", out, curves.png(workdirs, fv.names), given=fv.out is not None):
+    return 1  # the figure is all this command makes
+  print(f"written: {out}")
+  return 0

@@ -12,11 +12,12 @@ def define_flags(fv: flags.FlagValues):
 
 def run(fv: flags.FlagValues, config):
   from tfm.data import sources, tokenizer  # pylint: disable=import-outside-toplevel
-  builder = sources.prepare(config.data, create_data_dir=True)
+  source = sources.DataSource.of(config.data)
+  builder = sources.prepare(source, create_data_dir=True)
   if builder is None:
     print(f"dataset {config.data.dataset} ready: its export in {config.data.data_dir}")
   else:
     print(f"dataset {builder.info.full_name} ready in {builder.data_dir}")
   if fv.workdir or config.data.vocab_dir:
-    tok = tokenizer.get_tokenizer(config.data, fv.workdir)
+    tok = tokenizer.get_tokenizer(config.data, fv.workdir, source=source)
     print(f"vocabulary of {tok.vocab_size} tokens ready")

@@ -10,7 +10,9 @@
 
 Rerunning a command skips finished runs and resumes interrupted ones; a failed run is recorded
 with its error and the others go on (tfm/sweep/execute.py). Results: DIR/results.jsonl (one line
-per run), DIR/table.md and DIR/table3.png (tfm/sweep/report.py). --slurm submits the unfinished
+per run), DIR/table.md and DIR/table3.png (tfm/sweep/report.py); every run that ends well writes its
+hyperparameters and final figures for TensorBoard's HParams dashboard, so `tensorboard --logdir
+DIR` compares the runs (tfm/sweep/hparams.py). --slurm submits the unfinished
 runs as one SLURM job array instead, one task per run, each running `tfm sweep ... --run_index=I`
 (tfm/sweep/slurm.py, docs/cluster.md).
 """
@@ -33,7 +35,7 @@ from tfm import config as config_lib
 from tfm import storage
 from tfm.commands import UsageError
 from tfm.commands import eval as eval_command
-from tfm.sweep import execute, publish, report, slurm
+from tfm.sweep import execute, hparams, publish, report, slurm
 from tfm.sweep.result import RunResult
 from tfm.sweep.runs import Run, expand, parse_grid
 from tfm.train import events
@@ -108,8 +110,9 @@ def _prepare_data(configs) -> None:
   """Every distinct dataset and vocabulary, once, before any run starts."""
   from tfm.data import sources, tokenizer  # pylint: disable=import-outside-toplevel
   for data in {c.data for c in configs}:
-    sources.prepare(data)
-    tok = tokenizer.get_tokenizer(data)
+    source = sources.DataSource.of(data)
+    sources.prepare(source)
+    tok = tokenizer.get_tokenizer(data, source=source)
     for c in configs:
       if c.data == data:
         config_lib.check_vocabulary(c, tok.vocab_size)
@@ -134,6 +137,24 @@ class _Results:
       self._fingerprints[r] = publish.fingerprint(
           c, tokenizer.get_tokenizer(c.data).model_sha256, self.eval_limit(r))
     return self._fingerprints[r]
+
+  @functools.cached_property
+  def varied_keys(self) -> list[str]:
+    """Every config key some run of the sweep changes from the config file (its grid's, its row's,
+    the seeds')."""
+    return sorted(set().union(*(execute.changed_keys(c, self.reference)
+                                for c in self.configs.values())))
+
+  def varied(self, r: Run) -> dict:
+    """{key: the run's value} of varied_keys: the same keys for every run of the sweep."""
+    values = self.configs[r].to_dict()
+    return {key: values[key.split(".")[0]][key.split(".", 1)[1]] for key in self.varied_keys}
+
+  def to_tensorboard(self, root: str, runs: list[Run]):
+    """What writes a run's HParams records when it ends (tfm/sweep/hparams.py)."""
+    by_name = {r.name: r for r in runs}
+    return lambda result: hparams.write(os.path.join(root, result.name), result,
+                                        self.varied(by_name[result.name]))
 
   def static(self, r: Run, wall_s: float) -> RunResult:
     """What the result says before its evaluation is read (also a run that never started)."""
@@ -220,8 +241,9 @@ def run(fv: flags.FlagValues, config: config_lib.Config | None):
   run_all = functools.partial(execute.run_all, root=root, vocab_dir=vocab_dir,
                               eval_limit_of=eval_limit, steps_of=lambda r: configs[r].train.steps,
                               describe=results.describe)
+  to_tensorboard = results.to_tensorboard(root, runs)
   if fv.run_index is not None:  # one task of a --slurm array: data and command are the submitter's
-    done = run_all([runs[fv.run_index]], shares=execute.device_shares(1))
+    done = run_all([runs[fv.run_index]], shares=execute.device_shares(1), on_result=to_tensorboard)
     return 1 if any(not r.ok for r in done) else None  # no report: tasks run at once
   shares = execute.device_shares(fv.parallel, fv.runs_per_gpu)
   os.makedirs(root, exist_ok=True)
@@ -233,9 +255,10 @@ def run(fv: flags.FlagValues, config: config_lib.Config | None):
     for d in vocab_dirs:
       publish.restore_vocab(published, d)
   _prepare_data(list(configs.values()))
-  on_result = None
+  on_result = to_tensorboard
   if published:
-    on_result = _publisher(runs, configs, results, root, published, vocab_dirs)
+    publish_run = _publisher(runs, configs, results, root, published, vocab_dirs)
+    on_result = lambda result: (to_tensorboard(result), publish_run(result))
   try:
     run_all(runs, shares=shares, on_result=on_result)
   finally:

@@ -3,18 +3,19 @@
 
 Public interface:
   DataConfig (the `data` section, validated when built)   -- tfm.data.config
-  prepare(cfg)                                            -- tfm.data.sources
-  get_tokenizer(cfg, vocab_dir) -> Tokenizer              -- tfm.data.tokenizer
-  train_iterator(cfg, tokenizer, *, process_index, process_count, row_multiple) -> TrainIterator
-  eval_batches(cfg, tokenizer, split, *, process_index, process_count, row_multiple) -> batches
-  eval_text_pairs(cfg, split) -> list of (source, target)  -- tfm.data.pipeline
+  DataSource.of(cfg) -> the dataset resolved once: where it lives, its splits  -- tfm.data.sources
+  prepare(source)                                         -- tfm.data.sources
+  get_tokenizer(cfg, vocab_dir, *, source) -> Tokenizer   -- tfm.data.tokenizer
+  train_iterator(cfg, source, tokenizer, *, process_index, process_count, row_multiple)
+  eval_batches(cfg, source, tokenizer, split, *, process_index, process_count, row_multiple)
+  eval_text_pairs(cfg, source, split) -> list of (source, target)  -- tfm.data.pipeline
   prefetch_to_device(iterator, sharding, size=2)          -- tfm.data.prefetch
 """
 
 import importlib
 
 _EXPORTS = {
-    "DataConfig": "config", "prepare": "sources",
+    "DataConfig": "config", "DataSource": "sources", "prepare": "sources",
     "get_tokenizer": "tokenizer", "Tokenizer": "tokenizer", "train_iterator": "pipeline",
     "TrainIterator": "pipeline", "eval_batches": "pipeline", "eval_text_pairs": "pipeline",
     "prefetch_to_device": "prefetch",

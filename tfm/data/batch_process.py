@@ -1,6 +1,6 @@
 """Training batches made in a process of their own, off the training process's threads.
 
-`BatchProcess(cfg, tokenizer, process_index=, process_count=, row_multiple=)` is an iterator with
+`BatchProcess(cfg, source, tokenizer, process_index=, process_count=, row_multiple=)` is an iterator with
 pipeline.TrainIterator's interface (next, get_state, set_state, stats, close). A spawned process
 builds pipeline.train_iterator with the same arguments, puts it at the state set before the first
 `next()`, and sends every batch with the iterator's state and stats right after it, through a
@@ -74,14 +74,15 @@ class BatchProcessError(RuntimeError):
 class BatchProcess:
   """pipeline.train_iterator's batches, made in a spawned process (see the module docstring).
 
-  cfg, tokenizer and the keywords are train_iterator's (both must pickle; the tokenizer does).
+  cfg, source, tokenizer and the keywords are train_iterator's (they must pickle: the config and
+  source are frozen dataclasses, and the tokenizer pickles).
   ahead: batches the process keeps ready.
   """
 
-  def __init__(self, cfg, tokenizer, *, ahead: int = 4, **keywords: Any):
+  def __init__(self, cfg, source, tokenizer, *, ahead: int = 4, **keywords: Any):
     if ahead < 1:
       raise ValueError(f"ahead must be >= 1, got {ahead}")
-    self._arguments = dict(cfg=cfg, tokenizer=tokenizer, **keywords)
+    self._arguments = dict(cfg=cfg, source=source, tokenizer=tokenizer, **keywords)
     self._ahead = ahead
     self._state: dict | None = None  # after the last batch returned (None: the start)
     self._stats: dict = {}

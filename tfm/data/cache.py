@@ -193,9 +193,11 @@ def build(cfg, tokenizer, directory: str, host: sources.HostShard) -> None:
     shutil.rmtree(tmp, ignore_errors=True)
 
 
-def open_cache(cfg, tokenizer, process_index: int = 0, process_count: int = 1) -> TokenCache:
-  """This host's token cache for the train split, built first when it does not exist yet."""
-  host = sources.HostShard(sources.open_split(cfg, "train"), process_index, process_count)
+def open_cache(cfg, source: sources.DataSource, tokenizer, process_index: int = 0,
+               process_count: int = 1) -> TokenCache:
+  """This host's token cache for the source's train split, built first when it does not exist
+  yet."""
+  host = sources.HostShard(source.open("train"), process_index, process_count)
   directory = cache_dir(cfg, tokenizer, host.source, process_index, process_count)
   if not os.path.exists(os.path.join(directory, "meta.json")):
     log.info("building the token cache %s (%d examples on this host, data.num_workers=%d)",

@@ -9,11 +9,11 @@ a dataset that was prepared elsewhere from its export, a directory inside data.d
     <TFDS split>.jsonl.gz    one JSON object a line, {language key: text} for both keys, in the
                              split's order
 
-`sources.open_split` and `sources.prepare` use an export where data.data_dir holds one for
-data.dataset, and TFDS otherwise. An export keeps the split's pairs and their order, and its
-`version` is the TFDS version it was exported from: the token cache (tfm/data/cache.py) of the
-export has the same fingerprint as that of the TFDS split, so a cache built from either is found
-from the other. A split is read whole into memory: exports are meant for corpora of a few hundred
+`sources.DataSource.of(config.data)` finds an export where data.data_dir holds one for
+data.dataset; the source then reads it, and `sources.prepare` leaves it as it is. An export keeps
+the split's pairs and their order, and its `version` is the TFDS version it was exported from: the
+token cache (tfm/data/cache.py) of the export has the same fingerprint as that of the TFDS split,
+so a cache built from either is found from the other. A split is read whole into memory: exports are meant for corpora of a few hundred
 thousand pairs (the Bible), not WMT.
 """
 

@@ -95,8 +95,8 @@ class TrainIterator:
     self._stream.close()
 
 
-def train_chunks(cfg: DataConfig, tokenizer, *, process_index: int = 0, process_count: int = 1,
-                 num_epochs: int | None = None) -> grain.MapDataset:
+def train_chunks(cfg: DataConfig, source: sources.DataSource, tokenizer, *, process_index: int = 0,
+                 process_count: int = 1, num_epochs: int | None = None) -> grain.MapDataset:
   """This host's shuffled train split as a MapDataset of encoded chunks (EncodeChunk layout) of
   CHUNK_SIZE examples: chunk k is a pure function of (data.shuffle_seed, k).
 
@@ -106,10 +106,10 @@ def train_chunks(cfg: DataConfig, tokenizer, *, process_index: int = 0, process_
   chunks.
   """
   if cfg.cache:
-    tokens = cache.open_cache(cfg, tokenizer, process_index, process_count)
+    tokens = cache.open_cache(cfg, source, tokenizer, process_index, process_count)
     n, reads = len(tokens), [tokens.chunk]
   else:
-    host = sources.HostShard(sources.open_split(cfg, "train"), process_index, process_count)
+    host = sources.HostShard(source.open("train"), process_index, process_count)
     n, reads = len(host), [host, examples_lib.EncodeChunk(tokenizer, cfg.max_length, cfg.overlong)]
   positions = ShuffledPositions(n, cfg.shuffle_seed, CHUNK_SIZE, num_epochs)
   chunks = grain.MapDataset.range(positions.num_chunks).map(positions)
@@ -163,8 +163,9 @@ class ShuffledPositions:
     self.__dict__.update(state, _epochs={}, _lock=threading.Lock())
 
 
-def train_iterator(cfg: DataConfig, tokenizer, *, process_index: int = 0, process_count: int = 1,
-                   num_epochs: int | None = None, row_multiple: int = 1) -> TrainIterator:
+def train_iterator(cfg: DataConfig, source: sources.DataSource, tokenizer, *, process_index: int = 0,
+                   process_count: int = 1, num_epochs: int | None = None,
+                   row_multiple: int = 1) -> TrainIterator:
   """Per-host train batches: packed [rows, max_length] (data.packing) or length-bucketed.
 
   One seed (data.shuffle_seed) gives one sequence of batches; num_epochs=None repeats forever.
@@ -176,7 +177,7 @@ def train_iterator(cfg: DataConfig, tokenizer, *, process_index: int = 0, proces
     raise ValueError(f"config key data.packing=False (length-bucketed batches) runs on one host, "
                      f"not {process_count}: each host picks its own bucket for a step, so the "
                      "hosts' batches would differ in shape; use data.packing=True")
-  stream = workers.ChunkStream(train_chunks(cfg, tokenizer, process_index=process_index,
+  stream = workers.ChunkStream(train_chunks(cfg, source, tokenizer, process_index=process_index,
                                             process_count=process_count, num_epochs=num_epochs),
                                cfg.num_workers)
   example_cursor = cursor.ExampleCursor(stream)
@@ -193,8 +194,9 @@ def train_iterator(cfg: DataConfig, tokenizer, *, process_index: int = 0, proces
   return TrainIterator(batcher, stream)
 
 
-def eval_batches(cfg: DataConfig, tokenizer, split: str = "dev", *, process_index: int = 0,
-                 process_count: int = 1, row_multiple: int = 1) -> list[dict[str, Any]]:
+def eval_batches(cfg: DataConfig, source: sources.DataSource, tokenizer, split: str = "dev", *,
+                 process_index: int = 0, process_count: int = 1,
+                 row_multiple: int = 1) -> list[dict[str, Any]]:
   """This host's share of `split` (first data.eval_max_examples examples) as unpacked, padded
   [rows, max_length] batches in dataset order, rows = batching.host_rows (tokens_per_batch //
   max_length rounded up to a multiple of the hosts and of row_multiple, the batch shards) // hosts.
@@ -203,12 +205,12 @@ def eval_batches(cfg: DataConfig, tokenizer, split: str = "dev", *, process_inde
   (padded with all-zero batches), so collective eval steps stay in lockstep.
   """
   rows = batching.host_rows(cfg, process_count, row_multiple)
-  source = sources.open_split(cfg, split)
-  host = sources.HostShard(source, process_index, process_count, cfg.eval_max_examples)
+  pairs = source.open(split)
+  host = sources.HostShard(pairs, process_index, process_count, cfg.eval_max_examples)
   ds = grain.MapDataset.source(host).map(
       examples_lib.EncodePair(tokenizer, cfg.max_length, cfg.overlong))
   # Host 0's shard is the longest: every host pads to its number of batches.
-  longest = sources.HostShard(source, 0, process_count, cfg.eval_max_examples)
+  longest = sources.HostShard(pairs, 0, process_count, cfg.eval_max_examples)
   num_batches = math.ceil(len(longest) / rows)
   counters = examples_lib.Counters()
   kept = [example for example in ds if counters.count(example)]
@@ -219,10 +221,11 @@ def eval_batches(cfg: DataConfig, tokenizer, split: str = "dev", *, process_inde
   return batches
 
 
-def eval_text_pairs(cfg: DataConfig, split: str = "dev") -> list[tuple[str, str]]:
+def eval_text_pairs(cfg: DataConfig, source: sources.DataSource,
+                    split: str = "dev") -> list[tuple[str, str]]:
   """(source, target) strings of `split` in dataset order for BLEU: the first
   data.eval_max_examples pairs, minus empty or non-UTF-8 ones (all hosts get the same list)."""
-  first = sources.HostShard(sources.open_split(cfg, split), 0, 1, cfg.eval_max_examples)
+  first = sources.HostShard(source.open(split), 0, 1, cfg.eval_max_examples)
   pairs = []
   for i in range(len(first)):
     decoded = [examples_lib.decode_text(value) for value in first[i]]

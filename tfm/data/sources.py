@@ -1,21 +1,26 @@
-"""Known datasets, their splits, and random-access text-pair sources over TFDS.
+"""The data source of a run: its dataset resolved once, where it lives, and its splits.
 
-`config.data.dataset` names a TFDS dataset/config. The paper's splits map to TFDS splits as
-train -> 'train', dev (newstest2013 for WMT'14) -> 'validation', test (newstest2014) -> 'test'.
-Either direction works: `data.source_lang` / `data.target_lang` pick the feature keys.
+`DataSource.of(config.data)` (built once, by the Experiment: tfm/experiment.py) checks
+data.dataset and the languages and finds where the dataset lives: an export of it in
+data.data_dir (tfm/data/exported.py: the splits as text pairs, made where TFDS is installed), or
+else TFDS's array_record files in data.data_dir (None = TFDS's default). The loop, the sweep, the
+tokenizer, the token cache and the pipeline read through it and never work that out again.
 
-`open_split` returns a `TextPairSource`: `len(src)` and `src[i] -> (source_text, target_text)`
-(bytes from array_record, or str under `tfds.testing.mock_data`), picklable so grain worker
-processes can use it. Reading never downloads: `prepare(cfg)` does that once.
+The paper's splits map to TFDS splits as train -> 'train', dev (newstest2013 for WMT'14) ->
+'validation', test (newstest2014) -> 'test'. Either direction works: `data.source_lang` /
+`data.target_lang` pick the feature keys.
 
-Where data.data_dir holds an export of data.dataset (tfm/data/exported.py: the splits as text
-pairs, made where TFDS is installed), both read the export instead, and TFDS is never imported:
-TensorFlow and TFDS are imported on the first use of a TFDS split, not with this module.
+`DataSource.open(split)` returns a `TextPairSource` (or an export's ExportedSplit): `len(src)` and
+`src[i] -> (source_text, target_text)` (bytes from array_record, or str under
+`tfds.testing.mock_data`), picklable so grain worker processes can use it. Reading never
+downloads: `prepare(source)` does that once. An export is read without TFDS: TensorFlow and TFDS
+are imported on the first use of a TFDS split, not with this module.
 """
 
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import fcntl
 import io
 import logging
@@ -30,6 +35,55 @@ from tfm.data.datasets import resolve_dataset
 log = logging.getLogger(__name__)
 
 SPLITS = {"train": "train", "dev": "validation", "test": "test"}
+
+
+@dataclasses.dataclass(frozen=True)
+class DataSource:
+  """data.dataset resolved: its TFDS name and language keys, where it lives, and its splits.
+
+  export: the directory of an export of the dataset in data.data_dir (read instead of TFDS), or
+  None; data_dir: the TFDS directory (None = TFDS's default); manual_dir: the dataset's manually
+  downloaded files, for building it (data.manual_dir); splits: ('train' | 'dev' | 'test', the
+  TFDS (and export) split name) pairs.
+  """
+  name: str
+  source_lang: str
+  target_lang: str
+  data_dir: str | None
+  manual_dir: str | None
+  export: str | None
+  splits: tuple[tuple[str, str], ...] = tuple(SPLITS.items())
+
+  @classmethod
+  def of(cls, cfg: DataConfig) -> DataSource:
+    """Resolves the data section (data.dataset, data.source_lang / target_lang, data.data_dir,
+    data.manual_dir): the one place that does."""
+    spec = resolve_dataset(cfg)
+    return cls(name=spec.name, source_lang=cfg.source_lang, target_lang=cfg.target_lang,
+               data_dir=cfg.data_dir, manual_dir=cfg.manual_dir, export=exported.find(cfg))
+
+  def split_name(self, split: str) -> str:
+    """The TFDS (and export) name of split 'train' | 'dev' | 'test'."""
+    names = dict(self.splits)
+    if split not in names:
+      raise ValueError(f"split must be one of {sorted(names)}, got {split!r}")
+    return names[split]
+
+  def open(self, split: str) -> TextPairSource:
+    """Opens split 'train' | 'dev' | 'test' for random access (no download)."""
+    name = self.split_name(split)
+    if self.export is not None:
+      return exported.ExportedSplit(self.export, name, self.source_lang, self.target_lang)
+    tfds = tfds_module()
+    try:
+      data_source = tfds.data_source(self.name, split=name, data_dir=self.data_dir,
+                                     download=False)
+    except (AssertionError, FileNotFoundError, NotImplementedError) as e:
+      raise FileNotFoundError(
+          f"TFDS dataset {self.name!r} is not prepared in data.data_dir={self.data_dir!r} (None = "
+          "TFDS default) in array_record format; run tfm.data.prepare(source) "
+          f"(`tfm prepare-data`) first. TFDS said: {e}") from e
+    return TextPairSource(data_source, self.source_lang, self.target_lang)
 
 
 def tfds_module():
@@ -114,32 +168,12 @@ class HostShard:
             f"{len(self)} pairs)")
 
 
-def _check_manual_dir(cfg) -> None:
-  if cfg.manual_dir is not None and not epath.Path(cfg.manual_dir).is_dir():
+def _check_manual_dir(source: DataSource) -> None:
+  if source.manual_dir is not None and not epath.Path(source.manual_dir).is_dir():
     raise FileNotFoundError(
-        f"data.manual_dir={cfg.manual_dir!r} does not exist; expected a directory with the "
+        f"data.manual_dir={source.manual_dir!r} does not exist; expected a directory with the "
         "dataset's manually downloaded files (for bible_translate: a SWORD data directory with "
         "mods.d/ and modules/, e.g. /usr/share/sword), or data.manual_dir=None")
-
-
-def open_split(cfg: DataConfig, split: str) -> TextPairSource:
-  """Opens split 'train' | 'dev' | 'test' of data.dataset for random access (no download)."""
-  if split not in SPLITS:
-    raise ValueError(f"split must be one of {sorted(SPLITS)}, got {split!r}")
-  spec = resolve_dataset(cfg)
-  directory = exported.find(cfg)
-  if directory is not None:
-    return exported.ExportedSplit(directory, SPLITS[split], cfg.source_lang, cfg.target_lang)
-  tfds = tfds_module()
-  try:
-    data_source = tfds.data_source(spec.name, split=SPLITS[split], data_dir=cfg.data_dir,
-                                   download=False)
-  except (AssertionError, FileNotFoundError, NotImplementedError) as e:
-    raise FileNotFoundError(
-        f"TFDS dataset {spec.name!r} is not prepared in data.data_dir={cfg.data_dir!r} (None = "
-        "TFDS default) in array_record format; run tfm.data.prepare(cfg) "
-        f"(`tfm prepare-data`) first. TFDS said: {e}") from e
-  return TextPairSource(data_source, cfg.source_lang, cfg.target_lang)
 
 
 @contextlib.contextmanager
@@ -166,36 +200,36 @@ def _one_builder_at_a_time(builder):
     yield
 
 
-def prepare(cfg: DataConfig, create_data_dir: bool = False):
-  """Downloads (WMT) or builds (Bible, from SWORD modules) data.dataset as array_record.
+def prepare(source: DataSource, create_data_dir: bool = False):
+  """Downloads (WMT) or builds (Bible, from SWORD modules) the dataset as array_record.
 
   Idempotent: an already prepared dataset is left as is. Returns the tfds builder, or None where
-  data.data_dir holds an export of the dataset (which is ready as it is). A data.data_dir
-  that does not exist is an error unless create_data_dir (`tfm prepare-data`): training never
-  silently builds a second copy of a dataset in a mistyped directory.
+  the source is an export (which is ready as it is). A data.data_dir that does not exist is an
+  error unless create_data_dir (`tfm prepare-data`): training never silently builds a second copy
+  of a dataset in a mistyped directory.
   """
-  spec = resolve_dataset(cfg)
-  if exported.find(cfg) is not None:
+  if source.export is not None:
     return None
-  _check_manual_dir(cfg)
-  if cfg.data_dir is not None and not create_data_dir and not epath.Path(cfg.data_dir).is_dir():
+  _check_manual_dir(source)
+  name, data_dir = source.name, source.data_dir
+  if data_dir is not None and not create_data_dir and not epath.Path(data_dir).is_dir():
     raise FileNotFoundError(
-        f"data.data_dir={cfg.data_dir!r} does not exist; expected the TFDS directory the dataset "
+        f"data.data_dir={data_dir!r} does not exist; expected the TFDS directory the dataset "
         "is prepared in (None = TFDS's default, ~/tensorflow_datasets); `tfm prepare-data` builds "
         "it in a new directory")
   tfds = tfds_module()
-  builder = tfds.builder(spec.name, data_dir=cfg.data_dir, file_format="array_record")
-  download_config = tfds.download.DownloadConfig(manual_dir=cfg.manual_dir)
+  builder = tfds.builder(name, data_dir=data_dir, file_format="array_record")
+  download_config = tfds.download.DownloadConfig(manual_dir=source.manual_dir)
   try:
     with _one_builder_at_a_time(builder):
       if builder.is_prepared():
         return builder
       # A process that held the lock may have finished a build meanwhile: read the directory anew.
-      builder = tfds.builder(spec.name, data_dir=cfg.data_dir, file_format="array_record")
+      builder = tfds.builder(name, data_dir=data_dir, file_format="array_record")
       if builder.is_prepared():
         return builder
       log.info("preparing dataset %s in %s (the first run only; TFDS's output goes to the log "
-               "file)", spec.name, builder.data_dir)
+               "file)", name, builder.data_dir)
       tfds.disable_progress_bar()  # carriage-return progress bars would fill the console and logs
       printed = io.StringIO()
       try:
@@ -206,17 +240,17 @@ def prepare(cfg: DataConfig, create_data_dir: bool = False):
         # TFDS removed this one's, and the dataset is there, the same deterministic build.
         if not builder.is_prepared():
           raise
-        log.info("dataset %s was prepared by another process meanwhile", spec.name)
+        log.info("dataset %s was prepared by another process meanwhile", name)
         return builder
       for line in printed.getvalue().splitlines():  # the log file's, not the console's
         if line.strip():
           logging.getLogger("tensorflow_datasets").info("%s", line.strip())
-      log.info("dataset %s ready", spec.name)
+      log.info("dataset %s ready", name)
   except ModuleNotFoundError as e:
     if e.name != "importlib_resources":
       raise
     raise ModuleNotFoundError(
-        f"preparing {spec.name} needs the `importlib_resources` package (TFDS 4.9 imports it "
+        f"preparing {name} needs the `importlib_resources` package (TFDS 4.9 imports it "
         "for its own dataset builders but only declares it for Python < 3.9): "
         "pip install importlib-resources") from e
   return builder

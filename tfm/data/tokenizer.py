@@ -107,12 +107,12 @@ def _as_text(value) -> str | None:
   return value or None
 
 
-def training_sentences(cfg, max_sentences: int) -> list[str]:
-  """Up to `max_sentences` sentences (source and target sides) of the training split.
+def training_sentences(data: sources.DataSource, max_sentences: int) -> list[str]:
+  """Up to `max_sentences` sentences (source and target sides) of the data source's train split.
 
   When the split is larger, a fixed-seed random subset of pairs is taken, in index order.
   """
-  source = sources.open_split(cfg, "train")
+  source = data.open("train")
   num_pairs = min(len(source), max(1, max_sentences // 2))
   if num_pairs < len(source):
     rng = np.random.default_rng(_SAMPLE_SEED)
@@ -151,13 +151,14 @@ def train_vocab(sentences: list[str], vocab_size: int, path: str | epath.Path) -
   storage.write_atomically(path, model)
 
 
-def get_tokenizer(cfg, vocab_dir: str | None = None, *,
+def get_tokenizer(cfg, vocab_dir: str | None = None, *, source: sources.DataSource | None = None,
                   max_sentences: int = DEFAULT_MAX_SENTENCES, train: bool = True) -> Tokenizer:
   """Loads the cached vocabulary for (data.dataset, languages, data.vocab_size), training it
-  from the training split first if it is missing (train=False: a missing one is an error, for
+  from `source`'s train split first if it is missing (train=False: a missing one is an error, for
   a trained model, whose vocabulary must be the one it learned).
 
-  The directory is data.vocab_dir if set, else `vocab_dir` (the caller's workdir).
+  The directory is data.vocab_dir if set, else `vocab_dir` (the caller's workdir). source: the
+  run's DataSource (Experiment.data_source), needed only to train a missing vocabulary.
   """
   directory = cfg.vocab_dir if cfg.vocab_dir is not None else vocab_dir
   if directory is None:
@@ -168,5 +169,8 @@ def get_tokenizer(cfg, vocab_dir: str | None = None, *,
     if not train:
       raise FileNotFoundError(f"{path}: the vocabulary this model was trained with is missing; "
                               "restore it there, or point data.vocab_dir at it")
-    train_vocab(training_sentences(cfg, max_sentences), cfg.vocab_size, path)
+    if source is None:
+      raise ValueError(f"{path}: no vocabulary there, and no data source was given to train it "
+                       "from (get_tokenizer(..., source=DataSource.of(config.data)))")
+    train_vocab(training_sentences(source, max_sentences), cfg.vocab_size, path)
   return Tokenizer.load(path)

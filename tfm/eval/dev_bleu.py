@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from tfm.data import pipeline
 from tfm.data.config import DataConfig
+from tfm.data.sources import DataSource
 from tfm.decode.text import translate_texts
 from tfm.eval.bleu import score
 
@@ -14,14 +15,15 @@ class DevBleu:
   Built once (in the training loop), so the pairs are read and the search for each input length is
   compiled once, not at every evaluation. translate: translate(params, inputs, rng) on the mesh
   (Experiment.translate_fn); batch_size: rows per decode batch (a multiple of the batch shards);
-  limit: number of pairs (0 or None = all), the first pairs of the split, in order.
+  source: the run's DataSource (Experiment.data_source); limit: number of pairs (0 or None = all), the first pairs of the split, in order.
   """
 
-  def __init__(self, data: DataConfig, tokenizer, translate, *, batch_size: int, split: str = "dev",
-               limit: int | None = None, compounds: str = "t2t"):
+  def __init__(self, data: DataConfig, source: DataSource, tokenizer, translate, *,
+               batch_size: int, split: str = "dev", limit: int | None = None,
+               compounds: str = "t2t"):
     self.data, self.tokenizer, self.translate, self.batch_size = data, tokenizer, translate, batch_size
     self.compounds = compounds
-    self.pairs = pipeline.eval_text_pairs(data, split)
+    self.pairs = pipeline.eval_text_pairs(data, source, split)
     if limit:
       self.pairs = self.pairs[:limit]
 

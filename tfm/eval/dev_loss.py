@@ -10,6 +10,7 @@ import jax
 
 from tfm.data import pipeline, prefetch
 from tfm.data.config import DataConfig
+from tfm.data.sources import DataSource
 from tfm.train.loss import per_token
 
 
@@ -17,14 +18,15 @@ class DevLoss:
   """Holds this host's batches of a split on the devices; dev_loss(params) -> {loss, nll,
   perplexity, accuracy, tokens}.
 
-  eval_step: params, batch -> loss sums (Experiment.eval_step); sharding: the batch sharding;
+  source: the run's DataSource (Experiment.data_source); eval_step: params, batch -> loss sums (Experiment.eval_step); sharding: the batch sharding;
   row_multiple: the batch shards (Experiment.batch_shards), which every batch's rows must split over.
   """
 
-  def __init__(self, data: DataConfig, tokenizer, eval_step, sharding, split: str = "dev",
-               row_multiple: int = 1):
+  def __init__(self, data: DataConfig, source: DataSource, tokenizer, eval_step, sharding,
+               split: str = "dev", row_multiple: int = 1):
     self.eval_step = eval_step
-    host_batches = pipeline.eval_batches(data, tokenizer, split, process_index=jax.process_index(),
+    host_batches = pipeline.eval_batches(data, source, tokenizer, split,
+                                         process_index=jax.process_index(),
                                          process_count=jax.process_count(),
                                          row_multiple=row_multiple)
     self.batches = [prefetch.to_device(b, sharding) for b in host_batches]

@@ -70,12 +70,17 @@ def draw(rows: Sequence[Row], heads: Sequence[int], title: str):
   return fig
 
 
-def write_png(rows: Sequence[Row], heads: Sequence[int], title: str,
-              out: str | epath.Path) -> epath.Path:
-  """Draws the panels into the PNG `out` (any storage); returns its path."""
+def png(rows: Sequence[Row], heads: Sequence[int], title: str) -> bytes:
+  """The panels drawn as a PNG."""
   import matplotlib.pyplot as plt  # pylint: disable=import-outside-toplevel
   fig = draw(rows, heads, title)
   buffer = io.BytesIO()
   fig.savefig(buffer, format="png", dpi=110)
   plt.close(fig)
-  return storage.write_atomically(out, buffer.getvalue())
+  return buffer.getvalue()
+
+
+def write_png(rows: Sequence[Row], heads: Sequence[int], title: str,
+              out: str | epath.Path) -> epath.Path:
+  """Draws the panels into the PNG `out` (any storage); returns its path."""
+  return storage.write_atomically(out, png(rows, heads, title))

@@ -89,13 +89,18 @@ def legend_names(workdirs: Sequence[str | epath.Path]) -> list[str]:
   return [os.fspath(w) for w in workdirs]
 
 
-def write_png(workdirs: Sequence[str | epath.Path], out: str | epath.Path,
-              names: Sequence[str] | None = None) -> epath.Path:
-  """Draws the workdirs' curves into the PNG `out` (any storage); returns its path."""
+def png(workdirs: Sequence[str | epath.Path], names: Sequence[str] | None = None) -> bytes:
+  """The workdirs' curves drawn as a PNG (legend: `names`, default legend_names)."""
   import matplotlib.pyplot as plt  # pylint: disable=import-outside-toplevel
   names = list(names or legend_names(workdirs))
   fig = draw({name: workdir_scalars(w) for name, w in zip(names, workdirs)})
   buffer = io.BytesIO()
   fig.savefig(buffer, format="png", dpi=100)
   plt.close(fig)
-  return storage.write_atomically(out, buffer.getvalue())
+  return buffer.getvalue()
+
+
+def write_png(workdirs: Sequence[str | epath.Path], out: str | epath.Path,
+              names: Sequence[str] | None = None) -> epath.Path:
+  """Draws the workdirs' curves into the PNG `out` (any storage); returns its path."""
+  return storage.write_atomically(out, png(workdirs, names))

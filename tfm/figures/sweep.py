@@ -6,7 +6,9 @@ deviation of the row's seeds) and the paper's. Agreement reads as the two marks 
 zero, in the same order. Key rows (tfm/sweep/compare.py) have bold labels; a row far outside the
 paper's range (a diverged run) is drawn at the axis edge with its value written beside it, so it
 does not squash every other row. Groups A-E are drawn apart, as in the paper's table.
-Sweeps without paper figures (a --grid) get each group's mean dev perplexity, +- one std.
+Other sweeps get each group's mean dev perplexity, +- one std, labelled by the group's own name:
+a --grid (over any config, a Table 3 config or one of its rows included: the paper's figures are
+for the rows, not for the grid's points), and base alone.
 """
 
 from __future__ import annotations
@@ -37,9 +39,22 @@ def _positions(rows: Sequence[compare.Group]) -> tuple[list[float], list[float]]
   return xs, bounds
 
 
-def plot(rows: Sequence[compare.Group], path: str) -> str | None:
-  """Draws `rows` (compare.groups) to `path`; returns the figure's title (None, and no figure, when
-  no group has a dev PPL). Only a figure with the paper's figures drawn is titled as beside them."""
+def grid_keys(rows: Sequence[compare.Group]) -> list[str]:
+  """The config keys a --grid varies, in order, read from the groups' names (ROW+KEY=VALUE,... or
+  KEY=VALUE,...: tfm/sweep/runs.py); [] for a sweep of table rows alone."""
+  keys = []
+  for g in rows:
+    point = g.group[len(g.row) + 1:] if g.row else g.group
+    for item in point.split(",") if g.group != g.row else ():
+      key, sep, _ = item.partition("=")
+      if sep and key not in keys:
+        keys.append(key)
+  return keys
+
+
+def draw(rows: Sequence[compare.Group]):
+  """(the figure of `rows` (compare.groups), its title); None when no group has a dev PPL. Only
+  a figure with the paper's figures drawn is titled as beside them."""
   import matplotlib  # pylint: disable=import-outside-toplevel
   matplotlib.use("Agg")
   import matplotlib.pyplot as plt  # pylint: disable=import-outside-toplevel
@@ -48,18 +63,24 @@ def plot(rows: Sequence[compare.Group], path: str) -> str | None:
   if not rows:
     return None
   verdicts = compare.row_verdicts(rows)
+  keys = grid_keys(rows)
   base = next((g for g in rows if g.row == "base" and g.group in verdicts), None)
   if base is not None and not any(g is not base and g.group in verdicts for g in rows):
     base = None  # base alone: no change to draw yet, so its perplexity as a group's
   fig, ax = plt.subplots(figsize=(max(6.0, 0.5 * len(rows) + 2), 4.2), dpi=120)
-  if base is None:
+  if base is None or keys:  # a grid's points have no paper figures: each group's perplexity
     xs, bounds = _positions(rows)
     stds = np.nan_to_num([g.dev_ppl_std for g in rows])
     ax.errorbar(xs, [g.dev_ppl for g in rows], yerr=stds, fmt="o", color="tab:blue", capsize=3)
     ax.set_ylabel("dev perplexity (mean over seeds, +- std)")
-    ax.set_xticks(xs, [g.group for g in rows], rotation=45 if len(rows) > 8 else 0,
-                  ha="right" if len(rows) > 8 else "center", fontsize=7)
+    labels = [g.group for g in rows]
+    slanted = len(rows) > 8 or max(len(label) for label in labels) > 12
+    ax.set_xticks(xs, labels, rotation=45 if slanted else 0, ha="right" if slanted else "center",
+                  fontsize=7)
     title = "Dev perplexity per run group"
+    if keys:
+      table_rows = list(dict.fromkeys(g.row for g in rows if g.row))
+      title += f" over {', '.join(keys)}" + (f" (rows {', '.join(table_rows)})" if table_rows else "")
   else:
     rows = [g for g in rows if g is not base and g.group in verdicts]
     xs, bounds = _positions(rows)
@@ -93,6 +114,17 @@ def plot(rows: Sequence[compare.Group], path: str) -> str | None:
   ax.set_xlim(min(xs) - 0.7, max(xs) + 0.7)  # room beside the outer rows' marks
   ax.set_title(title, fontsize=10)
   fig.tight_layout()
+  return fig, title
+
+
+def plot(rows: Sequence[compare.Group], path: str) -> str | None:
+  """Draws `rows` (compare.groups) to `path`; returns the figure's title (None, and no figure, when
+  no group has a dev PPL)."""
+  import matplotlib.pyplot as plt  # pylint: disable=import-outside-toplevel
+  drawn = draw(rows)
+  if drawn is None:
+    return None
+  fig, title = drawn
   fig.savefig(path)
   plt.close(fig)
   return title

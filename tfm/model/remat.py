@@ -10,9 +10,10 @@ model.remat, applied to every encoder and decoder layer (inside the scan too whe
            compute of 'dots', paid in host transfers.
 
 'offload' needs a backend with a `pinned_host` memory space. TPUs and GPUs have one; so does XLA's
-CPU client of the jax we pin, where host and device memory are the same RAM: on CPU 'offload' works
-(gradients equal those of the other policies; tests/model/test_remat.py) and saves nothing. On a backend without it, building the
-model fails with one line naming the key (`config key model.remat: ...`), not deep in XLA.
+CPU client of the jax we pin, where host and device memory are the same RAM: on CPU 'offload'
+works (its gradients equal those of the other policies: tests/model/test_remat.py) and saves
+nothing. On a backend without it, building the model fails with one line naming the key
+(`config key model.remat: ...`), not deep in XLA.
 """
 
 from __future__ import annotations

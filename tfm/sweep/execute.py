@@ -9,7 +9,9 @@ are prepared once, before any run starts, so parallel runs never build them conc
 
 Device shares (--parallel K): on a host with G >= K GPUs each run sees G / K of them
 (CUDA_VISIBLE_DEVICES); on CPUs each run is pinned to its 1 / K of this process's cores
-(TFM_CPUS, applied by tfm.cli before JAX starts; XLA's thread pool follows the affinity). A TPU VM is one process's: run one row per slice (docs/table3.md).
+(TFM_CPUS, applied by tfm.cli before JAX starts; XLA's thread pool follows the affinity). A TPU
+VM's chips belong to one process, so there it is one row per slice (docs/table3.md).
+
 SIGINT / SIGTERM stop the children with SIGTERM (each saves its current step) and end the sweep;
 rerunning the same command resumes.
 """

@@ -265,7 +265,7 @@ def check_shapes(state_dir: epath.Path, target: Any, prefix: str = "") -> None:
   if (any(k.startswith("opt_state/adam/") for k in wanted)
       and any(re.match(r"opt_state/\d+/", k) for k in saved)):
     raise ValueError(f"{state_dir} holds the optimizer state as optax.chain numbered it "
-                     "(opt_state/0/...), as tfm wrote it before 7f67950; this tfm keys it by part "
+                     "(opt_state/0/...), as older tfm versions wrote it; this tfm keys it by part "
                      "(opt_state/adam/...) and cannot resume it: its parameters still evaluate "
                      "(tfm eval), or train into a new --workdir")
   for name, shape in wanted.items():

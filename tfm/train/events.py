@@ -24,13 +24,17 @@ Scalars = dict[str, list[tuple[int, float]]]  # tag -> [(step, value)] sorted by
 
 
 class EventWriter:
-  """scalars(step, {tag: value}) -> one Event record in a new event file in `directory` (local)."""
+  """scalars(step, {tag: value}) -> one Event record in a new event file in `directory` (local);
+  summaries(step, [Summary]) writes prepared Summary protos (tfm/sweep/hparams.py's). suffix: the
+  file name's end (TensorBoard reads any file whose name holds 'tfevents')."""
 
-  def __init__(self, directory: str):
+  def __init__(self, directory: str, suffix: str = ""):
     from tensorboardX.record_writer import RecordWriter  # pylint: disable=import-outside-toplevel
     os.makedirs(directory, exist_ok=True)
-    name = f"events.out.tfevents.{int(time.time())}.{socket.gethostname()}.{os.getpid()}"
-    self._records = RecordWriter(os.path.join(directory, name))
+    name = (f"events.out.tfevents.{int(time.time())}.{socket.gethostname()}.{os.getpid()}"
+            + suffix)
+    self.path = os.path.join(directory, name)
+    self._records = RecordWriter(self.path)
     self._write(file_version="brain.Event:2")
 
   def _write(self, **fields) -> None:
@@ -42,6 +46,11 @@ class EventWriter:
     summary = summary_pb2.Summary(value=[summary_pb2.Summary.Value(tag=tag, simple_value=float(v))
                                          for tag, v in values.items()])
     self._write(step=int(step), summary=summary)
+    self._records.flush()
+
+  def summaries(self, step: int, summaries) -> None:
+    for summary in summaries:
+      self._write(step=int(step), summary=summary)
     self._records.flush()
 
   def close(self) -> None:

@@ -71,11 +71,10 @@ def gradient_norm(grads: Any, shardings: Any = None, pooled_size: int = POOLED_L
 
   A weight matrix's square-sum is one kernel (on XLA:CPU, a YNNPACK reduction of the product that
   made its gradient). A bias or layer-norm gradient is itself a reduction over the tokens, and on
-  XLA:CPU its square-sum compiled to three kernels of its own (the square, the reduce-window of
-  XLA's tree reduction, a last reduce), hundreds of kernels for the paper's base model (see
-  experiments/SPEED.md). So the small replicated
-  leaves (norm_groups; shardings: a tree like grads, or None) are raveled into one vector and
-  reduced once; the others are reduced one by one.
+  XLA:CPU its square-sum compiles to three kernels of its own (the square, the reduce-window of
+  XLA's tree reduction, a last reduce): hundreds of kernels for the paper's base model
+  (experiments/SPEED.md). So the small replicated leaves (norm_groups; shardings: a tree like
+  grads, or None) are raveled into one vector and reduced once, and the others one by one.
   """
   leaves = jax.tree.leaves(grads)
   if shardings is not None:
