@@ -38,6 +38,20 @@ def test_task_script_runs_the_sweep_run_of_its_array_index(tmp_path):
   assert os.path.isfile(slurm.STEP_SCRIPT)  # the step script every task runs, shipped with tfm
 
 
+@pytest.mark.parametrize("argv, env, line", [
+    (["--ntasks=1", "python"], {"SLURM_JOB_ID": "7"},
+     "slurm_step.sh: expected [SRUN OPTIONS...] -- COMMAND [ARGS...], got no command"),
+    (["--", "python"], {},
+     "slurm_step.sh: SLURM_JOB_ID is not set: run it from a batch script (sbatch), not directly"),
+])
+def test_the_step_script_refuses_bad_use_in_one_line(argv, env, line):
+  """Without `--` and a command, or outside a SLURM job, tfm/slurm_step.sh starts nothing."""
+  base = {k: v for k, v in os.environ.items() if k != "SLURM_JOB_ID"}
+  proc = subprocess.run(["bash", slurm.STEP_SCRIPT, *argv], capture_output=True, text=True,
+                        env={**base, **env}, check=False)
+  assert proc.returncode == 2 and proc.stderr.splitlines() == [line] and not proc.stdout, proc
+
+
 def test_sbatch_options_put_the_users_last_so_they_win():
   argv = slurm.sbatch_argv("/shared/sweeps/t3", "0-3%2", ["--time=1:00:00", "--requeue"], "/code")
   assert argv[:2] == ["sbatch", "--parsable"] and "--hold" in argv and "--requeue" in argv
