@@ -44,7 +44,7 @@ forward() {
 }
 trap forward TERM
 
-setsid srun "${srun_args[@]}" "$@" &
+setsid srun ${srun_args[@]+"${srun_args[@]}"} "$@" &
 step=$!
 # `wait` returns early when the trap runs; the step is over only once srun has exited.
 while kill -0 "$step" 2>/dev/null; do

@@ -102,8 +102,8 @@ def _end_and_resume(log: pathlib.Path, end, resume, after: int, logs) -> tuple[i
   saved = _saved(log)[-1]
   signalled = _signal_step(_text(log), offset)
   resume()
-  _wait(lambda: f"resumed from step {saved} in " in _text(log), f"the job to resume from step {saved}",
-        logs=logs)
+  _wait(lambda: f"resumed from step {saved} in " in _text(log),
+        f"the job to resume from step {saved}", logs=logs)
   return signalled, saved
 
 
@@ -159,7 +159,8 @@ def test_two_tasks_ended_every_way_and_resumed_end_bit_exact_with_two_local_proc
   for kind, (signalled, at) in ends.items():
     assert signalled <= at < STEPS, (kind, ends)
   assert "2 host(s), 2 device(s)" in _text(job_log), _text(job_log)[-3000:]
-  assert re.search(rf"^\[train\] step {STEPS}/{STEPS} ", _text(job_log), re.M), _text(job_log)[-3000:]
+  assert re.search(rf"^\[train\] step {STEPS}/{STEPS} ", _text(job_log), re.M), (
+      _text(job_log)[-3000:])
   result = soak.compare(tmp_path / "local", tmp_path / "ended", STEPS)
   assert result["leaves"] > 20 and not result["differing_leaves"], result
   assert result["data_state_equal"] and result["kept_steps"][0] == result["kept_steps"][1], result

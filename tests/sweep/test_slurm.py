@@ -21,8 +21,9 @@ def test_array_spec_names_the_unfinished_runs_k_at_a_time(indices, parallel, spe
 
 
 def test_task_script_runs_the_sweep_run_of_its_array_index(tmp_path):
-  """The script, run by bash with SLURM's array index set, execs the step script with one task and
-  exactly the sweep's flags plus --run_index (stand-ins that print their arguments, one per line)."""
+  """The script, run by bash with SLURM's array index set, execs the step script with one task
+  and exactly the sweep's flags plus --run_index (stand-ins that print their arguments, one per
+  line)."""
   python, step = tmp_path / "bin dir" / "python", tmp_path / "bin dir" / "step"
   python.parent.mkdir()
   for stand_in in (python, step):

@@ -132,8 +132,8 @@ def is_finished(workdir: str, steps: int) -> bool:
   return result is not None and result.finished(steps)
 
 
-# srun's summary of how a task ended ("srun: error: NODE: task 0: Exited with exit code 2"): it names
-# no cause, and in a SLURM task's output it may come after the line that does.
+# srun's summary of how a task ended ("srun: error: NODE: task 0: Exited with exit code 2") names no
+# cause, and in a SLURM task's output it may come after the line that does.
 _SRUN_SUMMARY = re.compile(r"^srun: error: \S+: tasks? [\d,-]+: ")
 
 

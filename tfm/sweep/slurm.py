@@ -6,9 +6,9 @@ sweep does: the same workdir ROOT/NAME, its sweep.log and its sweep_result.json,
 skipped. The run is the task's job step (tfm/slurm_step.sh), which SLURM's SIGTERM reaches ahead of
 the time limit (`--signal=B:TERM@120`: the batch shell passes it on), at a preemption and at a
 scancel, and `tfm train` saves its step; a preempted task is requeued (`--requeue`) and resumes
-from its checkpoint. --parallel K becomes the array's throttle (%K); the user's sbatch options come last, so
-they win. The array is submitted held and released once the data is prepared, so a refused
-submission leaves nothing behind and no task starts before its dataset and vocabulary exist.
+from its checkpoint. --parallel K becomes the array's throttle (%K); the user's sbatch options
+come last, so they win. The array is submitted held and released once the data is prepared, so a
+refused submission leaves nothing behind and no task starts before its dataset and vocabulary exist.
 
 Each submission is recorded in ROOT/slurm/JOBID.json (every run of the sweep: its array index,
 name, step count, and the description its sweep_result.json starts from); the tasks' own output
