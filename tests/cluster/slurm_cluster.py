@@ -79,7 +79,7 @@ def slurm_conf(root: pathlib.Path, cpus: int, host: str) -> str:
       "ReturnToService=2",
       "SchedulerParameters=sched_interval=2,bf_interval=2",
       "MessageTimeout=20",
-      "KillWait=10",
+      "KillWait=30",  # SLURM's default: a plain scancel's SIGTERM to SIGKILL
       "InactiveLimit=0",
       "MinJobAge=600",  # finished jobs stay visible to squeue/scontrol (and requeue) for 10 minutes
       "SlurmctldDebug=info",
