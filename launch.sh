@@ -156,6 +156,8 @@ case "$mode" in
       sleep 0.5
     done
     exit $status ;;
-  slurm) exec srun --kill-on-bad-exit=1 env TFM_DISTRIBUTED=auto "$VENV/bin/tfm" "$@" ;;
+  # The tasks as a job step that SLURM's SIGTERM reaches however the job ends (the time limit, a
+  # preemption, scancel): each saves the step they agree on; a preempted job is requeued.
+  slurm) exec tfm/slurm_step.sh --kill-on-bad-exit=1 -- env TFM_DISTRIBUTED=auto "$VENV/bin/tfm" "$@" ;;
   tpu-worker) TFM_DISTRIBUTED=auto exec "$VENV/bin/tfm" "$@" ;;
 esac

@@ -33,6 +33,9 @@ class Recorder:
   def save(self, step, state, data_state):
     self.events.append(f"save {step}")
 
+  def wait(self):
+    self.events.append("on disk")
+
   def __next__(self):
     return {}
 
@@ -99,8 +102,9 @@ def test_log_windows_hold_their_steps_time_and_not_the_evaluations(tmp_path, mon
 
 
 @pytest.mark.parametrize("stop_at, expected", [
-    (3, ["save 3", "tfm: SIGTERM: saved step 3, exiting"]),  # an evaluation step: nothing evaluated
-    (4, ["dev loss", "save 4", "tfm: SIGTERM: saved step 4, exiting"]),
+    # An evaluation step: nothing evaluated; the save on disk before the line says so.
+    (3, ["save 3", "on disk", "tfm: SIGTERM: saved step 3, exiting"]),
+    (4, ["dev loss", "save 4", "on disk", "tfm: SIGTERM: saved step 4, exiting"]),
     (6, ["dev loss", "save 6", "dev loss"]),  # the last step: saved, then its final evaluation
 ])
 def test_a_preempted_step_is_saved_before_any_evaluation(tmp_path, monkeypatch, stop_at, expected):

@@ -236,6 +236,7 @@ def run_steps(runner: StepRunner, state, step: int):
       if due.save:
         r.checkpointer.save(step, state, r.batches.get_state())
       if due.stop and not due.last:
+        r.checkpointer.wait()  # on disk before it says so: SLURM's SIGKILL may follow (KillWait)
         r.writer.text(f"tfm: SIGTERM: saved step {step}, exiting")
         break
       if due.evaluate:

@@ -2,8 +2,12 @@
 
 Everything lives under one directory: the munge key and socket, slurm.conf (slurmctld and slurmd on
 127.0.0.1, on ports free when it starts), their state, spool, logs and pid files. The node has the
-CPUs given (default 2), authenticates with munge, tracks processes by /proc (proctrack/linuxproc),
-binds no tasks (task/none) and keeps no accounting, so nothing needs cgroups or a database.
+CPUs given (default 2), authenticates with munge, tracks processes by process group (proctrack/pgid:
+like proctrack/cgroup, which real clusters use, a signal to the batch step reaches the batch shell
+and not the srun it starts in a session of its own; proctrack/linuxproc signals every descendant),
+binds no tasks (task/none) and keeps no accounting, so nothing needs cgroups or a database. Two
+partitions on the node: `low` (the default) and `high`, whose jobs preempt `low`'s: SIGTERM at
+once, then requeued by SLURM after GRACE_S s at the latest.
 Clients find it through SLURM_CONF (environment()). The daemons run in the foreground as children
 of the test process and are stopped by their pids.
 """
@@ -22,6 +26,7 @@ PACKAGES = "slurm-wlm munge"  # Debian's packages with every binary below
 BINARIES = ("munged", "slurmctld", "slurmd", "sbatch", "squeue", "scontrol", "scancel", "srun")
 
 
+GRACE_S = 30  # a preempted job's time between SIGTERM and SIGKILL (the partition's GraceTime)
 SEARCH = os.pathsep.join([os.environ.get("PATH", ""), "/usr/sbin", "/sbin", "/usr/local/sbin"])
 
 
@@ -61,7 +66,7 @@ def slurm_conf(root: pathlib.Path, cpus: int, host: str) -> str:
       f"SlurmdPidFile={root / 'slurmd.pid'}",
       f"SlurmctldLogFile={root / 'slurmctld.log'}",
       f"SlurmdLogFile={root / 'slurmd.log'}",
-      "ProctrackType=proctrack/linuxproc",
+      "ProctrackType=proctrack/pgid",
       "TaskPlugin=task/none",
       "SwitchType=switch/none",
       "MpiDefault=none",
@@ -74,13 +79,19 @@ def slurm_conf(root: pathlib.Path, cpus: int, host: str) -> str:
       "ReturnToService=2",
       "SchedulerParameters=sched_interval=2,bf_interval=2",
       "MessageTimeout=20",
-      "KillWait=10",
+      "KillWait=30",  # SLURM's default: a plain scancel's SIGTERM to SIGKILL
       "InactiveLimit=0",
       "MinJobAge=600",  # finished jobs stay visible to squeue/scontrol (and requeue) for 10 minutes
       "SlurmctldDebug=info",
       "SlurmdDebug=info",
       f"NodeName={host} NodeAddr=127.0.0.1 CPUs={cpus} State=UNKNOWN",
-      f"PartitionName=test Nodes={host} Default=YES MaxTime=INFINITE State=UP",
+      # Preemption as on a shared cluster: a job in `high` requeues the `low` jobs it needs the CPUs
+      # of, after their grace time (SIGCONT and SIGTERM at its start; SIGKILL at its end).
+      "PreemptType=preempt/partition_prio",
+      "PreemptMode=REQUEUE",
+      f"PartitionName=low Nodes={host} Default=YES MaxTime=INFINITE State=UP PriorityTier=1 "
+      f"PreemptMode=REQUEUE GraceTime={GRACE_S}",
+      f"PartitionName=high Nodes={host} MaxTime=INFINITE State=UP PriorityTier=2 PreemptMode=OFF",
       ""])
 
 

@@ -1,7 +1,8 @@
 """tfm on a real SLURM cluster (tests/cluster/slurm_cluster.py: slurmctld and slurmd on this host).
 
 slurm.sbatch trains on 2 tasks with jax.distributed, as `launch.sh --processes 2` does on one
-machine, bit for bit, also when a task is signalled mid-run and the job requeued; `tfm sweep
+machine, bit for bit, also when the job is ended mid-run each way SLURM ends jobs (the time limit's
+signal, scancel --full, preemption, scancel) and resumed; `tfm sweep
 --slurm` runs a sweep as a throttled job array whose results are the local sweep's, and --status
 follows each run through queued, running and done, or failed when a task dies before training.
 """
@@ -24,7 +25,7 @@ ROOT = pathlib.Path(__file__).resolve().parents[2]
 # slurm.sbatch's 8 GPU tasks per node, as 2 CPU tasks on the test node (command-line options win
 # over its #SBATCH lines); appended output keeps a requeued job's first attempt.
 TWO_TASKS = ["--ntasks-per-node=2", "--cpus-per-task=1", "--gpus-per-node=0", "--open-mode=append"]
-STEPS = 20  # room to signal a run at step 2 before it ends
+STEPS = 80  # room to end a run four times, 2 steps after each resume, before it ends
 
 
 def _env() -> dict:
@@ -70,42 +71,108 @@ def _sbatch_training(corpus, tmp_path: pathlib.Path, name: str) -> tuple[str, pa
   return proc.stdout.strip(), log
 
 
+def _last_step(log: pathlib.Path) -> int:
+  """The last training step the job's output logged (0 before the first)."""
+  steps = re.findall(r"^\[train\] step (\d+)/", _text(log), re.M)
+  return int(steps[-1]) if steps else 0
+
+
+def _saved(log: pathlib.Path) -> list[int]:
+  """The steps saved at a SIGTERM, in order (one line per save, from the first task)."""
+  return [int(s) for s in re.findall(r"SIGTERM: saved step (\d+)", _text(log))]
+
+
+def _signal_step(text: str, since: int) -> int:
+  """The last training step logged before the first line from `since` on that shows a SIGTERM (a
+  task's or the batch shell's)."""
+  first = re.compile(r"SIGTERM caught|^slurm_step\.sh: SIGTERM", re.M).search(text, since)
+  assert first, text[since:][-3000:]
+  steps = re.findall(r"^\[train\] step (\d+)/", text[:first.start()], re.M)
+  return int(steps[-1]) if steps else 0
+
+
+def _end_and_resume(log: pathlib.Path, end, resume, after: int, logs) -> tuple[int, int]:
+  """Waits for step after + 2, then ends the job with end() and, once the step it saved is
+  written, brings it back with resume(); returns (the step at which the signal came: the last one
+  logged before it, the step saved), once the job has resumed from that step."""
+  _wait(lambda: _last_step(log) >= after + 2, f"step {after + 2}", logs=logs)
+  saves, offset = len(_saved(log)), len(_text(log))
+  end()
+  _wait(lambda: len(_saved(log)) > saves, "the save at the signal", logs=logs)
+  saved = _saved(log)[-1]
+  signalled = _signal_step(_text(log), offset)
+  resume()
+  _wait(lambda: f"resumed from step {saved} in " in _text(log),
+        f"the job to resume from step {saved}", logs=logs)
+  return signalled, saved
+
+
 @pytest.mark.slow
-def test_two_tasks_and_a_requeued_twin_end_bit_exact_with_two_local_processes(cluster, corpus,
-                                                                              tmp_path):
+def test_two_tasks_ended_every_way_and_resumed_end_bit_exact_with_two_local_processes(
+    cluster, corpus, tmp_path):
   """sbatch slurm.sbatch with 2 tasks (launch.sh --slurm: srun, jax.distributed from SLURM's
-  environment) ends with the checkpoint of `launch.sh --processes 2`, bit for bit; so does its twin,
-  signalled with SIGTERM at step 2 or later (both tasks save the step they agree on and exit), then
-  requeued: it resumes from that step."""
-  del cluster
-  twin, twin_log = _sbatch_training(corpus, tmp_path, "twin")
-  plain, plain_log = _sbatch_training(corpus, tmp_path, "plain")  # runs while the twin waits
+  environment), ended in mid-run every way SLURM ends a job, each time 2 steps after it resumed,
+  ends with the checkpoint of an uninterrupted `launch.sh --processes 2`, bit for bit. The ways:
+  SIGTERM to its steps (what --signal sends before the time limit), then requeued; SIGTERM to the
+  whole job, batch shell included (scancel --full), then requeued; preempted by a job in the high
+  partition, which SLURM runs while the job, requeued, waits; a plain scancel, then submitted
+  again. Each time both tasks save one step, at or after the step at which the signal came, and
+  the job resumes from it."""
+  job, job_log = _sbatch_training(corpus, tmp_path, "ended")
+  logs = [job_log]
   local = soak.Attempt(soak.launch_argv(2, _training_flags(corpus), tmp_path / "local"),
                        tmp_path / "local.log", _env())
-  _wait(lambda: re.search(r"^\[train\] step ([2-9]|\d\d+)/", _text(twin_log), re.M), "step 2 of the twin",
-        logs=[twin_log])
-  _slurm("scancel", "--signal=TERM", twin)
-  _wait(lambda: not _in_queue(twin), "the signalled twin to end", logs=[twin_log])
-  saved = re.findall(r"SIGTERM: saved step (\d+)", _text(twin_log))
-  assert len(saved) == 1 and 2 <= int(saved[0]) < STEPS, _text(twin_log)[-3000:]
-  _slurm("scontrol", "requeue", twin)
-  _wait(lambda: f"resumed from step {saved[0]}" in _text(twin_log), "the requeued twin to resume",
-        logs=[twin_log, plain_log])
-  _wait(lambda: not _in_queue(twin) and not _in_queue(plain), "both jobs to end",
-        logs=[twin_log, plain_log])
+  requeue = lambda: _slurm("scontrol", "requeue", job)
+  gone = lambda job: _wait(lambda: not _in_queue(job), f"job {job} to end", logs=logs)
+  ends, saved = {}, 0
+
+  def steps_alone():
+    _slurm("scancel", "--signal=TERM", job)
+    gone(job)
+  ends["steps"] = _end_and_resume(job_log, steps_alone, requeue, saved, logs)
+
+  def whole_job():
+    _slurm("scancel", "--full", "--signal=TERM", job)
+    gone(job)
+  ends["full"] = _end_and_resume(job_log, whole_job, requeue, ends["steps"][1], logs)
+  assert "forcing job termination" not in _text(job_log), _text(job_log)[-3000:]
+
+  high = []
+  def preempt():
+    high.append(_slurm("sbatch", "--parsable", "--partition=high", "--ntasks=1",
+                       f"--output={tmp_path / 'high.out'}", "--wrap=sleep 5").strip())
+  ends["preempted"] = _end_and_resume(job_log, preempt, lambda: None, ends["full"][1], logs)
+  assert f"job {job} was preempted: requeued" in _text(job_log), _text(job_log)[-3000:]
+  assert not _in_queue(high[0])  # the job resumed once the preemptor had ended
+
+  def cancel():
+    _slurm("scancel", job)
+    gone(job)
+  def submit_again():
+    nonlocal job
+    job = _sbatch_training(corpus, tmp_path, "ended")[0]
+  ends["cancelled"] = _end_and_resume(job_log, cancel, submit_again, ends["preempted"][1], logs)
+
+  gone(job)
   assert local.wait(300) == 0, local.lines[-10:]
-  for log in (twin_log, plain_log):
-    assert "2 host(s), 2 device(s)" in _text(log), _text(log)[-3000:]
-    assert re.search(rf"^\[train\] step {STEPS}/{STEPS} ", _text(log), re.M), _text(log)[-3000:]
-  for name in ("plain", "twin"):
-    result = soak.compare(tmp_path / "local", tmp_path / name, STEPS)
-    assert result["leaves"] > 20 and not result["differing_leaves"], (name, result)
-    assert result["data_state_equal"] and result["kept_steps"][0] == result["kept_steps"][1], result
+  print("ends (signal step, saved step):", ends)
+  for kind, (signalled, at) in ends.items():
+    assert signalled <= at < STEPS, (kind, ends)
+  assert "2 host(s), 2 device(s)" in _text(job_log), _text(job_log)[-3000:]
+  assert re.search(rf"^\[train\] step {STEPS}/{STEPS} ", _text(job_log), re.M), (
+      _text(job_log)[-3000:])
+  result = soak.compare(tmp_path / "local", tmp_path / "ended", STEPS)
+  assert result["leaves"] > 20 and not result["differing_leaves"], result
+  assert result["data_state_equal"] and result["kept_steps"][0] == result["kept_steps"][1], result
+
+
+SWEEP_STEPS = 12  # room to preempt a run in mid-training
 
 
 def _sweep_flags(corpus) -> list[str]:
-  """A 4-run grid (2 head counts x 2 seeds) of 3-step runs, each evaluated on 4 dev sentences."""
-  overrides = tiny_overrides(corpus, "train.steps=3", "train.warmup_steps=2", "train.eval_every=3",
+  """A 4-run grid (2 head counts x 2 seeds) of 12-step runs, each evaluated on 4 dev sentences."""
+  overrides = tiny_overrides(corpus, f"train.steps={SWEEP_STEPS}", "train.warmup_steps=2",
+                             f"train.eval_every={SWEEP_STEPS}", "train.log_every=1",
                              "train.keep_checkpoints=1", "train.average_checkpoints=1",
                              "eval.beam_size=2", "eval.max_extra_length=4", "eval.batch_size=4")
   return (["--config=configs/quickstart.py", "--grid=model.num_heads=1,2", "--seeds=2",
@@ -127,7 +194,9 @@ def test_sweep_on_slurm_is_a_throttled_array_with_the_local_sweeps_results(clust
                                                                            capsys):
   """`tfm sweep --slurm --parallel=2` submits the 4 runs as one array of 4 tasks, at most 2
   running; --status shows each run queued, running, then done; --report then writes the same
-  results.jsonl as the local sweep (all but the wall time)."""
+  results.jsonl as the local sweep (all but the wall time). A job in the high partition that needs
+  both CPUs preempts the running tasks once one of them has trained 2 steps: that run saves the
+  step its tasks reach, is requeued, and ends with the local sweep's result all the same."""
   del cluster
   monkeypatch.chdir(ROOT)
   flags, on_slurm, local = _sweep_flags(corpus), tmp_path / "slurm", tmp_path / "local"
@@ -146,8 +215,16 @@ def test_sweep_on_slurm_is_a_throttled_array_with_the_local_sweeps_results(clust
                                     f"--root={local}", "--parallel=2"],
                                    cwd=ROOT, env=_env(), stdout=log, stderr=subprocess.STDOUT)
   seen: dict[str, list[str]] = {}
+  preempted: dict[str, int] = {}  # the run in training when the preemptor came -> its last step
   end = time.monotonic() + 300
   while True:
+    if not preempted:
+      training = {name: _last_step(on_slurm / name / "sweep.log") for name in seen}
+      name = max(training, key=training.get, default=None)
+      if name is not None and 2 <= training[name] < SWEEP_STEPS - 2:
+        preempted[name] = training[name]
+        _slurm("sbatch", "--parsable", "--partition=high", "--ntasks=1", "--cpus-per-task=2",
+               f"--output={tmp_path / 'high.out'}", "--wrap=sleep 3")
     now = _status(on_slurm, capsys)
     assert sum(state == "running" for state, _ in now.values()) <= 2, now  # the %2 throttle
     for name, (state, _) in now.items():
@@ -165,8 +242,13 @@ def test_sweep_on_slurm_is_a_throttled_array_with_the_local_sweeps_results(clust
   results = [[json.loads(line) for line in (root / "results.jsonl").read_text().splitlines()]
              for root in (on_slurm, local)]
   assert [r["name"] for r in results[0]] == [r["name"] for r in results[1]] and len(results[0]) == 4
+  (name, signalled), = preempted.items()
+  saved = _saved(on_slurm / name / "sweep.log")
+  print(f"sweep run {name}: preempted after step {signalled}, saved {saved}")
+  assert len(saved) == 1 and signalled <= saved[0] < SWEEP_STEPS, (name, signalled, saved)
+  assert f"resumed from step {saved[0]} in " in _text(on_slurm / name / "sweep.log")
   for ours, theirs in zip(*results):
-    assert ours["status"] == "ok" and ours["dev_ppl"] > 1 and ours["trained_steps"] == 3
+    assert ours["status"] == "ok" and ours["dev_ppl"] > 1 and ours["trained_steps"] == SWEEP_STEPS
     assert {k: v for k, v in ours.items() if k != "wall_s"} == {
         k: v for k, v in theirs.items() if k != "wall_s"}
 
@@ -216,6 +298,6 @@ def test_a_task_that_dies_before_training_is_a_failed_run_with_its_last_log_line
   assert detail.startswith(f"job {job[1]}_0 ended without a result: ") and detail.endswith(
       f"{venv}/bin/python: No such file or directory"), detail
   result = json.loads((root / "run-s0" / "sweep_result.json").read_text())
-  assert result["status"] == "failed" and result["error"] == detail and result["steps"] == 3
+  assert result["status"] == "failed" and result["error"] == detail and result["steps"] == SWEEP_STEPS
   assert cli.main(["tfm", "sweep", "--report", f"--root={root}"]) == 0
   assert f"- run-s0: {detail}" in (root / "table.md").read_text()

@@ -21,17 +21,36 @@ def test_array_spec_names_the_unfinished_runs_k_at_a_time(indices, parallel, spe
 
 
 def test_task_script_runs_the_sweep_run_of_its_array_index(tmp_path):
-  """The script, run by bash with SLURM's array index set, execs exactly the sweep's flags plus
-  --run_index (a stand-in 'python' that prints its arguments, one per line)."""
-  python = tmp_path / "bin dir" / "python"
+  """The script, run by bash with SLURM's array index set, execs the step script with one task
+  and exactly the sweep's flags plus --run_index (stand-ins that print their arguments, one per
+  line)."""
+  python, step = tmp_path / "bin dir" / "python", tmp_path / "bin dir" / "step"
   python.parent.mkdir()
-  python.write_text('#!/bin/bash\nprintf "%s\\n" "$@"\n')
-  python.chmod(0o755)
+  for stand_in in (python, step):
+    stand_in.write_text('#!/bin/bash\nprintf "%s\\n" "$@"\n')
+    stand_in.chmod(0o755)
   argv = ["sweep", "--config=configs/quickstart.py", "--config.train.steps=3",
           "--grid=model.num_heads=1,2", "--root=/shared/my sweep"]
-  out = subprocess.run(["bash", "-c", slurm.task_script(str(python), argv)], capture_output=True,
-                       text=True, check=True, env={**os.environ, "SLURM_ARRAY_TASK_ID": "3"}).stdout
-  assert out.splitlines() == ["-m", "tfm.cli", *argv, "--run_index=3"]
+  script = slurm.task_script(str(python), argv, str(step))
+  out = subprocess.run(["bash", "-c", script], capture_output=True, text=True, check=True,
+                       env={**os.environ, "SLURM_ARRAY_TASK_ID": "3"}).stdout
+  assert out.splitlines() == ["--ntasks=1", "--", str(python), "-m", "tfm.cli", *argv,
+                              "--run_index=3"]
+  assert os.path.isfile(slurm.STEP_SCRIPT)  # the step script every task runs, shipped with tfm
+
+
+@pytest.mark.parametrize("argv, env, line", [
+    (["--ntasks=1", "python"], {"SLURM_JOB_ID": "7"},
+     "slurm_step.sh: expected [SRUN OPTIONS...] -- COMMAND [ARGS...], got no command"),
+    (["--", "python"], {},
+     "slurm_step.sh: SLURM_JOB_ID is not set: run it from a batch script (sbatch), not directly"),
+])
+def test_the_step_script_refuses_bad_use_in_one_line(argv, env, line):
+  """Without `--` and a command, or outside a SLURM job, tfm/slurm_step.sh starts nothing."""
+  base = {k: v for k, v in os.environ.items() if k != "SLURM_JOB_ID"}
+  proc = subprocess.run(["bash", slurm.STEP_SCRIPT, *argv], capture_output=True, text=True,
+                        env={**base, **env}, check=False)
+  assert proc.returncode == 2 and proc.stderr.splitlines() == [line] and not proc.stdout, proc
 
 
 def test_sbatch_options_put_the_users_last_so_they_win():

@@ -22,6 +22,7 @@ import dataclasses
 import glob
 import json
 import os
+import re
 import shutil
 import signal
 import subprocess
@@ -131,6 +132,11 @@ def is_finished(workdir: str, steps: int) -> bool:
   return result is not None and result.finished(steps)
 
 
+# srun's summary of how a task ended ("srun: error: NODE: task 0: Exited with exit code 2") names no
+# cause, and in a SLURM task's output it may come after the line that does.
+_SRUN_SUMMARY = re.compile(r"^srun: error: \S+: tasks? [\d,-]+: ")
+
+
 def last_error_line(log_path: str) -> str:
   """What a log says went wrong: its last line naming an error or from tfm, else its last line."""
   try:
@@ -138,7 +144,8 @@ def last_error_line(log_path: str) -> str:
       lines = [line.strip() for line in f if line.strip()]
   except OSError:
     return "no log"
-  errors = [line for line in lines if "error" in line.lower() or line.startswith("tfm ")]
+  errors = [line for line in lines if ("error" in line.lower() and not _SRUN_SUMMARY.match(line))
+            or line.startswith("tfm ")]
   return (errors or lines or ["no output"])[-1][:500]
 
 

@@ -3,11 +3,12 @@
 `tfm sweep --slurm` submits one array whose task i runs the sweep's run i (`tfm sweep ...
 --run_index=i`), which trains and evaluates it through tfm/sweep/execute.py exactly as the local
 sweep does: the same workdir ROOT/NAME, its sweep.log and its sweep_result.json, finished runs
-skipped. Each task gets SIGTERM ahead of its time limit (`--signal=B:TERM@120`: the task forwards it
-and `tfm train` saves its step) and is requeued when preempted (`--requeue`), resuming from its
-checkpoint. --parallel K becomes the array's throttle (%K); the user's sbatch options come last, so
-they win. The array is submitted held and released once the data is prepared, so a refused
-submission leaves nothing behind and no task starts before its dataset and vocabulary exist.
+skipped. The run is the task's job step (tfm/slurm_step.sh), which SLURM's SIGTERM reaches ahead of
+the time limit (`--signal=B:TERM@120`: the batch shell passes it on), at a preemption and at a
+scancel, and `tfm train` saves its step; a preempted task is requeued (`--requeue`) and resumes
+from its checkpoint. --parallel K becomes the array's throttle (%K); the user's sbatch options
+come last, so they win. The array is submitted held and released once the data is prepared, so a
+refused submission leaves nothing behind and no task starts before its dataset and vocabulary exist.
 
 Each submission is recorded in ROOT/slurm/JOBID.json (every run of the sweep: its array index,
 name, step count, and the description its sweep_result.json starts from); the tasks' own output
@@ -49,11 +50,19 @@ def array_spec(indices: Sequence[int], parallel: int | None) -> str:
   return ",".join(parts) + (f"%{parallel}" if parallel else "")
 
 
-def task_script(python: str, sweep_argv: Sequence[str]) -> str:
-  """The batch script of every array task: this sweep's run number SLURM_ARRAY_TASK_ID."""
+# Runs a command as the job's step so that every way SLURM ends a job reaches it with a SIGTERM
+# (a preemption signals the job's steps alone, never a batch shell with no step), and requeues a
+# preempted job once the step has saved.
+STEP_SCRIPT = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))),
+                           "slurm_step.sh")
+
+
+def task_script(python: str, sweep_argv: Sequence[str], step_script: str = STEP_SCRIPT) -> str:
+  """The batch script of every array task: this sweep's run number SLURM_ARRAY_TASK_ID, as a
+  one-task job step (step_script: tfm/slurm_step.sh)."""
   return ("#!/bin/bash\n# One run of a tfm sweep: the array task's index is the run's index.\n"
-          f"exec {shlex.quote(python)} -m tfm.cli {shlex.join(sweep_argv)} "
-          '--run_index="$SLURM_ARRAY_TASK_ID"\n')
+          f"exec bash {shlex.quote(step_script)} --ntasks=1 -- {shlex.quote(python)} -m tfm.cli "
+          f'{shlex.join(sweep_argv)} --run_index="$SLURM_ARRAY_TASK_ID"\n')
 
 
 def sbatch_argv(root: str, array: str, user_args: Sequence[str], cwd: str) -> list[str]:
