@@ -284,7 +284,7 @@ def test_glance_percent(change, shown):
 
 
 @pytest.mark.parametrize("rows", [["base"], ["base", "A1"]])
-def test_a_grid_over_table_rows_is_titled_and_labelled_by_its_groups(rows):
+def test_a_grid_over_table_rows_is_titled_and_labelled_by_its_groups(rows, tmp_path):
   """`tfm sweep --config=configs/table3_mini.py:base --grid train.learning_rate=0.5,1` (or over
   several rows): the rows carry the paper's figures, the grid's points do not, so the figure is
   each group's perplexity, named by the group, not Table 3's comparison with every tick 'base'."""
@@ -304,3 +304,6 @@ def test_a_grid_over_table_rows_is_titled_and_labelled_by_its_groups(rows):
   # Each group's own PPL (one seed: the marks and both error caps at it; not the rows' separators).
   heights = [list(line.get_ydata()) for line in ax.get_lines() if len(line.get_ydata()) == len(runs)]
   assert heights and all(h == [10.0 + i for i in range(len(runs))] for h in heights)
+  # And its file is named as a sweep's, not as Table 3's.
+  written = report.write_report(results, str(tmp_path))
+  assert (tmp_path / "sweep.png").exists() and not (tmp_path / "table3.png").exists(), written

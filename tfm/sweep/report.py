@@ -257,7 +257,9 @@ def write_report(results: Sequence[RunResult], root: str, command: str | None = 
     with open(calls_path, encoding="utf-8") as f:
       calls = [json.loads(line) for line in f if line.strip()]
   storage.write_atomically(paths[1], table_markdown(results, command, calls))
-  figure = os.path.join(root, "table3.png" if any(r.paper for r in results) else "sweep.png")
+  # A table's rows beside the paper's: table3.png; any grid (over a table's rows too): sweep.png.
+  table = any(r.paper for r in results) and all(r.group == r.row for r in results)
+  figure = os.path.join(root, "table3.png" if table else "sweep.png")
   if sweep_figure.plot(compare.groups(results), figure) is not None:
     paths.append(figure)
   return paths
