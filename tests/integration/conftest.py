@@ -2,10 +2,13 @@
 
 import io
 import os
+import subprocess
+import sys
 
 import pytest
 
 from tests.data import tfm_data_testlib as testlib
+from tests.integration import node
 from tfm.config import load_config
 
 MODEL = ["model.vocab_size=300", "model.d_model=16", "model.d_ff=32", "model.num_heads=2", "model.d_k=8",
@@ -76,3 +79,37 @@ def run_train(config, workdir):
   out = io.StringIO()
   state = train(config, str(workdir), stream=out)
   return state, out.getvalue()
+
+
+@pytest.fixture(scope="session")
+def node_python():
+  if not (node.PYTHON.exists() and list((node.NODE / "wheels").glob("*.whl"))):
+    if os.environ.get("TFM_CI"):
+      pytest.fail(f"{node.NODE} with wheels/ is missing: .ci/run builds it")
+    pytest.skip(f"no {node.NODE} with wheels/ (.ci/run builds it)")
+  absent = subprocess.run(
+      [str(node.PYTHON), "-c", "import importlib.util as u; print(*[m for m in ('tensorflow', "
+       "'tensorflow_datasets', 'pysword', 'sacremoses', 'tensorboardX', 'grain', 'ml_collections',"
+       " 'tfm') if u.find_spec(m)])"], capture_output=True, text=True, check=True, cwd="/",
+      env=node.clean_env())
+  assert absent.stdout.strip() == "", f"{node.NODE} is not the node's package list: {absent.stdout}"
+  return str(node.PYTHON)
+
+
+@pytest.fixture(scope="session")
+def node_bundle(node_python, tmp_path_factory):
+  """make_bundle.py (in tfm's own environment, with TFDS) on the fake Bible corpus, once a test
+  process: the GPU table's and the Table 3 driver's tests both run from it."""
+  root = tmp_path_factory.mktemp("gpu_bundle")
+  sword = testlib.write_library(str(root / "sword"))
+  version = subprocess.run([node_python, "-c", "import sys; print('%d.%d' % sys.version_info[:2])"],
+                           capture_output=True, text=True, check=True).stdout.strip()
+  done = subprocess.run(
+      [sys.executable, "experiments/gpu/make_bundle.py", f"--out={root / 'bundle'}",
+       f"--wheels_from={node.NODE / 'wheels'}", f"--python_version={version}",
+       f"--config.data.data_dir={root / 'tfds'}", f"--config.data.manual_dir={sword}",
+       "--config.data.vocab_size=300", "--config.model.vocab_size=300",
+       "--config.data.max_length=48", "--config.data.overlong=truncate"],
+      cwd=node.ROOT, capture_output=True, text=True, check=False, timeout=300)
+  assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+  return root / "bundle"

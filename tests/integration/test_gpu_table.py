@@ -8,68 +8,25 @@ experiments/gpu/make_bundle.py builds here from the fake Bible corpus.
 """
 
 import json
-import os
 import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 
-from tests.data import tfm_data_testlib as testlib
+from tests.integration import node
 
 ROOT = Path(__file__).resolve().parents[2]
 LOOP_STEPS, LOOP_PROFILE = 24, 4  # gpu_table.py's --quick loop job (its flags: not imported)
-NODE = ROOT / ".venv-node"
-PYTHON = NODE / "bin" / "python"
-
-
-def _clean_env() -> dict[str, str]:
-  """This environment less what would reach into tfm's own: the node has none of it."""
-  return {k: v for k, v in os.environ.items()
-          if k not in ("JAX_PLATFORMS", "PYTHONPATH")}
-
-
-@pytest.fixture(scope="module")
-def node_python():
-  if not (PYTHON.exists() and list((NODE / "wheels").glob("*.whl"))):
-    if os.environ.get("TFM_CI"):
-      pytest.fail(f"{NODE} with wheels/ is missing: .ci/run builds it")
-    pytest.skip(f"no {NODE} with wheels/ (.ci/run builds it)")
-  absent = subprocess.run(
-      [str(PYTHON), "-c", "import importlib.util as u; print(*[m for m in ('tensorflow', "
-       "'tensorflow_datasets', 'pysword', 'sacremoses', 'tensorboardX', 'grain', 'ml_collections',"
-       " 'tfm') if u.find_spec(m)])"], capture_output=True, text=True, check=True, cwd="/",
-      env=_clean_env())
-  assert absent.stdout.strip() == "", f"{NODE} is not the node's package list: {absent.stdout}"
-  return str(PYTHON)
-
-
-@pytest.fixture(scope="module")
-def bundle(node_python, tmp_path_factory):
-  """make_bundle.py (in tfm's own environment, with TFDS) on the fake Bible corpus."""
-  root = tmp_path_factory.mktemp("gpu_bundle")
-  sword = testlib.write_library(str(root / "sword"))
-  version = subprocess.run([node_python, "-c", "import sys; print('%d.%d' % sys.version_info[:2])"],
-                           capture_output=True, text=True, check=True).stdout.strip()
-  done = subprocess.run(
-      [sys.executable, "experiments/gpu/make_bundle.py", f"--out={root / 'bundle'}",
-       f"--wheels_from={NODE / 'wheels'}", f"--python_version={version}",
-       f"--config.data.data_dir={root / 'tfds'}", f"--config.data.manual_dir={sword}",
-       "--config.data.vocab_size=300", "--config.model.vocab_size=300",
-       "--config.data.max_length=48", "--config.data.overlong=truncate"],
-      cwd=ROOT, capture_output=True, text=True, check=False, timeout=300)
-  assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
-  return root / "bundle"
 
 
 def _table(node_python, bundle, out, *flags):
   return subprocess.run([node_python, str(ROOT / "experiments" / "gpu_table.py"), f"--out={out}",
-                         f"--bundle={bundle}", *flags], cwd="/", env=_clean_env(), capture_output=True,
+                         f"--bundle={bundle}", *flags], cwd="/", env=node.clean_env(), capture_output=True,
                         text=True, check=False, timeout=600)
 
 
-def test_without_a_gpu_the_table_stops_at_the_preflight_in_one_line(node_python, bundle, tmp_path):
-  done = _table(node_python, bundle, tmp_path)
+def test_without_a_gpu_the_table_stops_at_the_preflight_in_one_line(node_python, node_bundle, tmp_path):
+  done = _table(node_python, node_bundle, tmp_path)
   assert done.returncode == 3, done.stdout + done.stderr
   (line,) = done.stdout.splitlines()
   assert line.startswith("[gpu_table] preflight failed (exit 3): preflight: no GPU: "), line
@@ -77,10 +34,10 @@ def test_without_a_gpu_the_table_stops_at_the_preflight_in_one_line(node_python,
 
 
 @pytest.mark.slow
-def test_quick_table_from_the_bundle_in_the_nodes_python(node_python, bundle, tmp_path):
+def test_quick_table_from_the_bundle_in_the_nodes_python(node_python, node_bundle, tmp_path):
   """Preflight, then step_xla forced past its timeout, then the Bible run: its row has its
   figures all the same, and every file the table writes is in OUT, none deeper."""
-  done = _table(node_python, bundle, tmp_path, "--quick", "--jobs=step_xla,bible",
+  done = _table(node_python, node_bundle, tmp_path, "--quick", "--jobs=step_xla,bible",
                 "--timeouts=step_xla=2", "--deadline=6")
   assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
   files = sorted(p.name for p in tmp_path.iterdir())
@@ -106,11 +63,11 @@ def test_quick_table_from_the_bundle_in_the_nodes_python(node_python, bundle, tm
 
 
 @pytest.mark.slow
-def test_quick_default_run_times_the_loop_against_the_step(node_python, bundle, tmp_path):
+def test_quick_default_run_times_the_loop_against_the_step(node_python, node_bundle, tmp_path):
   """The default jobs (step_cudnn, loop) as --quick on the CPU: the cuDNN rows fail there, the
   loop row has its figures, and rows.json holds them as numbers: the loop's and the step alone's
   time a step over the same timed steps, the difference between them, and the trace's summary."""
-  done = _table(node_python, bundle, tmp_path, "--quick", "--deadline=6")
+  done = _table(node_python, node_bundle, tmp_path, "--quick", "--deadline=6")
   assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
   files = sorted(p.name for p in tmp_path.iterdir())
   assert files == ["bible.txt", "preflight.txt", "rows.json", "step_cudnn.txt", "table.md"]

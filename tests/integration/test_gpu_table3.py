@@ -11,14 +11,14 @@ from pathlib import Path
 
 import pytest
 
-from tests.integration.test_gpu_table import _clean_env, bundle, node_python  # noqa: F401  (fixtures)
+from tests.integration import node
 
 ROOT = Path(__file__).resolve().parents[2]
 DRIVER = ROOT / "experiments" / "gpu" / "table3.py"
 
 
 def _driver(python, *flags):
-  return subprocess.run([python, str(DRIVER), *flags], cwd="/", env=_clean_env(),
+  return subprocess.run([python, str(DRIVER), *flags], cwd="/", env=node.clean_env(),
                         capture_output=True, text=True, check=False, timeout=900)
 
 
@@ -28,9 +28,9 @@ def _results(path: Path) -> dict:
 
 
 @pytest.mark.slow
-def test_quick_sweep_publishes_resumes_elsewhere_and_imports(node_python, bundle, tmp_path):  # noqa: F811
+def test_quick_sweep_publishes_resumes_elsewhere_and_imports(node_python, node_bundle, tmp_path):
   node_published, here = tmp_path / "node_published", tmp_path / "here"
-  common = ["--quick", f"--bundle={bundle}", f"--publish={node_published}", "--pilot_steps=0",
+  common = ["--quick", f"--bundle={node_bundle}", f"--publish={node_published}", "--pilot_steps=0",
             "--deadline=14"]
   first = _driver(node_python, *common, f"--out={tmp_path / 'out1'}", f"--root={tmp_path / 'r1'}")
   assert first.returncode == 0, first.stdout[-3000:] + first.stderr[-3000:]
