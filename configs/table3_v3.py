@@ -18,9 +18,9 @@ The protocol, fixed before any run; no row is tuned on its own:
     row as base. Warmup 400 steps as before.
   * Learning rate: the largest scale at which base still trains stably at twice the rate (the rule
     of configs/table3_mini.py), measured again on base at this width: LR_SCALE = 0.5 (peak
-    (128 x 400)^-0.5 x 0.5 = 2.2e-3 at base), with base at scale 1.0 as the twice-the-rate check
-    (docs/table3.md gives how far it has been run; experiments/gpu/table3.py runs it beside the
-    sweep).
+    (128 x 400)^-0.5 x 0.5 = 2.2e-3 at base), with base at scale 1.0 as the twice-the-rate check:
+    600 steps (1.5x the warmup) without a spike or a non-finite step, loss falling at every log
+    (experiments/results/table3_v3_pilot); experiments/gpu/table3.py runs it on to 2000 steps.
   * Dev perplexity on all 953 dev verses every 250 steps (each run's dev curve: where a row
     crosses base), tokenized BLEU and sacreBLEU once at the end on the first 200; 2 seeds a row.
   * Float32 with full-precision matrix products on every device (on GPUs the sweep runs with
