@@ -49,7 +49,6 @@ import os
 import re
 import shutil
 import statistics
-import subprocess
 import sys
 import tempfile
 import time
@@ -59,7 +58,7 @@ from absl import app, flags
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))  # configs (bible_base's run sizing), once the bundle's wheels are too
-from experiments.gpu.site import carried_site  # noqa: E402  pylint: disable=wrong-import-position
+from experiments.gpu.node import carried_site, device_name  # noqa: E402  pylint: disable=wrong-import-position
 from experiments.gpu.timebox import Run, Runner  # noqa: E402  pylint: disable=wrong-import-position
 
 FLAGS = flags.FLAGS
@@ -355,16 +354,6 @@ def parse_timeouts(values: list[str]) -> dict[str, float]:
                            f"{', '.join(TIMEOUTS)} and SECONDS > 0")
     timeouts[name] = value
   return timeouts
-
-
-def device_name() -> str:
-  """The GPU's name from nvidia-smi (no jax here: this process must not take the GPU's memory)."""
-  try:
-    names = subprocess.run(["nvidia-smi", "--query-gpu=name", "--format=csv,noheader"],
-                           capture_output=True, text=True, check=True, timeout=30).stdout
-    return names.split("\n")[0].strip() or "no GPU"
-  except (OSError, subprocess.SubprocessError):
-    return "no GPU (nvidia-smi found none)"
 
 
 def main(argv):

@@ -48,7 +48,7 @@ from absl import app, flags
 
 ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))
-from experiments.gpu.site import carried_site  # noqa: E402  pylint: disable=wrong-import-position
+from experiments.gpu.node import carried_site, device_name  # noqa: E402  pylint: disable=wrong-import-position
 
 FLAGS = flags.FLAGS
 flags.DEFINE_string("out", None, "where the files that come back go")
@@ -182,15 +182,6 @@ def versions(env: dict[str, str]) -> str:
   return ran.stdout.strip() or f"unknown ({ran.stderr.strip()[-200:]})"
 
 
-def device_name() -> str:
-  try:
-    names = subprocess.run(["nvidia-smi", "--query-gpu=name", "--format=csv,noheader"],
-                           capture_output=True, text=True, check=True, timeout=30).stdout
-    return names.split("\n")[0].strip() or "no GPU"
-  except (OSError, subprocess.SubprocessError):
-    return "no GPU"
-
-
 def sweep_argv(data: list[str], root: Path, publish: Path, rows: list[str]) -> list[str]:
   """tfm sweep over `rows` (data: bundle_data's overrides), every row's seed 0 first."""
   argv = [sys.executable, "-m", "tfm.cli", "sweep", f"--config={CONFIG}", f"--root={root}",
@@ -283,24 +274,26 @@ def finished_runs(publish: Path) -> list[dict]:
   return out
 
 
+def write_tar(files: list[tuple[Path, str]], target: Path) -> None:
+  """(path, name in the archive) pairs into target, a tar.gz written whole or not at all."""
+  with tarfile.open(target.with_suffix(".tmp"), "w:gz") as tar:
+    for path, name in files:
+      tar.add(path, arcname=name)
+  os.replace(target.with_suffix(".tmp"), target)
+
+
 def pack(publish: Path, target: Path) -> int:
   """Every finished run's folder and the vocabulary of `publish` into a tar.gz; the run count."""
   runs = [publish / r["name"] for r in finished_runs(publish)]
-  with tarfile.open(target.with_suffix(".tmp"), "w:gz") as tar:
-    for folder in runs + [publish / "vocab"]:
-      if folder.is_dir():
-        for path in sorted(folder.iterdir()):
-          tar.add(path, arcname=f"{folder.name}/{path.name}")
-  os.replace(target.with_suffix(".tmp"), target)
+  write_tar([(path, f"{folder.name}/{path.name}") for folder in runs + [publish / "vocab"]
+             if folder.is_dir() for path in sorted(folder.iterdir())], target)
   return len(runs)
 
 
 def pack_logs(root: Path, target: Path) -> None:
   """Every run's log under the root, finished or not (a run stopped or failed here says why)."""
-  with tarfile.open(target.with_suffix(".tmp"), "w:gz") as tar:
-    for path in sorted(root.glob("*/sweep.log")):
-      tar.add(path, arcname=f"{path.parent.name}/{path.name}")
-  os.replace(target.with_suffix(".tmp"), target)
+  write_tar([(path, f"{path.parent.name}/{path.name}") for path in sorted(root.glob("*/sweep.log"))],
+            target)
 
 
 def on_node(out: Path) -> int:

@@ -26,15 +26,14 @@ from typing import Iterable
 from tfm import config as config_lib
 from tfm.sweep import execute
 
-MACHINE_KEYS = execute.MACHINE_KEYS
 EVAL_RESULTS = "eval_dev_*.json"
 
 
 def fingerprint(config: config_lib.Config, vocab_sha256: str, eval_limit: int) -> str:
-  """sha256 of the config's values (less MACHINE_KEYS), the vocabulary model's sha256 and the
+  """sha256 of the config's values (less execute.MACHINE_KEYS), the vocabulary model's sha256 and the
   number of dev pairs BLEU is scored on."""
   values = config.to_dict()
-  for key in MACHINE_KEYS:
+  for key in execute.MACHINE_KEYS:
     section, name = key.split(".")
     values[section].pop(name, None)
   text = json.dumps(values, sort_keys=True, default=str) + f"\n{vocab_sha256}\n{eval_limit}"

@@ -1,11 +1,13 @@
-"""The bundle's wheels on a GPU node's path: the packages the node's preinstalled Python lacks
-(experiments/gpu/node-requirements.txt), carried as wheels by experiments/gpu/make_bundle.py and
-unpacked here, for experiments/gpu_table.py and experiments/gpu/table3.py."""
+"""What experiments/gpu_table.py and experiments/gpu/table3.py need of a GPU node: the bundle's
+wheels on the path (the packages the node's preinstalled Python lacks,
+experiments/gpu/node-requirements.txt, carried by experiments/gpu/make_bundle.py) and the GPU's
+name."""
 
 from __future__ import annotations
 
 import os
 import shutil
+import subprocess
 import sys
 import zipfile
 from pathlib import Path
@@ -37,3 +39,13 @@ def carried_site(bundle: Path) -> Path | None:
     shutil.rmtree(site, ignore_errors=True)
     os.rename(tmp, site)
   return site
+
+
+def device_name() -> str:
+  """The GPU's name from nvidia-smi (no jax here: this process must not take the GPU's memory)."""
+  try:
+    names = subprocess.run(["nvidia-smi", "--query-gpu=name", "--format=csv,noheader"],
+                           capture_output=True, text=True, check=True, timeout=30).stdout
+    return names.split("\n")[0].strip() or "no GPU"
+  except (OSError, subprocess.SubprocessError):
+    return "no GPU (nvidia-smi found none)"
