@@ -165,3 +165,71 @@ def test_logits_far_apart_in_different_parts_stay_exact():
   np.testing.assert_allclose(smoothed, numpy_smoothed(logits, targets, 0.1), rtol=1e-6)
   expected_nll = -np.take_along_axis(numpy_log_softmax(logits), targets[..., None], -1)[..., 0]
   np.testing.assert_allclose(nll, expected_nll, rtol=1e-6, atol=1e-6)
+
+
+def _float32_first(logits, targets, eps):
+  """token_losses as it was formulated before it took the model's logits: the logits cast to
+  float32 outside a custom_vjp whose forward and backward are the same arithmetic, so its residual
+  was that float32 copy. Kept here as the reference the bits are compared against."""
+  import functools
+
+  import jax
+
+  @functools.partial(jax.custom_vjp, nondiff_argnums=(2,))
+  def losses(x, y, eps):
+    return forward(x, y, eps)[0]
+
+  def forward(x, y, eps):
+    vocab = x.shape[-1]
+    lse, total, target_logit, correct = loss._vocab_statistics(x, y)  # pylint: disable=protected-access
+    nll = lse - target_logit
+    confidence, low = 1.0 - eps, eps / (vocab - 1)
+    return (((confidence - low) * nll - low * (total - vocab * lse), nll, correct), (x, y, lse))
+
+  def backward(eps, residuals, cotangents):
+    x, y, lse = residuals
+    g_s, g_n, _ = cotangents
+    vocab = x.shape[-1]
+    confidence, low = 1.0 - eps, eps / (vocab - 1)
+    on_p = g_s * (confidence - low + vocab * low) + g_n
+    on_target = g_s * (confidence - low) + g_n
+    p = jnp.exp(x - lse[..., None])
+    index = jax.lax.broadcasted_iota(jnp.int32, x.shape, x.ndim - 1)
+    d = (p * on_p[..., None] - jnp.where(index == y[..., None], on_target[..., None], 0.0)
+         - (g_s * low)[..., None])
+    return d.astype(x.dtype), None
+
+  losses.defvjp(forward, backward)
+  return losses(logits.astype(jnp.float32), targets.astype(jnp.int32), float(eps))
+
+
+@pytest.mark.parametrize("dtype", ["float32", "bfloat16"])
+def test_logits_in_the_models_dtype_give_the_same_bits(example, dtype):
+  """token_losses keeps the model's logits (not a float32 copy) for its backward and upcasts inside:
+  the losses, and the gradients of the logits and of a weight that made them, are the float32-first
+  formulation's to the bit, for float32 and bfloat16 models (bfloat16 -> float32 is exact)."""
+  import jax
+  logits, targets = example
+  rng = np.random.default_rng(1)
+  features = jnp.asarray(rng.normal(size=(*logits.shape[:2], 16)), dtype)
+  weight = jnp.asarray(rng.normal(size=(16, logits.shape[-1])), jnp.float32)
+  targets = jnp.asarray(targets)
+  weights = target_weights(targets)
+
+  def objective(w, losses):
+    x = features @ w.astype(dtype)  # logits [b, t, V] in the model's dtype
+    smoothed, nll, correct = losses(x, targets, 0.1)
+    total = jnp.sum(smoothed * weights) + 2.0 * jnp.sum(nll * weights)
+    return total, (smoothed, nll, correct)
+
+  for losses in (token_losses, _float32_first):
+    assert jax.eval_shape(lambda w, f=losses: objective(w, f), weight)[1][0].dtype == jnp.float32
+  ours = jax.jit(jax.grad(lambda w: objective(w, token_losses), has_aux=True))(weight)
+  want = jax.jit(jax.grad(lambda w: objective(w, _float32_first), has_aux=True))(weight)
+  for a, b in zip(jax.tree.leaves(ours), jax.tree.leaves(want)):
+    np.testing.assert_array_equal(np.asarray(a), np.asarray(b))
+  logits_grad = lambda f: jax.jit(jax.grad(lambda x: jnp.sum(f(x, targets, 0.1)[0] * weights)))(
+      (features @ weight.astype(dtype)))
+  ours, want = logits_grad(token_losses), logits_grad(_float32_first)
+  assert ours.dtype == want.dtype == jnp.dtype(dtype)
+  np.testing.assert_array_equal(np.asarray(ours, np.float32), np.asarray(want, np.float32))
