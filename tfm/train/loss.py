@@ -84,9 +84,10 @@ def _token_losses(logits, targets, label_smoothing):
 
 def _token_losses_fwd(logits, targets, label_smoothing):
   """logits [b, t, V] in the model's dtype, upcast here to float32 for every reduction. The
-  residual is the logits as given, not a float32 copy: for a bfloat16 model half the bytes of the
-  step's largest tensor, and the backward upcasts them again (bfloat16 -> float32 is exact, so
-  both passes see the float32 values a cast outside would give)."""
+  residual is the logits as given, so the program itself keeps no float32 copy of the step's
+  largest tensor for the backward, whatever a compiler would make of one; the backward upcasts
+  them again (bfloat16 -> float32 is exact, so both passes see the float32 values a cast outside
+  would give)."""
   vocab = logits.shape[-1]
   lse, total, target_logit, correct = _vocab_statistics(logits.astype(jnp.float32), targets)
   nll = lse - target_logit
