@@ -136,8 +136,9 @@ def main(argv):
     raise app.UsageError("--config=FILE[:ARG] is required")
   for name, allowed in (("prng", PRNGS), ("guard", GUARDS)):
     if FLAGS[name].value not in allowed:
-      raise SystemExit(f"benchmark_step.py: --{name}={FLAGS[name].value!r}: expected one of "
-                       f"{', '.join(allowed)}")
+      print(f"benchmark_step.py: --{name}={FLAGS[name].value!r}: expected one of "
+            f"{', '.join(allowed)}", file=sys.stderr)
+      return 2
   result = benchmark(config_lib.build(FLAGS.config), FLAGS.rows, FLAGS.length, FLAGS.warmup,
                      FLAGS.steps, FLAGS.seed, FLAGS.prng, FLAGS.guard)
   width = max(map(len, result))
