@@ -128,18 +128,3 @@ def test_table3_row_forward_backward(row):
   assert jax.tree.structure(grads) == jax.tree.structure(params)
   assert all(g.shape == p.shape and g.dtype == jnp.float32
              for g, p in zip(jax.tree.leaves(grads), jax.tree.leaves(params)))
-
-
-@pytest.mark.parametrize("architecture", ["encoder_decoder", "decoder_only", "encoder_only"])
-def test_logits_in_the_compute_dtype_upcast_to_the_float32_logits(architecture):
-  """float32_logits=False (the train step's, tfm/train/step.py) gives the logits in model.dtype,
-  and cast to float32 they are the default's float32 logits to the bit: the cast moves to the
-  loss, nothing else changes."""
-  cfg = tiny(dtype="bfloat16", architecture=architecture)
-  _, inputs, targets = _tokens(cfg, 2, 6)
-  model, variables = draw(cfg, inputs, targets)
-  run = jax.jit(lambda v, f32: model.apply(v, inputs, targets, float32_logits=f32),
-                static_argnums=1)
-  own, f32 = run(variables, False), run(variables, True)
-  assert own.dtype == jnp.bfloat16 and f32.dtype == jnp.float32
-  np.testing.assert_array_equal(np.asarray(own.astype(jnp.float32)), np.asarray(f32))

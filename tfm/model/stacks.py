@@ -139,4 +139,4 @@ class Decoder(nn.Module):
       logits = self.output_embed.attend(x)
     else:
       logits = vocab_projection(cfg.vocab_size, cfg.compute_dtype)(x)
-    return P.constrain(logits, P.BLV)  # in the compute dtype: Transformer casts, or the loss
+    return P.constrain(logits.astype(jnp.float32), P.BLV)

@@ -80,37 +80,30 @@ class Transformer(nn.Module):
     return self.encoder(inputs, segmentation, positions, train=train)
 
   def decode(self, encoded, targets, inputs_segmentation=None, targets_segmentation=None,
-             targets_positions=None, *, train: bool = False, float32_logits: bool = True):
-    """Teacher-forced decoder: targets [b, t] (not yet shifted) -> logits [b, t, vocab], float32
-    (float32_logits=False: in the compute dtype, see __call__)."""
+             targets_positions=None, *, train: bool = False):
+    """Teacher-forced decoder: targets [b, t] (not yet shifted) -> logits [b, t, vocab] float32."""
     segmentation, positions = _defaults(targets, targets_segmentation, targets_positions)
     decoder_inputs = shift_right(targets, segmentation if targets_segmentation is not None else None)
-    logits = self.decoder(decoder_inputs, segmentation, positions, encoded, inputs_segmentation,
-                          train=train)
-    return logits.astype(jnp.float32) if float32_logits else logits
+    return self.decoder(decoder_inputs, segmentation, positions, encoded, inputs_segmentation,
+                        train=train)
 
   def __call__(self, inputs, targets, *, inputs_segmentation=None, targets_segmentation=None,
-               inputs_positions=None, targets_positions=None, train: bool = False,
-               float32_logits: bool = True):
+               inputs_positions=None, targets_positions=None, train: bool = False):
     """inputs [b, s] (None for decoder-only), targets [b, t] (None for encoder-only).
 
-    Returns logits [b, t, vocab] (encoder-only: [b, s, vocab], one per input token), float32; with
-    float32_logits=False in the compute dtype (model.dtype), for a loss that upcasts inside its
-    own kernel (tfm/train/loss.py), so that the train step keeps no float32 copy of [b, t, vocab]
-    for its backward pass.
+    Returns float32 logits [b, t, vocab] (encoder-only: [b, s, vocab], one per input token).
     """
     arch = self.cfg.architecture
     if arch == "decoder_only":
-      return self.decode(None, targets, None, targets_segmentation, targets_positions, train=train,
-                         float32_logits=float32_logits)
+      return self.decode(None, targets, None, targets_segmentation, targets_positions, train=train)
     if inputs_segmentation is None:
       inputs_segmentation = masks.segments_from_tokens(inputs)
     encoded = self.encode(inputs, inputs_segmentation, inputs_positions, train=train)
     if arch == "encoder_only":
       logits = self.output.attend(encoded) if self.cfg.tie_embeddings else self.output(encoded)
-      return P.constrain(logits.astype(jnp.float32) if float32_logits else logits, P.BLV)
+      return P.constrain(logits.astype(jnp.float32), P.BLV)
     return self.decode(encoded, targets, inputs_segmentation, targets_segmentation, targets_positions,
-                       train=train, float32_logits=float32_logits)
+                       train=train)
 
   def init_cache(self, encoded, inputs_segmentation, batch_size: int, max_decode_len: int):
     """Creates the decode cache (run with mutable=['cache']). encoded [b, s, d_model] or None."""
@@ -118,5 +111,5 @@ class Transformer(nn.Module):
     self.decoder(dummy, encoded=encoded, encoder_segmentation=inputs_segmentation, mode="init_cache")
 
   def decode_step(self, tokens):
-    """One decoding step (run with mutable=['cache']): tokens [b, 1] -> logits [b, vocab] float32."""
-    return self.decoder(tokens, mode="decode")[:, 0].astype(jnp.float32)
+    """One decoding step (run with mutable=['cache']): tokens [b, 1] -> logits [b, vocab]."""
+    return self.decoder(tokens, mode="decode")[:, 0]

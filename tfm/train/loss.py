@@ -83,13 +83,8 @@ def _token_losses(logits, targets, label_smoothing):
 
 
 def _token_losses_fwd(logits, targets, label_smoothing):
-  """logits [b, t, V] in the model's dtype, upcast here to float32 for every reduction. The
-  residual is the logits as given, so the program itself keeps no float32 copy of the step's
-  largest tensor for the backward, whatever a compiler would make of one; the backward upcasts
-  them again (bfloat16 -> float32 is exact, so both passes see the float32 values a cast outside
-  would give)."""
   vocab = logits.shape[-1]
-  lse, total, target_logit, correct = _vocab_statistics(logits.astype(jnp.float32), targets)
+  lse, total, target_logit, correct = _vocab_statistics(logits, targets)
   nll = lse - target_logit
   confidence, low = 1.0 - label_smoothing, label_smoothing / (vocab - 1)
   # sum_v log p(v) = sum_v l_v - V lse
@@ -99,15 +94,14 @@ def _token_losses_fwd(logits, targets, label_smoothing):
 
 def _token_losses_bwd(label_smoothing, residuals, cotangents):
   """d/dl_v for cotangents (g_s, g_n) of (smoothed, nll), with p = softmax(l), y the target:
-  g_s ((1 - eps - low)(p_v - [v = y]) - low (1 - V p_v)) + g_n (p_v - [v = y]), one fused pass
-  in float32, rounded once to the logits' dtype."""
+  g_s ((1 - eps - low)(p_v - [v = y]) - low (1 - V p_v)) + g_n (p_v - [v = y]), one fused pass."""
   logits, targets, lse = residuals
   g_s, g_n, _ = cotangents
   vocab = logits.shape[-1]
   confidence, low = 1.0 - label_smoothing, label_smoothing / (vocab - 1)
   on_p = g_s * (confidence - low + vocab * low) + g_n  # coefficient of p_v
   on_target = g_s * (confidence - low) + g_n  # coefficient of [v = y]
-  p = jnp.exp(logits.astype(jnp.float32) - lse[..., None])
+  p = jnp.exp(logits - lse[..., None])
   index = jax.lax.broadcasted_iota(jnp.int32, logits.shape, logits.ndim - 1)
   d = (p * on_p[..., None] - jnp.where(index == targets[..., None], on_target[..., None], 0.0)
        - (g_s * low)[..., None])
@@ -126,9 +120,8 @@ def token_losses(logits: jax.Array, targets: jax.Array, label_smoothing: float
   materialised: sum_v log p(v) = sum_v l_v - V lse), and differentiated by hand: the gradient
   g_s dH/dl + g_n dnll/dl = p (g_s (1 - eps + (V - 1) low) + g_n) - [v = y] (g_s (1 - eps - low)
   + g_n) - g_s low is one elementwise pass (no scatter of the target's gradient, no second softmax).
-  Logits of any float dtype: the arithmetic is float32 inside (_token_losses_fwd), the gradient
-  comes back in the logits' dtype.
   """
+  logits = logits.astype(jnp.float32)
   return _token_losses(logits, targets.astype(jnp.int32), float(label_smoothing))
 
 

@@ -34,7 +34,6 @@ import jax.numpy as jnp
 import optax
 from jax.sharding import Mesh, NamedSharding, PartitionSpec
 
-from tfm.model.transformer import Transformer
 from tfm.train.accumulate import accumulate_gradients
 from tfm.train.loss import loss_sums, per_token, target_weights
 from tfm.train.schedules import Schedule
@@ -143,17 +142,13 @@ def dropout_key(rng: jax.Array, step: jax.Array, prng: str = THREEFRY) -> jax.Ar
 
 
 def apply_model(model: nn.Module, params: Any, batch: Batch, train: bool, dropout_key=None) -> jax.Array:
-  """Logits [batch, target_len, vocab] for a batch dict, in the model's compute dtype: the loss
-  upcasts them inside its kernel (tfm/train/loss.py), so its backward keeps these, not a float32
-  copy. A model without that option (a flax module of its own) gives its own logits."""
+  """Logits [batch, target_len, vocab] (float32) for a batch dict."""
   rngs = {"dropout": dropout_key} if train else {}
-  options = {"float32_logits": False} if isinstance(model, Transformer) else {}
   return model.apply({"params": params}, batch.get("inputs"), batch.get("targets"),
                      inputs_segmentation=batch.get("inputs_segmentation"),
                      targets_segmentation=batch.get("targets_segmentation"),
                      inputs_positions=_position(batch, "inputs"),
-                     targets_positions=_position(batch, "targets"), train=train, rngs=rngs,
-                     **options)
+                     targets_positions=_position(batch, "targets"), train=train, rngs=rngs)
 
 
 def batch_loss_sums(model: nn.Module, params: Any, batch: Batch, label_smoothing: float, train: bool,
