@@ -19,6 +19,11 @@ output streamed to OUT/<job>.txt:
               LOOP_STEPS steps of the real training loop against the same step alone on the same
               batches, the last LOOP_PROFILE traced and summarized (top device ops, the device's
               idle time between steps, the host's between dispatches); output in OUT/bible.txt
+              (experiments/gpu/loop_job.py)
+  variants    base as in step_cudnn, timed once a choice the step makes per platform: the default,
+              threefry dropout, the lax.cond guard, LayerNorm's autodiff backward, the default
+              again; each row its change against the default; output in OUT/step_cudnn.txt
+              (experiments/gpu/step_jobs.py)
   step_xla    the same with XLA's attention
   beam        experiments/decode_speed.py: beam 4, batch 32, the paper's base, output tokens/s
   flax        experiments/compare_flax_wmt.py: the Flax example (experiments/flax_wmt/, vendored)
@@ -32,7 +37,8 @@ too little time left is skipped. OUT/table.md is rewritten after every job, so a
 point leaves the rows it finished; OUT/rows.json keeps the rows of earlier runs into the same OUT
 (--jobs=bible fills one row later), and the figures as numbers. OUT holds at most 8 files, no
 folders: table.md, rows.json, preflight.txt and the jobs' .txt files (loop and bible share
-bible.txt; the Bible runs' workdirs are temporary directories).
+bible.txt, step_cudnn and variants step_cudnn.txt; the Bible runs' workdirs are temporary
+directories).
 
 Every job sees one GPU (CUDA_VISIBLE_DEVICES=0 unless set) and JAX_PLATFORMS=cuda (cpu with
 --quick) unless set: a CUDA plugin that does not load fails the preflight instead of running the
@@ -59,6 +65,9 @@ from absl import app, flags
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))  # configs (bible_base's run sizing), once the bundle's wheels are too
 from experiments.gpu.node import carried_site, device_name  # noqa: E402  pylint: disable=wrong-import-position
+from experiments.gpu.loop_job import bible_config, loop_rows, no_bundle  # noqa: E402  pylint: disable=wrong-import-position
+from experiments.gpu.step_jobs import (QUICK_MODEL, key_values, step_rows,  # noqa: E402  pylint: disable=wrong-import-position
+                                       variants_rows)
 from experiments.gpu.timebox import Run, Runner  # noqa: E402  pylint: disable=wrong-import-position
 
 FLAGS = flags.FLAGS
@@ -74,64 +83,18 @@ flags.DEFINE_string("bundle", str(ROOT / "experiments" / "gpu" / "bundle"),
 flags.DEFINE_string("flax_wmt_dir", str(ROOT / "experiments" / "flax_wmt"),
                     "the Flax example's directory (default: the vendored copy)")
 
-JOBS = ("step_cudnn", "loop", "step_xla", "beam", "flax", "bible")
+JOBS = ("step_cudnn", "loop", "variants", "step_xla", "beam", "flax", "bible")
 # The default run: the preflight, step_cudnn and loop fit --deadline 8 on one H100 (one call of a
 # 15-minute lease, with the machine's start); the others by --jobs, a call each (docs/gpu.md).
 DEFAULT_JOBS = ("step_cudnn", "loop")
-TIMEOUTS = {"preflight": 90, "step_cudnn": 180, "loop": 270, "step_xla": 180, "beam": 90,
-            "flax": 330, "bible": 900}
-LOOP_STEPS = {False: 400, True: 24}  # the loop job's steps (--quick: on a CPU)
-LOOP_EVERY = {False: 100, True: 8}  # its dev loss and checkpoint cadence
-LOOP_PROFILE = {False: 20, True: 4}  # its last steps traced
+TIMEOUTS = {"preflight": 90, "step_cudnn": 180, "loop": 270, "variants": 420, "step_xla": 180,
+            "beam": 90, "flax": 330, "bible": 900}
 flags.DEFINE_list("jobs", list(DEFAULT_JOBS), "the jobs to run, in the table's order (all: "
                   f"{','.join(JOBS)})")
 QUICK_PREFLIGHT_TIMEOUT = 240  # a loaded CPU imports and compiles slowly
 MIN_SECONDS = 20  # a job with less time left than this is skipped
 BIBLE_OVERHEAD_S = {False: 240, True: 60}  # compilations, 5 dev BLEUs, the averaged evaluation
 QUICK_BIBLE_MINUTES = 0.25  # timing, compilations, evaluations around the training
-PAPER_BATCH = ["--rows=96", "--length=256"]
-QUICK_MODEL = ["model.num_encoder_layers=1", "model.num_decoder_layers=1", "model.d_model=64",
-               "model.d_ff=256", "model.d_k=16", "model.d_v=16", "model.num_heads=4",
-               "model.dtype=float32"]
-QUICK_STEP = ["--rows=4", "--length=16", "--warmup=1", "--steps=2"]
-QUICK_BIBLE = ["data.tokens_per_batch=512", "data.eval_max_examples=32", "eval.bleu_examples=32",
-               "train.warmup_steps=100", "data.num_workers=0"]
-OOM = re.compile(r"RESOURCE_EXHAUSTED|[Oo]ut of memory")
-
-
-def key_values(output: str) -> dict[str, str]:
-  """benchmark_step.py's `key  value` lines."""
-  pairs = (re.match(r"^([a-z_]+)\s{2,}(.+)$", line) for line in output.splitlines())
-  return {m.group(1): m.group(2).strip() for m in pairs if m}
-
-
-def rate(x: float) -> str:
-  """2.56M, 88.9k, 333."""
-  return f"{x / 1e6:.2f}M" if x >= 1e6 else f"{x / 1e3:.1f}k" if x >= 1e3 else f"{x:.0f}"
-
-
-def step_numbers(run: Run) -> dict:
-  """A benchmark_step.py run's figures as numbers ({} when it failed)."""
-  if not run.ok:
-    return {}
-  v = key_values(run.output)
-  number = lambda key: float(v[key]) if key in v and not v[key].startswith("n/a") else None
-  return {"step_ms": 1e3 * float(v["step_seconds"]),
-          "tokens_per_s": float(v["all_tokens_per_second"]), "mfu": number("mfu"),
-          "tflops_per_step": number("tflops_per_step"), "microbatches": int(v["microbatches"]),
-          "batch": v["batch"], "dtype": v["dtype"]}
-
-
-def step_row(run: Run) -> str:
-  """A table row from a benchmark_step.py run."""
-  if not run.ok:
-    return f"| {run.name} | {run.failure()} |"
-  v = key_values(run.output)
-  mfu = v["mfu"] if v["mfu"].startswith("n/a") else f"{float(v['mfu']):.1%}"
-  return (f"| {run.name} | {v['devices']}, {v['batch']}, {v['dtype']}, microbatches "
-          f"{v['microbatches']}: {1e3 * float(v['step_seconds']):.1f} ms a step, "
-          f"{rate(float(v['all_tokens_per_second']))} tokens/s (source + target), "
-          f"{v['tflops_per_step']} model TFLOP a step, MFU {mfu} |")
 
 
 def flax_rows(run: Run) -> list[str]:
@@ -178,84 +141,6 @@ class Table:
       tmp = self.out / f".{name}.tmp"
       tmp.write_text(content)
       os.replace(tmp, self.out / name)
-
-
-def step_rows(runner: Runner, impl: str, ends_at: float, quick: bool
-              ) -> tuple[list[str], dict]:
-  """benchmark_step.py for base then big with attention `impl`; on OOM, twice the microbatches.
-  Returns the rows and {size: step_numbers}."""
-  rows, numbers = [], {}
-  for size in ("base", "big"):
-    microbatches = 1
-    while True:
-      shape = ([f"--config.{o}" for o in QUICK_MODEL] + QUICK_STEP) if quick else PAPER_BATCH
-      run = runner.run(f"step_{impl}", f"step_{size}_{impl}", [
-          sys.executable, "experiments/benchmark_step.py", f"--config=configs/{size}.py",
-          f"--config.model.attention_impl={impl}", f"--config.train.microbatches={microbatches}",
-          *shape], ends_at)
-      if run.ok or run.timed_out or not OOM.search(run.output) or microbatches == 8:
-        break
-      microbatches *= 2
-    rows.append(step_row(run))
-    numbers[size] = step_numbers(run)
-    if run.timed_out:  # the job's time is spent
-      break
-  return rows, numbers
-
-
-def bible_config(bundle: Path, quick: bool) -> list[str] | None:
-  """configs/bible_base.py's flags on the bundle's corpus (None without a bundle)."""
-  manifest_path = bundle / "manifest.json"
-  if not manifest_path.exists():
-    return None
-  data = json.loads(manifest_path.read_text())["data"]
-  overrides = [f"data.{k}={v}" for k, v in data.items()] + [
-      f"model.vocab_size={data['vocab_size']}", f"data.data_dir={bundle / 'data'}",
-      f"data.vocab_dir={bundle / 'data' / 'vocab'}"]
-  if quick:
-    overrides += QUICK_MODEL + QUICK_BIBLE
-  return ["--config=configs/bible_base.py", *(f"--config.{o}" for o in overrides)]
-
-
-def no_bundle(bundle: Path) -> str:
-  return f"| bible_base | skipped: no bundle at {bundle} (experiments/gpu/make_bundle.py) |"
-
-
-def loop_rows(runner: Runner, bundle: Path, ends_at: float, quick: bool) -> tuple[list[str], dict]:
-  """experiments/loop_overhead.py on configs/bible_base.py (the bundle's corpus): LOOP_STEPS steps
-  of the real loop (dev loss and checkpoints every LOOP_EVERY, no dev BLEU), the last
-  LOOP_PROFILE traced and summarized, against the same step alone on the same batches. Its output
-  goes to OUT/bible.txt (the Bible model's file: OUT holds at most 8)."""
-  config = bible_config(bundle, quick)
-  if config is None:
-    return [no_bundle(bundle).replace("bible_base", "loop_bible_base")], {}
-  steps, every = LOOP_STEPS[quick], LOOP_EVERY[quick]
-  with tempfile.TemporaryDirectory(prefix="gpu_table_loop_") as tmp:
-    result = Path(tmp) / "loop.json"
-    run = runner.run("bible", "loop_bible_base", [
-        sys.executable, "experiments/loop_overhead.py", *config,
-        f"--config.train.steps={steps}", f"--config.train.log_every={min(50, every)}",
-        f"--config.train.eval_every={every}", f"--config.train.checkpoint_every={every}",
-        "--config.eval.bleu_every=0", f"--profile={LOOP_PROFILE[quick]}",
-        f"--workdir={Path(tmp) / 'workdir'}", f"--out={result}"], ends_at)
-    numbers = json.loads(result.read_text()) if run.ok and result.exists() else {}
-  if not numbers:
-    return [f"| loop_bible_base | {run.failure() if not run.ok else 'no figures'} |"], {}
-  profile = numbers.get("profile", {})
-  gaps = profile.get("device_gaps", {})
-  host = profile.get("host_outside_dispatch", {})
-  top = profile.get("device_ops", [])[:3]
-  traced = ("; traced: " + (f"device idle between steps median {gaps['median_ms']:.2f} ms (max "
-                            f"{gaps['max_ms']:.2f})" if gaps.get("count") else "no device gaps")
-            + (f", host outside dispatch median {host['median_ms']:.2f} ms" if host.get("count")
-               else "")
-            + (", top ops " + ", ".join(f"{name[:40]} {share:.0%}" for name, _, share in top)
-               if top else "")) if profile.get("trace") else "; no trace"
-  row = (f"| loop_bible_base | {numbers['steps_timed']} steps of the real loop (dev loss and "
-         f"checkpoints every {every}): {numbers['loop_step_ms']:.1f} ms a step against "
-         f"{numbers['alone_step_ms']:.1f} ms for the step alone on the same batches, "
-         f"{numbers['added_ms_per_step']:+.1f} ms ({numbers['added_percent']:+.1f}%){traced} |")
-  return [row], numbers
 
 
 def bible_rows(runner: Runner, bundle: Path, ends_at: float, quick: bool
@@ -323,6 +208,8 @@ def job_rows(name: str, runner: Runner, bundle: Path, ends_at: float) -> tuple[l
     return step_rows(runner, name.split("_")[1], ends_at, quick)
   if name == "loop":
     return loop_rows(runner, bundle, ends_at, quick)
+  if name == "variants":
+    return variants_rows(runner, ends_at, quick)
   if name == "beam":
     shape = ["--batch_size=2", "--source_length=8", "--repeats=1",
              *(f"--config.{o}" for o in QUICK_MODEL)] if quick else []

@@ -209,12 +209,19 @@ class Experiment:
   @_piece
   def train_step(self) -> OnMesh:
     """train_step(state, batch) -> (state, metrics), jitted over the mesh, state donated."""
+    return self.train_step_with()
+
+  def train_step_with(self, *, guard: str | None = None, prng: str | None = None) -> OnMesh:
+    """A train step as train_step's, with the non-finite guard's form and the dropout PRNG chosen
+    (tfm/train/step.py: guarded, dropout_key; None: the mesh platform's, as train_step has them).
+    Built anew each call, not kept among the pieces: for measuring one choice against another
+    (experiments/benchmark_step.py)."""
     t = self.key.step_train
     tx, schedule = self.optimizer
     return make_train_step(self.model, tx, schedule, label_smoothing=t.label_smoothing,
                            microbatches=t.microbatches, mesh=self.mesh, rules=self.rules,
                            state_shardings=self.state_shardings,
-                           compiler_options=self._compiler_options)
+                           compiler_options=self._compiler_options, guard=guard, prng=prng)
 
   @_piece
   def eval_step(self) -> OnMesh:

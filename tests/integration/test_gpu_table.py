@@ -17,6 +17,9 @@ from tests.integration import node
 
 ROOT = Path(__file__).resolve().parents[2]
 LOOP_STEPS, LOOP_PROFILE = 24, 4  # gpu_table.py's --quick loop job (its flags: not imported)
+# The variants job's runs and the choice each asks benchmark_step.py for (None: the platform's).
+VARIANTS = {"default": {}, "threefry": {"prng": "threefry"}, "cond_guard": {"guard": "branch"},
+            "layer_norm_autodiff": {"layer_norm_grad": "autodiff"}, "default_again": {}}
 
 
 def _table(node_python, bundle, out, *flags):
@@ -35,20 +38,24 @@ def test_without_a_gpu_the_table_stops_at_the_preflight_in_one_line(node_python,
 
 @pytest.mark.slow
 def test_quick_table_from_the_bundle_in_the_nodes_python(node_python, node_bundle, tmp_path):
-  """Preflight, then step_xla forced past its timeout, then the Bible run: its row has its
-  figures all the same, and every file the table writes is in OUT, none deeper."""
-  done = _table(node_python, node_bundle, tmp_path, "--quick", "--jobs=step_xla,bible",
-                "--timeouts=step_xla=2", "--deadline=6")
+  """Preflight, then the variants (each of the step's choices switched, against the default),
+  step_xla forced past its timeout, then the Bible run: its row has its figures all the same, and
+  every file the table writes is in OUT, none deeper."""
+  done = _table(node_python, node_bundle, tmp_path, "--quick", "--jobs=step_xla,variants,bible",
+                "--timeouts=step_xla=2", "--deadline=8")
   assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
   files = sorted(p.name for p in tmp_path.iterdir())
-  assert files == ["bible.txt", "preflight.txt", "rows.json", "step_xla.txt", "table.md"]
+  assert files == ["bible.txt", "preflight.txt", "rows.json", "step_cudnn.txt", "step_xla.txt",
+                   "table.md"]
   assert all((tmp_path / name).is_file() for name in files)
   table = (tmp_path / "table.md").read_text()
   versions = next(line for line in table.splitlines() if line.startswith("Versions: "))
   assert "ml-collections 1.1.0 (bundle)" in versions and "grain 0.2.18 (bundle)" in versions
   rows = {line.split(" | ")[0].strip("| "): line for line in table.splitlines()
           if line.startswith("| ") and not line.startswith("| job")}
-  assert list(rows) == ["preflight", "step_base_xla", "bible_base"], table
+  assert list(rows) == ["preflight", *(f"variants_base_{name}" for name in VARIANTS),
+                        "step_base_xla", "bible_base"], table
+  _check_variants(json.loads((tmp_path / "rows.json").read_text()), rows)
   assert rows["preflight"].startswith("| preflight | preflight ok in ")
   assert "timed out after 2 s" in rows["step_base_xla"]
   bible = rows["bible_base"]
@@ -60,6 +67,25 @@ def test_quick_table_from_the_bundle_in_the_nodes_python(node_python, node_bundl
   step = (tmp_path / "step_xla.txt").read_text()
   assert step.startswith("$ ") and "benchmark_step.py" in step.splitlines()[0]
   assert "# step_base_xla: timed out, stopped" in step
+
+
+def _check_variants(saved, rows):
+  """rows.json's variants: each run's step time, the choices benchmark_step.py says it compiled
+  (the CPU's threefry and branch by default), and its change against the default's step time."""
+  numbers = saved["numbers"]["variants"]
+  assert list(numbers) == list(VARIANTS)
+  default = numbers["default"]["step_ms"]
+  for name, asked in VARIANTS.items():
+    figures = numbers[name]
+    want = {"prng": "threefry", "guard": "branch", "layer_norm_grad": "auto (written)", **asked}
+    assert {key: figures[key] for key in want} == want, (name, figures)
+    assert figures["step_ms"] > 0 and figures["batch"] == "4 rows x 16 tokens"
+    if name == "default":
+      assert "change_ms" not in figures and "against" not in rows["variants_base_default"]
+      continue
+    assert figures["change_ms"] == pytest.approx(figures["step_ms"] - default)
+    assert figures["change_percent"] == pytest.approx(100 * figures["change_ms"] / default)
+    assert f"{figures['change_ms']:+.2f} ms" in rows[f"variants_base_{name}"]
 
 
 @pytest.mark.slow

@@ -1,6 +1,7 @@
 """`tfm sweep --publish`: a finished run's result kept outside the root is taken by a sweep on a fresh
 root when its config and vocabulary match, and only then."""
 
+import hashlib
 import json
 import os
 
@@ -62,6 +63,17 @@ def test_fingerprint_ignores_machine_paths_and_sees_everything_else():
   moved = load_config("configs/quickstart.py", ["data.vocab_dir=/elsewhere",
                                                 "data.data_dir=/data", "train.compilation_cache_dir="])
   assert publish.fingerprint(base, "v", 200) == publish.fingerprint(moved, "v", 200)
+  # LayerNorm's backward pass is chosen per platform: a CPU's run is a GPU's.
+  autodiff = load_config("configs/quickstart.py", ["model.layer_norm_grad=autodiff"])
+  assert publish.fingerprint(autodiff, "v", 200) == publish.fingerprint(base, "v", 200)
+  # A config written before the key existed has the same fingerprint (published runs stay valid).
+  values = base.to_dict()
+  del values["model"]["layer_norm_grad"]
+  for key in execute.MACHINE_KEYS:
+    section, name = key.split(".")
+    del values[section][name]
+  text = json.dumps(values, sort_keys=True, default=str) + "\nv\n200"
+  assert hashlib.sha256(text.encode("utf-8")).hexdigest() == publish.fingerprint(base, "v", 200)
   smoothing = load_config("configs/quickstart.py", ["train.label_smoothing=0.2"])
   assert publish.fingerprint(smoothing, "v", 200) != publish.fingerprint(base, "v", 200)
   assert publish.fingerprint(base, "w", 200) != publish.fingerprint(base, "v", 200)

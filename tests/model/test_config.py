@@ -23,6 +23,7 @@ CASES = [
     (dict(vocab_size=2), "model.vocab_size"),  # label smoothing spreads eps over vocab - 1 words
     (dict(scan_layers="yes"), "model.scan_layers"),
     (dict(remat="selective"), "model.remat"),
+    (dict(layer_norm_grad="manual"), "model.layer_norm_grad"),
 ]
 
 

@@ -76,3 +76,50 @@ def test_bfloat16_inputs_and_outputs_with_float32_statistics():
   assert dx.dtype == jnp.bfloat16
   want_dx = _numpy_vjp(np.asarray(xb, np.float32), params["scale"], dy)[0]
   np.testing.assert_allclose(np.asarray(dx, np.float32), want_dx, atol=1e-2 * np.abs(want_dx).max())
+
+
+def _plain_layer_norm(x, scale, bias, eps=EPS):
+  """The textbook formula in jnp (the variance as the mean of squared deviations), for jax.grad:
+  independent of both of LayerNorm's backward passes and of its forward's E[x^2] - E[x]^2."""
+  mu = jnp.mean(x, -1, keepdims=True)
+  var = jnp.mean(jnp.square(x - mu), -1, keepdims=True)
+  return (x - mu) / jnp.sqrt(var + eps) * scale + bias
+
+
+@pytest.mark.parametrize("shape", [(3, 5, 64), (7, 512)])
+def test_autodiff_backward_gives_the_written_ones_gradients(shape):
+  """model.layer_norm_grad="autodiff": the same loss, and the same gradients to float32 rounding,
+  as the written backward pass, and both as jax.grad of the plain formula and the float64 one."""
+  x, params, dy = _inputs(shape, seed=7 + len(shape))
+
+  def value_and_grads(norm):
+    loss = lambda p, x: jnp.sum(dy * norm(p, x))
+    return jax.jit(jax.value_and_grad(loss, argnums=(0, 1)))(params, x)
+
+  written, autodiff = (value_and_grads(lambda p, x, g=grad: LayerNorm(EPS, "float32", g).apply(
+      {"params": p}, x)) for grad in ("written", "autodiff"))
+  plain = value_and_grads(lambda p, x: _plain_layer_norm(x, p["scale"], p["bias"]))
+  assert float(written[0]) == float(autodiff[0])  # one forward pass
+  np.testing.assert_allclose(float(autodiff[0]), float(plain[0]), rtol=1e-5)
+  want_dx, want_dscale, want_dbias = _numpy_vjp(x, params["scale"], dy)
+  for other in (written, plain):
+    (grads, dx), (other_grads, other_dx) = autodiff[1], other[1]
+    for got, want in ((dx, other_dx), (grads["scale"], other_grads["scale"]),
+                      (grads["bias"], other_grads["bias"])):
+      np.testing.assert_allclose(got, want, atol=2e-6 * np.abs(want).max(), rtol=0)
+  (grads, dx) = autodiff[1]
+  for got, want in ((dx, want_dx), (grads["scale"], want_dscale), (grads["bias"], want_dbias)):
+    np.testing.assert_allclose(got, want, atol=2e-6 * np.abs(want).max(), rtol=0)
+
+
+def test_auto_compiles_the_written_backward_into_the_cpu_train_step():
+  """model.layer_norm_grad="auto" on the CPU: configs/quickstart.py's train step lowers to the
+  same program as with "written" (the backward it has always had), and not as with "autodiff"."""
+  from tfm.config import load_config  # pylint: disable=import-outside-toplevel
+  from tfm.experiment import Experiment  # pylint: disable=import-outside-toplevel
+  texts = {}
+  for grad in ("auto", "written", "autodiff"):
+    exp = Experiment(load_config("configs/quickstart.py", [f"model.layer_norm_grad={grad}"]))
+    texts[grad] = exp.train_step.lower(exp.abstract_state, exp.abstract_batch(4, 16)).as_text()
+  assert texts["auto"] == texts["written"]
+  assert texts["autodiff"] != texts["written"]

@@ -21,6 +21,7 @@ FFNS = ("relu", "gelu", "swiglu")
 ATTENTION_IMPLS = ("auto", "einsum", "xla", "cudnn")
 DTYPES = ("float32", "bfloat16")  # no float16: it would need loss scaling, which tfm has not
 REMAT = ("none", "full", "dots", "offload")  # policies: tfm/model/remat.py
+LAYER_NORM_GRADS = ("auto", "written", "autodiff")  # tfm/model/layer_norm.py
 
 
 @dataclasses.dataclass(frozen=True)
@@ -57,6 +58,7 @@ class ModelConfig:
   dtype: str = "float32"  # compute dtype; parameters are always float32
   attention_impl: str = "auto"
   remat: str = "none"  # per layer: none, full, dots or offload (tfm/model/remat.py)
+  layer_norm_grad: str = "auto"  # LayerNorm's backward pass: auto, written or autodiff (layer_norm.py)
   scan_layers: bool = False  # one nn.scan over each stack, parameters stacked (tfm/model/layer_stack.py)
 
   def __post_init__(self):
@@ -101,7 +103,7 @@ def validate(cfg: ModelConfig) -> None:
       _fail(key, "a non-negative integer", value)
   for key, allowed in (("architecture", ARCHITECTURES), ("norm", NORMS), ("positions", POSITIONS),
                        ("ffn", FFNS), ("attention_impl", ATTENTION_IMPLS), ("dtype", DTYPES),
-                       ("remat", REMAT)):
+                       ("remat", REMAT), ("layer_norm_grad", LAYER_NORM_GRADS)):
     if getattr(cfg, key) not in allowed:
       _fail(key, f"one of {allowed}", getattr(cfg, key))
   if cfg.num_kv_heads is not None:

@@ -17,6 +17,11 @@ bfloat16). Autodiff of the forward pass gave XLA:CPU such reductions (of dy * br
 of broadcast(r) * ...), which its YNNPACK reduction kernels take only materialised: two extra
 [rows, d_model] arrays written per LayerNorm, 30 of them in the base model's step, which this
 backward pass does not write (its scratch memory and kernel count: see experiments/SPEED.md).
+
+model.layer_norm_grad picks the backward pass: "written" (the one above), "autodiff" (JAX's
+derivative of the same forward pass: the same gradients to float32 rounding, arranged by XLA,
+which on a GPU may fuse them into the kernels around it) or "auto" (grad_for the platform the step
+is traced for).
 """
 
 from __future__ import annotations
@@ -28,6 +33,8 @@ import jax
 import jax.numpy as jnp
 
 from tfm.model import partitioning as P
+from tfm.model.config import LAYER_NORM_GRADS
+from tfm.model.platform import target_platform
 
 
 def _statistics(x, epsilon: float):
@@ -63,19 +70,42 @@ def _backward(epsilon, residuals, dy):
 
 layer_norm.defvjp(_forward, _backward)
 
+WRITTEN, AUTODIFF = "written", "autodiff"  # model.layer_norm_grad's two backward passes
+
+
+def grad_for(platform: str) -> str:
+  """The backward pass model.layer_norm_grad="auto" picks for a platform: WRITTEN everywhere.
+
+  WRITTEN was made for XLA:CPU, where it saves two [rows, d_model] arrays a LayerNorm; whether
+  AUTODIFF is faster on GPUs is what experiments/gpu_table.py's `variants` job measures
+  (docs/gpu.md), and until a GPU's figure says so "auto" keeps WRITTEN there too."""
+  del platform
+  return WRITTEN
+
+
+def autodiff_layer_norm(x, scale, bias, epsilon: float):
+  """layer_norm's forward pass without its custom backward: JAX differentiates it."""
+  return _forward(x, scale, bias, epsilon)[0]
+
 
 class LayerNorm(nn.Module):
   """LayerNorm over the last axis: x [..., d_model] -> [..., d_model] in `dtype`.
 
-  Parameters 'scale' (ones) and 'bias' (zeros), float32 [d_model] on the `embed` axis.
+  Parameters 'scale' (ones) and 'bias' (zeros), float32 [d_model] on the `embed` axis. grad: the
+  backward pass, one of LAYER_NORM_GRADS (model.layer_norm_grad; "auto": grad_for the traced platform).
   """
 
   epsilon: float
   dtype: str = "float32"
+  grad: str = "auto"
 
   @nn.compact
   def __call__(self, x):
     d = x.shape[-1]
     scale = self.param("scale", P.with_axes(nn.initializers.ones, ("embed",)), (d,), jnp.float32)
     bias = self.param("bias", P.with_axes(nn.initializers.zeros, ("embed",)), (d,), jnp.float32)
-    return layer_norm(x.astype(jnp.float32), scale, bias, self.epsilon).astype(jnp.dtype(self.dtype))
+    grad = grad_for(target_platform()) if self.grad == "auto" else self.grad
+    if grad not in (WRITTEN, AUTODIFF):
+      raise ValueError(f"LayerNorm grad must be one of {LAYER_NORM_GRADS}, got {self.grad!r}")
+    norm = layer_norm if grad == WRITTEN else autodiff_layer_norm
+    return norm(x.astype(jnp.float32), scale, bias, self.epsilon).astype(jnp.dtype(self.dtype))

@@ -38,8 +38,9 @@ def feed_forward(cfg: ModelConfig) -> FeedForward:
 
 
 def norm(cfg: ModelConfig, name: str) -> LayerNorm:
-  """LayerNorm over d_model (tfm/model/layer_norm.py), statistics in float32."""
-  return LayerNorm(cfg.norm_epsilon, cfg.dtype, name=name)
+  """LayerNorm over d_model (tfm/model/layer_norm.py), statistics in float32, its backward pass
+  model.layer_norm_grad."""
+  return LayerNorm(cfg.norm_epsilon, cfg.dtype, cfg.layer_norm_grad, name=name)
 
 
 def add(cfg: ModelConfig, x, sublayer, norm_layer, train: bool):

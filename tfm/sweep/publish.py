@@ -10,7 +10,7 @@ rebuilds that report from DIR alone. A directory committed under experiments/res
 Before a sweep starts its runs, the published vocabulary is copied into the root (where the root has
 none), and a run without a finished result in the root takes its published one when that matches:
 status ok, the same step count and the same fingerprint, which is the sha256 of the run's config
-(less the paths that differ between machines) and of its vocabulary. Any other published result is
+(less the paths that differ between machines and the per-platform choices of how it is computed) and of its vocabulary. Any other published result is
 left alone, and the run trains.
 """
 
@@ -27,13 +27,16 @@ from tfm import config as config_lib
 from tfm.sweep import execute
 
 EVAL_RESULTS = "eval_dev_*.json"
+# How the same model is computed, chosen per platform: the same run on a CPU and on a GPU may differ
+# in them, and results agree to float rounding. Left out of the fingerprint (as are the paths).
+COMPUTATION_KEYS = ("model.layer_norm_grad",)
 
 
 def fingerprint(config: config_lib.Config, vocab_sha256: str, eval_limit: int) -> str:
-  """sha256 of the config's values (less execute.MACHINE_KEYS), the vocabulary model's sha256 and the
+  """sha256 of the config's values (less execute.MACHINE_KEYS and COMPUTATION_KEYS), the vocabulary model's sha256 and the
   number of dev pairs BLEU is scored on."""
   values = config.to_dict()
-  for key in execute.MACHINE_KEYS:
+  for key in execute.MACHINE_KEYS + COMPUTATION_KEYS:
     section, name = key.split(".")
     values[section].pop(name, None)
   text = json.dumps(values, sort_keys=True, default=str) + f"\n{vocab_sha256}\n{eval_limit}"

@@ -1,0 +1,24 @@
+"""experiments/benchmark_step.py's --prng and --guard: a bad value is one line on stderr naming the
+flag and the values it takes, exit status 2, before anything is built."""
+
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+@pytest.mark.parametrize("flag,expected", [
+    ("--prng=philox", "--prng='philox': expected one of platform, threefry, unsafe_rbg"),
+    ("--guard=where", "--guard='where': expected one of platform, branch, select"),
+])
+def test_a_bad_choice_is_one_line_naming_the_flag(flag, expected):
+  done = subprocess.run([sys.executable, "experiments/benchmark_step.py",
+                         "--config=configs/quickstart.py", flag], cwd=ROOT, capture_output=True,
+                        text=True, check=False, timeout=120, env={"JAX_PLATFORMS": "cpu",
+                                                                  "PATH": "/usr/bin:/bin"})
+  assert done.returncode == 2, done.stderr[-2000:]
+  assert done.stderr.strip() == f"benchmark_step.py: {expected}", done.stderr
+  assert "step_seconds" not in done.stdout

@@ -1,0 +1,23 @@
+"""Which config changes a resume accepts (tfm/train/workdir.py: incompatible_keys)."""
+
+from tfm.config import load_config
+from tfm.train.workdir import incompatible_keys
+
+
+def test_a_config_written_before_layer_norm_grad_existed_resumes():
+  new = load_config("configs/quickstart.py").to_dict()
+  old = load_config("configs/quickstart.py").to_dict()
+  del old["model"]["layer_norm_grad"]
+  assert incompatible_keys(old, new) == []
+  autodiff = load_config("configs/quickstart.py", ["model.layer_norm_grad=autodiff"]).to_dict()
+  assert incompatible_keys(new, autodiff) == []
+
+
+def test_the_model_and_the_data_are_not_resumable():
+  new = load_config("configs/quickstart.py").to_dict()
+  wider = load_config("configs/quickstart.py", ["model.d_ff=1024"]).to_dict()
+  other_data = load_config("configs/quickstart.py", ["data.max_length=64"]).to_dict()
+  assert incompatible_keys(new, wider) == ["model.d_ff"]
+  assert incompatible_keys(new, other_data) == ["data.max_length"]
+  assert incompatible_keys(new, load_config("configs/quickstart.py",
+                                            ["train.steps=9", "data.cache=False"]).to_dict()) == []
