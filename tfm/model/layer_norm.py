@@ -33,7 +33,6 @@ import jax
 import jax.numpy as jnp
 
 from tfm.model import partitioning as P
-from tfm.model.config import LAYER_NORM_GRADS
 from tfm.model.platform import target_platform
 
 
@@ -92,7 +91,8 @@ class LayerNorm(nn.Module):
   """LayerNorm over the last axis: x [..., d_model] -> [..., d_model] in `dtype`.
 
   Parameters 'scale' (ones) and 'bias' (zeros), float32 [d_model] on the `embed` axis. grad: the
-  backward pass, one of LAYER_NORM_GRADS (model.layer_norm_grad; "auto": grad_for the traced platform).
+  backward pass, "auto", WRITTEN or AUTODIFF (model.layer_norm_grad; "auto": grad_for the traced
+  platform).
   """
 
   epsilon: float
@@ -105,7 +105,5 @@ class LayerNorm(nn.Module):
     scale = self.param("scale", P.with_axes(nn.initializers.ones, ("embed",)), (d,), jnp.float32)
     bias = self.param("bias", P.with_axes(nn.initializers.zeros, ("embed",)), (d,), jnp.float32)
     grad = grad_for(target_platform()) if self.grad == "auto" else self.grad
-    if grad not in (WRITTEN, AUTODIFF):
-      raise ValueError(f"LayerNorm grad must be one of {LAYER_NORM_GRADS}, got {self.grad!r}")
-    norm = layer_norm if grad == WRITTEN else autodiff_layer_norm
+    norm = {WRITTEN: layer_norm, AUTODIFF: autodiff_layer_norm}[grad]  # validated: model/config.py
     return norm(x.astype(jnp.float32), scale, bias, self.epsilon).astype(jnp.dtype(self.dtype))
