@@ -17,7 +17,10 @@ Every command, benchmark and test helper assembles a run here and nowhere else:
   exp.train_rows(hosts), exp.rows_note(hosts)  # the packed batch's rows, rounded up to split
 
 Building an Experiment points JAX's persistent compilation cache at train.compilation_cache_dir
-(tfm/train/compile_cache.py), so a restart, an eval or a plan reuses compiled steps. Each piece is
+(tfm/train/compile_cache.py), so a restart, an eval or a plan reuses compiled steps, and sets the
+process's float32 product precision to model.matmul_precision (jax_default_matmul_precision: JAX
+reads it when it traces, so it is a process's setting, the last Experiment built's, and it replaces
+$JAX_DEFAULT_MATMUL_PRECISION). Each piece is
 built on first use and kept; the optimizer is built only when training asks for it, so eval and
 translate pay for the parameters alone. `model` replaces the Transformer with another module of
 the same call contract (the train tests' tiny model); `devices` replaces jax.devices() (a TPU
@@ -128,6 +131,8 @@ class Experiment:
     self._devices = devices
     self.compiler_options = compiler_options
     self.compilation_cache_dir = compile_cache.enable(config.train.compilation_cache_dir)
+    precision = config.model.matmul_precision
+    jax.config.update("jax_default_matmul_precision", None if precision == "default" else precision)
 
   @functools.cached_property
   def data_source(self) -> DataSource:

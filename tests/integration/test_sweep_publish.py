@@ -69,11 +69,16 @@ def test_fingerprint_ignores_machine_paths_and_sees_everything_else():
   # A config written before the key existed has the same fingerprint (published runs stay valid).
   values = base.to_dict()
   del values["model"]["layer_norm_grad"]
+  del values["model"]["matmul_precision"]  # added later: left out at its earlier value
   for key in execute.MACHINE_KEYS:
     section, name = key.split(".")
     del values[section][name]
   text = json.dumps(values, sort_keys=True, default=str) + "\nv\n200"
   assert hashlib.sha256(text.encode("utf-8")).hexdigest() == publish.fingerprint(base, "v", 200)
+  # Another precision is another computation: its runs are trained, not taken.
+  for precision in ("highest", "tensorfloat32"):
+    other = load_config("configs/quickstart.py", [f"model.matmul_precision={precision}"])
+    assert publish.fingerprint(other, "v", 200) != publish.fingerprint(base, "v", 200)
   smoothing = load_config("configs/quickstart.py", ["train.label_smoothing=0.2"])
   assert publish.fingerprint(smoothing, "v", 200) != publish.fingerprint(base, "v", 200)
   assert publish.fingerprint(base, "w", 200) != publish.fingerprint(base, "v", 200)

@@ -73,3 +73,20 @@ def test_parameters_alone_equal_the_states_parameters():
   for got, want in zip(jax.tree.leaves(trained.abstract_params), jax.tree.leaves(params)):
     assert (got.shape, got.dtype, got.sharding) == (want.shape, want.dtype, want.sharding)
   assert jax.tree.leaves(trained.param_shardings) == jax.tree.leaves(shardings)
+
+
+def test_matmul_precision_reaches_every_product_of_the_train_step():
+  """model.matmul_precision sets the precision of the step's products when it is traced: at
+  "highest" every dot_general of the lowered train step carries HIGHEST, at "default" none does
+  (LayerNorm's own full-precision reduction aside, which asks for HIGHEST itself)."""
+  texts = {}
+  for precision in ("default", "highest"):
+    model = dataclasses.replace(MODEL, matmul_precision=precision)
+    exp = Experiment(experiment_config(model, train_cfg(), mesh_cfg()), compiler_options=FAST)
+    assert jax.config.jax_default_matmul_precision == (None if precision == "default" else precision)
+    texts[precision] = exp.train_step.lower(exp.abstract_state, exp.abstract_batch(2, 8)).as_text()
+  dots = lambda text: [line for line in text.splitlines() if "dot_general" in line]
+  highest = lambda text: [line for line in dots(text) if "HIGHEST" in line]
+  assert dots(texts["highest"]) and highest(texts["highest"]) == dots(texts["highest"])
+  assert len(highest(texts["default"])) < len(dots(texts["default"]))
+  Experiment(experiment_config(MODEL, train_cfg(), mesh_cfg()))  # the process's default again

@@ -13,6 +13,16 @@ def test_a_config_written_before_layer_norm_grad_existed_resumes():
   assert incompatible_keys(new, autodiff) == []
 
 
+def test_a_config_written_before_matmul_precision_existed_resumes_at_the_default_only():
+  """A config.json without model.matmul_precision was computed at the platform's default: it
+  resumes as "default", and another precision is another computation."""
+  old = load_config("configs/quickstart.py").to_dict()
+  del old["model"]["matmul_precision"]
+  assert incompatible_keys(old, load_config("configs/quickstart.py").to_dict()) == []
+  highest = load_config("configs/quickstart.py", ["model.matmul_precision=highest"]).to_dict()
+  assert incompatible_keys(old, highest) == ["model.matmul_precision"]
+
+
 def test_the_model_and_the_data_are_not_resumable():
   new = load_config("configs/quickstart.py").to_dict()
   wider = load_config("configs/quickstart.py", ["model.d_ff=1024"]).to_dict()

@@ -22,6 +22,11 @@ ATTENTION_IMPLS = ("auto", "einsum", "xla", "cudnn")
 DTYPES = ("float32", "bfloat16")  # no float16: it would need loss scaling, which tfm has not
 REMAT = ("none", "full", "dots", "offload")  # policies: tfm/model/remat.py
 LAYER_NORM_GRADS = ("auto", "written", "autodiff")  # tfm/model/layer_norm.py
+# How float32 matrix products are computed (jax_default_matmul_precision, set by tfm/experiment.py):
+# "default" is the platform's own (full float32 on CPUs; TF32 tensor cores on recent NVIDIA GPUs,
+# bfloat16 passes on TPUs), "highest" full float32 everywhere, "tensorfloat32" and "bfloat16" their
+# rounded inputs wherever the hardware has them.
+MATMUL_PRECISIONS = ("default", "highest", "tensorfloat32", "bfloat16")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -59,6 +64,7 @@ class ModelConfig:
   attention_impl: str = "auto"
   remat: str = "none"  # per layer: none, full, dots or offload (tfm/model/remat.py)
   layer_norm_grad: str = "auto"  # LayerNorm's backward pass: auto, written or autodiff (layer_norm.py)
+  matmul_precision: str = "default"  # float32 products: default, highest, tensorfloat32, bfloat16
   scan_layers: bool = False  # one nn.scan over each stack, parameters stacked (tfm/model/layer_stack.py)
 
   def __post_init__(self):
@@ -103,7 +109,8 @@ def validate(cfg: ModelConfig) -> None:
       _fail(key, "a non-negative integer", value)
   for key, allowed in (("architecture", ARCHITECTURES), ("norm", NORMS), ("positions", POSITIONS),
                        ("ffn", FFNS), ("attention_impl", ATTENTION_IMPLS), ("dtype", DTYPES),
-                       ("remat", REMAT), ("layer_norm_grad", LAYER_NORM_GRADS)):
+                       ("remat", REMAT), ("layer_norm_grad", LAYER_NORM_GRADS),
+                       ("matmul_precision", MATMUL_PRECISIONS)):
     if getattr(cfg, key) not in allowed:
       _fail(key, f"one of {allowed}", getattr(cfg, key))
   if cfg.num_kv_heads is not None:

@@ -33,12 +33,17 @@ COMPUTATION_KEYS = ("model.layer_norm_grad",)
 
 
 def fingerprint(config: config_lib.Config, vocab_sha256: str, eval_limit: int) -> str:
-  """sha256 of the config's values (less execute.MACHINE_KEYS and COMPUTATION_KEYS), the vocabulary model's sha256 and the
-  number of dev pairs BLEU is scored on."""
+  """sha256 of the config's values (less execute.MACHINE_KEYS, COMPUTATION_KEYS and the keys of
+  config_lib.ADDED_LATER at their earlier value), the vocabulary model's sha256 and the number of
+  dev pairs BLEU is scored on."""
   values = config.to_dict()
   for key in execute.MACHINE_KEYS + COMPUTATION_KEYS:
     section, name = key.split(".")
     values[section].pop(name, None)
+  for key, earlier in config_lib.ADDED_LATER.items():
+    section, name = key.split(".")
+    if values[section].get(name) == earlier:
+      del values[section][name]
   text = json.dumps(values, sort_keys=True, default=str) + f"\n{vocab_sha256}\n{eval_limit}"
   return hashlib.sha256(text.encode("utf-8")).hexdigest()
 

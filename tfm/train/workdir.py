@@ -23,6 +23,8 @@ from typing import Any
 import jax
 from etils import epath
 
+from tfm import config as config_lib
+
 log = logging.getLogger(__name__)
 
 LOCK = ".lock"
@@ -47,7 +49,7 @@ def _flatten(config: dict) -> dict[str, Any]:
 
 def incompatible_keys(saved: dict, new: dict) -> list[str]:
   """Keys whose values differ between two config dicts and that a resume may not change."""
-  a, b = _flatten(saved), _flatten(new)
+  a, b = ({**config_lib.ADDED_LATER, **_flatten(c)} for c in (saved, new))
   normal = lambda v: json.loads(json.dumps(v))  # tuples vs lists
   return sorted(k for k in set(a) | set(b) if normal(a.get(k)) != normal(b.get(k))
                 and not k.startswith(RESUMABLE_PREFIXES))
