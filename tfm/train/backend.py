@@ -23,12 +23,14 @@ SETUP = {"cuda": "./launch.sh setup --accelerator cuda (jax[cuda12])",
 
 
 def describe() -> str:
-  """'jax 0.10.2 on gpu: 8 x NVIDIA H100 80GB HBM3 (2 hosts)' -- the whole cluster's devices."""
+  """'jax 0.10.2 on gpu: 8 x NVIDIA H100 80GB HBM3 (2 hosts)' -- the whole cluster's devices, and
+  the XLA_FLAGS the process was given (they choose kernels: a run's log says which)."""
   devices = jax.devices()
   kinds = sorted({d.device_kind for d in devices})
   hosts = f" ({jax.process_count()} hosts)" if jax.process_count() > 1 else ""
+  flags = os.environ.get("XLA_FLAGS", "").strip()
   return (f"jax {jax.__version__} on {jax.default_backend()}: {len(devices)} x "
-          f"{', '.join(kinds)}{hosts}")
+          f"{', '.join(kinds)}{hosts}" + (f"; XLA_FLAGS={flags}" if flags else ""))
 
 
 def present_accelerator() -> str | None:
