@@ -13,9 +13,11 @@ host work overlap the others' steps; NVIDIA's MPS, where the node has it, lets t
 side by side. Every row's seed 0 starts before any seed 1, the longest rows first (big, 3x base's
 steps, then by model FLOPs): a time box that ends early leaves a table of every row once, and seed
 1 loads the steps seed 0 compiled from the compilation cache. Beside the sweep, base at twice the
-rate checks the learning-rate rule (--pilot_steps). Every run computes in float32 with
-full-precision matrix products (JAX_DEFAULT_MATMUL_PRECISION=highest), as on a CPU, and compiles
-without XLA's autotuning (see child_env).
+rate checks the learning-rate rule (--pilot_steps). Every run compiles with the kernels of --kernels
+(experiments/gpu/kernels.py: XLA's flags, and model.matmul_precision, which is in the runs'
+fingerprints; the flags are in every run's log): c, cuBLAS products in TF32, which the kernel probe
+chose on an H200 for all 40 runs. --probe_minutes runs the probe first instead (base for 500 steps
+under each candidate) and the sweep under the one its rule picks.
 
 Finished runs are published (tfm sweep --publish) into --publish, experiments/results/table3_v3 by
 default: a run already there, with the same fingerprint, is taken and not trained again. So a
@@ -26,13 +28,16 @@ At --deadline the sweep is stopped (SIGTERM: each running run saves its step) an
 at most 8 plain files: runs.tar.gz (each finished run's sweep_result.json, dev evaluation and log,
 and the vocabulary, as --publish holds them), logs.tar.gz (every run's log in the root, finished
 or not), table.md (the report over every published run), sweep.txt (the sweep's output), pilot.txt
-(the pilot's), summary.json (device, versions, MPS, how many runs ended how, the time box's
-seconds). --import_from=OUT unpacks runs.tar.gz into --publish here, appends
-summary.json to its gpu_calls.jsonl and rebuilds the report (tfm sweep --report).
+(the pilot's), probe.txt (the probe's runs), summary.json (device, versions, MPS, the probe's
+figures and the kernels chosen, how many runs ended how, the time box's seconds). --import_from=OUT unpacks runs.tar.gz into --publish here, appends
+summary.json to its gpu_calls.jsonl and rebuilds the report (tfm sweep --report). A run published
+there before with the same fingerprint is kept, one of another fingerprint replaced (it was trained
+under another config), and an OUT imported twice adds its GPU time once.
 """
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import re
@@ -48,7 +53,10 @@ from absl import app, flags
 
 ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))
+from experiments.gpu import kernels  # noqa: E402  pylint: disable=wrong-import-position
 from experiments.gpu.node import carried_site, device_name  # noqa: E402  pylint: disable=wrong-import-position
+
+START = time.monotonic()  # the time box counts from the process's start
 
 FLAGS = flags.FLAGS
 flags.DEFINE_string("out", None, "where the files that come back go")
@@ -59,9 +67,10 @@ flags.DEFINE_string("publish", str(ROOT / "experiments" / "results" / "table3_v3
 flags.DEFINE_string("root", "/tmp/tfm_table3_v3", "the sweep's root (every run's workdir); on the "
                     "same machine, a second call resumes the runs the first one stopped")
 flags.DEFINE_float("deadline", 7.0, "minutes for the whole call", lower_bound=0.5)
-flags.DEFINE_integer("parallel", 3, "runs at once on the GPU: one run's compilation, evaluation and "
-                     "host work overlap the others' steps (more at once gained little: "
-                     "experiments/results/gpu/2026-11-27_h200_table3)", lower_bound=1)
+flags.DEFINE_integer("parallel", 4, "runs at once on the GPU: one run's compilation, evaluation and "
+                     "host work overlap the others' steps (4 base runs at once under MPS made 2x "
+                     "one's steps a second: experiments/results/gpu/2026-11-27_h200_kernels)",
+                     lower_bound=1)
 flags.DEFINE_integer("seeds", 2, "seeds a row", lower_bound=1)
 flags.DEFINE_list("rows", None, "rows to run (default: every row, longest first)")
 flags.DEFINE_enum("mps", "auto", ["auto", "off"], "auto: start NVIDIA's MPS daemon where the node "
@@ -69,6 +78,12 @@ flags.DEFINE_enum("mps", "auto", ["auto", "off"], "auto: start NVIDIA's MPS daem
 flags.DEFINE_integer("pilot_steps", 2000, "the learning-rate rule's check beside the sweep: base at "
                      "twice the rate (train.learning_rate 2 x LR_SCALE) for this many steps, seed 0, "
                      "its log in OUT/pilot.txt (0: none)", lower_bound=0)
+flags.DEFINE_float("probe_minutes", 0, "the kernel probe's most minutes before the sweep, which then "
+                   "runs under the probe's choice (0: no probe; 3 fits its three candidates)",
+                   lower_bound=0)
+flags.DEFINE_enum("kernels", "c", [c.name for c in kernels.CANDIDATES], "the candidate the sweep "
+                  "runs under when there is no probe (experiments/gpu/kernels.py): c, the probe's "
+                  "choice on an H200, for every run of the table")
 flags.DEFINE_bool("quick", False, "on the CPU: 2 rows x 2 seeds of tens of steps (the plumbing)")
 flags.DEFINE_string("bundle", str(ROOT / "experiments" / "gpu" / "bundle_table3"),
                     "the bundle (make_bundle.py --config=configs/table3_v3.py:base)")
@@ -92,12 +107,7 @@ def child_env(site: Path | None, quick: bool) -> dict[str, str]:
   paths = [str(ROOT), *([str(site)] if site else []), *filter(None, [os.environ.get("PYTHONPATH")])]
   env = {**os.environ, "PYTHONUNBUFFERED": "1", "PYTHONPATH": os.pathsep.join(paths)}
   env["JAX_PLATFORMS"] = env.get("JAX_PLATFORMS") or ("cpu" if quick else "cuda")
-  env["JAX_DEFAULT_MATMUL_PRECISION"] = "highest"  # float32 products as a CPU computes them
-  # XLA's autotuning of float32 product fusions, in many processes compiling at once on one GPU,
-  # took minutes a fusion (a step compiled in 9 minutes); without it in 22 s, and the step it
-  # picks runs the sweep (experiments/results/gpu/2026-11-27_h200_table3).
-  env["XLA_FLAGS"] = " ".join(filter(None, [env.get("XLA_FLAGS"), "--xla_gpu_autotune_level=0"]))
-  return env
+  return env  # the kernels' flags and precision: a Candidate's (experiments/gpu/kernels.py)
 
 
 def rows_longest_first(rows: list[str] | None) -> list[str]:
@@ -170,8 +180,11 @@ def start_mps(env: dict[str, str]) -> str:
 def stop_mps(env: dict[str, str]) -> None:
   control = shutil.which("nvidia-cuda-mps-control")
   if control and "CUDA_MPS_PIPE_DIRECTORY" in env:
-    subprocess.run([control], input="quit\n", env=env, text=True, capture_output=True,
-                   timeout=30, check=False)
+    try:
+      subprocess.run([control], input="quit\n", env=env, text=True, capture_output=True,
+                     timeout=10, check=False)
+    except subprocess.TimeoutExpired:
+      log("MPS: the control daemon did not answer 'quit' in 10 s")
 
 
 def versions(env: dict[str, str]) -> str:
@@ -183,7 +196,8 @@ def versions(env: dict[str, str]) -> str:
 
 
 def sweep_argv(data: list[str], root: Path, publish: Path, rows: list[str]) -> list[str]:
-  """tfm sweep over `rows` (data: bundle_data's overrides), every row's seed 0 first."""
+  """tfm sweep over `rows` (data: bundle_data's overrides and the kernels' precision), every row's
+  seed 0 first."""
   argv = [sys.executable, "-m", "tfm.cli", "sweep", f"--config={CONFIG}", f"--root={root}",
           f"--publish={publish}", f"--seeds={FLAGS.seeds}", f"--rows={','.join(rows)}",
           "--order=seeds", *(f"--config.{o}" for o in data),
@@ -196,11 +210,13 @@ def sweep_argv(data: list[str], root: Path, publish: Path, rows: list[str]) -> l
   return argv + [f"--parallel={FLAGS.parallel}", f"--runs_per_gpu={shares}"]
 
 
-def run_sweep(argv: list[str], env: dict[str, str], log_path: Path, stop_at: float) -> int | str:
+def run_sweep(argv: list[str], env: dict[str, str], log_path: Path, stop_at: float,
+              pilot: subprocess.Popen | None) -> int | str:
   """The sweep, its output into log_path; stopped (SIGTERM: its runs save their steps) at stop_at,
   or as soon as FAILED_FIRST runs have failed and none finished (a setup that fails every run
-  should not spend the time box), killed if it has not ended STOP_MARGIN_S - 10 s later. Returns
-  its exit code, or why it was stopped."""
+  should not spend the time box). The pilot gets its SIGTERM at the same moment; whatever has not
+  ended STOP_MARGIN_S - 10 s later is killed. Returns the sweep's exit code, or why it was
+  stopped."""
   with open(log_path, "a", encoding="utf-8") as f:
     f.write(f"$ {' '.join(argv)}\n")
     f.flush()
@@ -216,14 +232,22 @@ def run_sweep(argv: list[str], env: dict[str, str], log_path: Path, stop_at: flo
         break
     if proc.poll() is not None:
       return proc.returncode
-    log(f"{why}: stopping the sweep (its running runs save their step)")
-    proc.send_signal(signal.SIGTERM)
-    try:
-      proc.wait(timeout=STOP_MARGIN_S - 10)
-    except subprocess.TimeoutExpired:
-      os.killpg(proc.pid, signal.SIGKILL)
-      proc.wait()
+    log(f"{why}: stopping the sweep (its running runs save their step) and the pilot")
+    stop([proc, pilot], time.monotonic() + STOP_MARGIN_S - 10)
     return why
+
+
+def stop(processes: list[subprocess.Popen | None], kill_at: float) -> None:
+  """SIGTERM to each running process at once, SIGKILL to its group at kill_at if it runs still."""
+  running = [p for p in processes if p is not None and p.poll() is None]
+  for p in running:
+    p.send_signal(signal.SIGTERM)
+  for p in running:
+    try:
+      p.wait(timeout=max(0.1, kill_at - time.monotonic()))
+    except subprocess.TimeoutExpired:
+      os.killpg(p.pid, signal.SIGKILL)
+      p.wait()
 
 
 def start_pilot(env: dict[str, str], data: list[str], root: Path, out: Path
@@ -252,17 +276,13 @@ def start_pilot(env: dict[str, str], data: list[str], root: Path, out: Path
 
 
 def end_pilot(pilot: subprocess.Popen | None) -> str:
+  """How the pilot ended; stopped now (SIGTERM, SIGKILL 10 s later) if it runs still."""
   if pilot is None:
     return "none"
   if pilot.poll() is None:
-    pilot.send_signal(signal.SIGTERM)
-    try:
-      pilot.wait(timeout=20)
-    except subprocess.TimeoutExpired:
-      os.killpg(pilot.pid, signal.SIGKILL)
-      pilot.wait()
+    stop([pilot], time.monotonic() + 10)
     return f"stopped at the sweep's end (exit {pilot.returncode})"
-  return f"finished (exit {pilot.returncode})"
+  return f"ended (exit {pilot.returncode})"
 
 
 def finished_runs(publish: Path) -> list[dict]:
@@ -296,9 +316,28 @@ def pack_logs(root: Path, target: Path) -> None:
             target)
 
 
+def choose_kernels(env: dict[str, str], data: list[str], root: Path, out: Path,
+                   deadline_at: float, summary: dict) -> kernels.Candidate:
+  """The kernel probe's choice (or --kernels' without a probe), recorded in summary and written to
+  OUT/summary.json at once, so that the probe's figures come back whatever follows."""
+  if FLAGS.probe_minutes:
+    train = [sys.executable, "-m", "tfm.cli", "train", f"--config={CONFIG}:base",
+             *(f"--config.{o}" for o in data + (QUICK if FLAGS.quick else [])),
+             f"--config.train.compilation_cache_dir={root / 'jax_cache'}"]
+    ends_at = min(time.monotonic() + 60 * FLAGS.probe_minutes, deadline_at - 2 * STOP_MARGIN_S)
+    chosen, summary["probe"] = kernels.probe(env, train, ROOT, root, out, ends_at, FLAGS.quick)
+    summary["probe_seconds"] = round(time.monotonic() - START, 1)
+  else:
+    chosen = next(c for c in kernels.CANDIDATES if c.name == FLAGS.kernels)
+  summary["kernels"] = chosen.record()
+  log(f"kernels: {chosen.name} ({chosen.what}; XLA_FLAGS {' '.join(chosen.xla_flags)}, "
+      f"model.matmul_precision={chosen.precision})")
+  (out / "summary.json").write_text(json.dumps(summary, indent=1) + "\n")
+  return chosen
+
+
 def on_node(out: Path) -> int:
-  start = time.monotonic()
-  deadline_at = start + 60 * FLAGS.deadline
+  deadline_at = START + 60 * FLAGS.deadline
   bundle = Path(FLAGS.bundle).resolve()
   try:
     site = carried_site(bundle)
@@ -310,18 +349,20 @@ def on_node(out: Path) -> int:
   out.mkdir(parents=True, exist_ok=True)
   env = child_env(site, FLAGS.quick)
   root, publish = Path(FLAGS.root).resolve(), Path(FLAGS.publish).resolve()
+  root.mkdir(parents=True, exist_ok=True)
   summary = {"device": "CPU (--quick)" if FLAGS.quick else device_name(),
              "versions": versions(env), "config": CONFIG, "parallel": FLAGS.parallel,
-             "matmul_precision": env["JAX_DEFAULT_MATMUL_PRECISION"],
              "published_before": len(finished_runs(publish))}
   summary["mps"] = ("off: --quick" if FLAGS.quick else "off: --mps=off" if FLAGS.mps == "off"
                     else start_mps(env))
   log(f"{summary['device']}; {summary['versions']}; MPS {summary['mps']}")
+  chosen = choose_kernels(env, data, root, out, deadline_at, summary)
+  env, data = chosen.env(env), data + chosen.overrides()
   rows = QUICK_ROWS if FLAGS.quick else rows_longest_first(FLAGS.rows)
   argv = sweep_argv(data, root, publish, rows)
   pilot = start_pilot(env, data, root, out)
   try:
-    ended = run_sweep(argv, env, out / "sweep.txt", deadline_at - STOP_MARGIN_S)
+    ended = run_sweep(argv, env, out / "sweep.txt", deadline_at - STOP_MARGIN_S, pilot)
   finally:
     summary["pilot"] = end_pilot(pilot)
     if not FLAGS.quick and FLAGS.mps == "auto":
@@ -329,7 +370,7 @@ def on_node(out: Path) -> int:
   summary["sweep"] = ended
   summary["published_after"] = pack(publish, out / "runs.tar.gz")
   pack_logs(root, out / "logs.tar.gz")
-  summary["seconds"] = round(time.monotonic() - start, 1)
+  summary["seconds"] = round(time.monotonic() - START, 1)
   states = {}
   for path in root.glob("*/sweep_result.json"):
     status = json.loads(path.read_text()).get("status")
@@ -341,6 +382,15 @@ def on_node(out: Path) -> int:
   log(f"{summary['published_after']} runs published ({summary['published_before']} before), "
       f"sweep: {ended}, {summary['seconds']:.0f} s")
   return 0 if ended == 0 else 1
+
+
+def published_fingerprint(folder: Path) -> str | None:
+  """The fingerprint of the finished run in `folder`, None where there is none."""
+  path = folder / "sweep_result.json"
+  if not path.exists():
+    return None
+  result = json.loads(path.read_text())
+  return result.get("fingerprint") if result.get("status") == "ok" else None
 
 
 def import_runs(source: Path, publish: Path) -> None:
@@ -362,20 +412,33 @@ def import_runs(source: Path, publish: Path) -> None:
   taken = 0
   for folder in sorted(staging.iterdir()):
     target = publish / folder.name
-    if folder.name != "vocab" and (target / "sweep_result.json").exists():
-      continue  # published before: the same run (a later call took it, never retrained it)
     if folder.name != "vocab":
-      shutil.rmtree(target, ignore_errors=True)  # a run that failed or stopped here before
+      kept = published_fingerprint(target)
+      if kept == published_fingerprint(folder):
+        continue  # the same run, published before (a later call took it, never retrained it)
+      if kept is not None:
+        log(f"{folder.name}: the imported run (fingerprint {published_fingerprint(folder)[:12]}) "
+            f"replaces the one published under {kept[:12]}")
+      shutil.rmtree(target, ignore_errors=True)  # another fingerprint, or failed or stopped
     target.mkdir(exist_ok=True)
     for path in folder.iterdir():
       os.replace(path, target / path.name)
     taken += folder.name != "vocab"
   shutil.rmtree(staging)
-  with open(publish / "gpu_calls.jsonl", "a", encoding="utf-8") as f:
-    f.write(json.dumps(json.loads(summary.read_text())) + "\n")
+  record = summary.read_text()
+  call = hashlib.sha256(record.encode("utf-8")).hexdigest()
+  calls_path = publish / "gpu_calls.jsonl"
+  known = {json.loads(line).get("summary_sha256") for line in
+           (calls_path.read_text().splitlines() if calls_path.exists() else []) if line.strip()}
+  if call in known:
+    log(f"{summary}: this call is in {calls_path.name} already; its GPU time is not counted again")
+  else:
+    with open(calls_path, "a", encoding="utf-8") as f:
+      f.write(json.dumps({**json.loads(record), "summary_sha256": call}) + "\n")
   log(f"{taken} runs imported into {publish}")
-  subprocess.run([sys.executable, "-m", "tfm.cli", "sweep", "--report", f"--root={publish}"],
-                 cwd=ROOT, check=True, stdout=subprocess.DEVNULL)
+  if finished_runs(publish):  # a call that finished no run leaves its GPU time and no report
+    subprocess.run([sys.executable, "-m", "tfm.cli", "sweep", "--report", f"--root={publish}"],
+                   cwd=ROOT, check=True, stdout=subprocess.DEVNULL)
 
 
 def main(argv):
