@@ -84,6 +84,8 @@ flags.DEFINE_float("probe_minutes", 0, "the kernel probe's most minutes before t
 flags.DEFINE_enum("kernels", "c", [c.name for c in kernels.CANDIDATES], "the candidate the sweep "
                   "runs under when there is no probe (experiments/gpu/kernels.py): c, the probe's "
                   "choice on an H200, for every run of the table")
+flags.DEFINE_list("set", [], "config overrides (key=value) for every run, the pilot's and the "
+                  "probe's too (the candidate's precision aside): e.g. a shorter protocol")
 flags.DEFINE_bool("quick", False, "on the CPU: 2 rows x 2 seeds of tens of steps (the plumbing)")
 flags.DEFINE_string("bundle", str(ROOT / "experiments" / "gpu" / "bundle_table3"),
                     "the bundle (make_bundle.py --config=configs/table3_v3.py:base)")
@@ -196,15 +198,14 @@ def versions(env: dict[str, str]) -> str:
 
 
 def sweep_argv(data: list[str], root: Path, publish: Path, rows: list[str]) -> list[str]:
-  """tfm sweep over `rows` (data: bundle_data's overrides and the kernels' precision), every row's
-  seed 0 first."""
+  """tfm sweep over `rows` (data: the overrides of every run: the bundle's, --quick's, the
+  kernels' precision, --set), every row's seed 0 first."""
   argv = [sys.executable, "-m", "tfm.cli", "sweep", f"--config={CONFIG}", f"--root={root}",
           f"--publish={publish}", f"--seeds={FLAGS.seeds}", f"--rows={','.join(rows)}",
           "--order=seeds", *(f"--config.{o}" for o in data),
           f"--config.train.compilation_cache_dir={root / 'jax_cache'}"]
   if FLAGS.quick:
-    return argv + [f"--config.{o}" for o in QUICK] + [f"--eval_limit={QUICK_EVAL_LIMIT}",
-                                                       "--parallel=2"]
+    return argv + [f"--eval_limit={QUICK_EVAL_LIMIT}", "--parallel=2"]
   # The pilot takes one more of the GPU's shares while it runs.
   shares = FLAGS.parallel + (1 if FLAGS.pilot_steps else 0)
   return argv + [f"--parallel={FLAGS.parallel}", f"--runs_per_gpu={shares}"]
@@ -264,8 +265,6 @@ def start_pilot(env: dict[str, str], data: list[str], root: Path, out: Path
           f"--config.train.compilation_cache_dir={root / 'jax_cache'}",
           f"--config.train.learning_rate={2 * table3_v3.LR_SCALE}", f"--config.train.steps={steps}",
           "--config.train.checkpoint_every=1000000"]  # the final step's only
-  if FLAGS.quick:
-    argv += [f"--config.{o}" for o in QUICK if not o.startswith("train.steps")]
   share = {} if FLAGS.quick else {"XLA_PYTHON_CLIENT_MEM_FRACTION":
                                   f"{execute.SHARED_GPU_MEMORY / (FLAGS.parallel + 1):.4f}"}
   with open(out / "pilot.txt", "a", encoding="utf-8") as f:
@@ -322,7 +321,7 @@ def choose_kernels(env: dict[str, str], data: list[str], root: Path, out: Path,
   OUT/summary.json at once, so that the probe's figures come back whatever follows."""
   if FLAGS.probe_minutes:
     train = [sys.executable, "-m", "tfm.cli", "train", f"--config={CONFIG}:base",
-             *(f"--config.{o}" for o in data + (QUICK if FLAGS.quick else [])),
+             *(f"--config.{o}" for o in data + FLAGS.set),
              f"--config.train.compilation_cache_dir={root / 'jax_cache'}"]
     ends_at = min(time.monotonic() + 60 * FLAGS.probe_minutes, deadline_at - 2 * STOP_MARGIN_S)
     chosen, summary["probe"] = kernels.probe(env, train, ROOT, root, out, ends_at, FLAGS.quick)
@@ -345,7 +344,7 @@ def on_node(out: Path) -> int:
     raise app.UsageError(str(e)) from None
   if site:
     sys.path.insert(0, str(site))  # ml_collections, for the configs
-  data = bundle_data(bundle)
+  data = bundle_data(bundle) + (QUICK if FLAGS.quick else [])
   out.mkdir(parents=True, exist_ok=True)
   env = child_env(site, FLAGS.quick)
   root, publish = Path(FLAGS.root).resolve(), Path(FLAGS.publish).resolve()
@@ -357,7 +356,7 @@ def on_node(out: Path) -> int:
                     else start_mps(env))
   log(f"{summary['device']}; {summary['versions']}; MPS {summary['mps']}")
   chosen = choose_kernels(env, data, root, out, deadline_at, summary)
-  env, data = chosen.env(env), data + chosen.overrides()
+  env, data = chosen.env(env), data + chosen.overrides() + FLAGS.set
   rows = QUICK_ROWS if FLAGS.quick else rows_longest_first(FLAGS.rows)
   argv = sweep_argv(data, root, publish, rows)
   pilot = start_pilot(env, data, root, out)

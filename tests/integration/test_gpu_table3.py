@@ -32,12 +32,25 @@ def test_quick_sweep_publishes_resumes_elsewhere_and_imports(node_python, node_b
   node_published, here = tmp_path / "node_published", tmp_path / "here"
   common = ["--quick", f"--bundle={node_bundle}", f"--publish={node_published}", "--pilot_steps=0",
             "--deadline=14"]
-  first = _driver(node_python, *common, f"--out={tmp_path / 'out1'}", f"--root={tmp_path / 'r1'}")
+  first = _driver(node_python, *common, f"--out={tmp_path / 'out1'}", f"--root={tmp_path / 'r1'}",
+                  "--probe_minutes=3")
   assert first.returncode == 0, first.stdout[-3000:] + first.stderr[-3000:]
   out = tmp_path / "out1"
-  assert sorted(p.name for p in out.iterdir()) == ["logs.tar.gz", "runs.tar.gz", "summary.json",
-                                                   "sweep.txt", "table.md"]
+  assert sorted(p.name for p in out.iterdir()) == ["logs.tar.gz", "probe.txt", "runs.tar.gz",
+                                                   "summary.json", "sweep.txt", "table.md"]
   summary = json.loads((out / "summary.json").read_text())
+  # The kernel probe: every candidate trained its steps and was measured; the rule chose one, and
+  # every run of the sweep computed under it.
+  probe = summary["probe"]
+  assert [r["candidate"] for r in probe] == ["a", "b", "c"]
+  assert all(r["ok"] and r["process"] == "ok" and sorted(r["loss"]) == ["12", "6"]
+             and r["step_s"]["12"] > 0 for r in probe), probe
+  chosen = summary["kernels"]
+  fastest = min((r for r in probe if r["candidate"] == "a" or r["verdict"] == "kept"),
+                key=lambda r: r["step_s"]["12"])
+  assert chosen["candidate"] == fastest["candidate"]
+  for log in (tmp_path / "r1").glob("C*-s*/config.json"):
+    assert json.loads(log.read_text())["model"]["matmul_precision"] == chosen["matmul_precision"]
   assert (summary["published_before"], summary["published_after"]) == (0, 4), summary
   assert summary["runs_in_root"] == {"ok": 4} and summary["sweep"] == 0
   sweep = (out / "sweep.txt").read_text()
@@ -52,7 +65,8 @@ def test_quick_sweep_publishes_resumes_elsewhere_and_imports(node_python, node_b
     assert sorted(tar.getnames()) == sorted(f"{n}/sweep.log" for n in published)
 
   # A fresh machine: an empty root, the published runs there as the checkout carries them.
-  second = _driver(node_python, *common, f"--out={tmp_path / 'out2'}", f"--root={tmp_path / 'r2'}")
+  second = _driver(node_python, *common, f"--out={tmp_path / 'out2'}", f"--root={tmp_path / 'r2'}",
+                   f"--kernels={chosen['candidate']}")
   assert second.returncode == 0, second.stdout[-3000:] + second.stderr[-3000:]
   again = (tmp_path / "out2" / "sweep.txt").read_text()
   assert "4 finished runs taken from" in again and "4 finished before, 0 to run" in again, again
@@ -72,3 +86,34 @@ def test_quick_sweep_publishes_resumes_elsewhere_and_imports(node_python, node_b
   assert [c["published_after"] for c in calls] == [4]
   assert sorted(p.name for p in (here / "vocab").iterdir()) == sorted(
       p.name for p in (node_published / "vocab").iterdir())
+
+
+@pytest.mark.slow
+def test_quick_sweep_stops_inside_its_deadline_and_resumes_on_the_same_root(node_python, node_bundle,
+                                                                            tmp_path):
+  """Runs too long for the time box: at the deadline the sweep and the pilot get their SIGTERM,
+  the runs save their steps, and the call ends inside its deadline; a second call on the same
+  root (the same machine) resumes each stopped run from its saved step."""
+  common = ["--quick", f"--bundle={node_bundle}", f"--publish={tmp_path / 'published'}",
+            f"--root={tmp_path / 'root'}", "--set=train.steps=100000"]
+  first = _driver(node_python, *common, "--deadline=2", "--pilot_steps=12",
+                  f"--out={tmp_path / 'out1'}")
+  assert first.returncode == 1, first.stdout[-3000:] + first.stderr[-3000:]
+  summary = json.loads((tmp_path / "out1" / "summary.json").read_text())
+  assert summary["sweep"] == "stopped at the deadline" and summary["seconds"] <= 120, summary
+  assert summary["published_after"] == 0 and summary["pilot"] == "ended (exit 0)", summary
+  pilot = (tmp_path / "out1" / "pilot.txt").read_text()
+  assert "[train] step 12/12" in pilot and "learning_rate=1.0" in pilot
+  saved = {}
+  for log in (tmp_path / "root").glob("*/sweep.log"):
+    text = log.read_text()
+    if "SIGTERM: saved step" in text:
+      saved[log.parent.name] = int(text.split("SIGTERM: saved step ")[1].split(",")[0])
+  assert saved and all(step > 0 for step in saved.values()), saved
+
+  second = _driver(node_python, *common, "--deadline=1.5", "--pilot_steps=0",
+                   f"--out={tmp_path / 'out2'}")
+  assert second.returncode == 1, second.stdout[-3000:] + second.stderr[-3000:]
+  for name, step in saved.items():
+    log = (tmp_path / "root" / name / "sweep.log").read_text()
+    assert f"tfm: resumed from step {step} " in log, (name, log[-2000:])
