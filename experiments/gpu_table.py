@@ -8,10 +8,11 @@ packages the node lacks from the bundle's wheels (experiments/gpu/bundle/wheels,
 experiments/gpu/make_bundle.py), which it unpacks once into bundle/site-cp3XY and puts on the path
 of every job. First the preflight (experiments/gpu/preflight.py, under a minute): a GPU backend,
 one tiny train step, one beam search, the device and versions; without a GPU it stops there in one
-line (exit 3). Then the jobs (--jobs; by default DEFAULT_JOBS, step_cudnn and loop, about 7.5
-minutes on one H100 with the preflight: one call of a 15-minute lease), in this order (the most
-wanted first), each in its own process (a process holds the GPU's memory until it exits), its
-output streamed to OUT/<job>.txt:
+line (exit 3). Then the jobs (--jobs; by default DEFAULT_JOBS, step_cudnn and loop: about 7.5
+minutes on one H100 with the preflight, an estimate from the preflight's and step_cudnn's times on
+an H100 and loop's 270 s timeout, as loop has not run on a GPU; one call on a GPU node with a
+15-minute time limit), in this order (the most wanted first), each in its own process (a process
+holds the GPU's memory until it exits), its output streamed to OUT/<job>.txt:
   step_cudnn  experiments/benchmark_step.py, base then big, the paper's batch (96 x 256 a side) in
               bfloat16 with cuDNN's attention: step time, tokens/s, MFU; a step that runs out of
               memory is retried with twice the microbatches (up to 8)
@@ -84,8 +85,9 @@ flags.DEFINE_string("flax_wmt_dir", str(ROOT / "experiments" / "flax_wmt"),
                     "the Flax example's directory (default: the vendored copy)")
 
 JOBS = ("step_cudnn", "loop", "variants", "step_xla", "beam", "flax", "bible")
-# The default run: the preflight, step_cudnn and loop fit --deadline 8 on one H100 (one call of a
-# 15-minute lease, with the machine's start); the others by --jobs, a call each (docs/gpu.md).
+# The default run: the preflight, step_cudnn and loop, estimated to fit --deadline 8 on one H100 (one
+# call on a GPU node with a 15-minute time limit, the node's start included); the others by --jobs,
+# a call each (docs/gpu.md).
 DEFAULT_JOBS = ("step_cudnn", "loop")
 TIMEOUTS = {"preflight": 90, "step_cudnn": 180, "loop": 270, "variants": 420, "step_xla": 180,
             "beam": 90, "flax": 330, "bible": 900}
