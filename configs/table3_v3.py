@@ -15,7 +15,7 @@ The protocol, fixed before any run; no row is tuned on its own:
   * Length by epochs, as the paper: base 6000 steps of 4096 tokens a side, about 19 epochs of the
     29,092 training verses (the paper's base: about 19 epochs of WMT14 by configs/table3_mini.py's
     estimate); big 3x base's steps, as the paper trained big (300K steps against 100K); every other
-    row as base. Warmup 400 steps as before.
+    row as base. Warmup 400 steps, as in configs/table3_mini.py.
   * Learning rate: the largest scale at which base still trains stably at twice the rate (the rule
     of configs/table3_mini.py), measured again on base at this width: LR_SCALE = 0.5 (peak
     (128 x 400)^-0.5 x 0.5 = 2.2e-3 at base), with base at scale 1.0 as the twice-the-rate check:

@@ -97,8 +97,8 @@ def guard_for(platform: str) -> str:
 
   XLA:GPU runs a conditional by copying its predicate to the host and waiting for the stream, every
   step, so the device idles while the host catches up; a select stays on the device. XLA:CPU runs
-  either on the host anyway, and its branch skips the update's pass on a refused step (and its
-  results are the CPU's established ones)."""
+  either on the host anyway, and its branch skips the update's pass on a refused step (and the
+  published CPU results were trained with it)."""
   return BRANCH if platform == "cpu" else SELECT
 
 
@@ -119,8 +119,8 @@ THREEFRY, RBG = "threefry", "unsafe_rbg"  # dropout_key's two PRNGs
 
 
 def prng_for(platform: str) -> str:
-  """The dropout PRNG make_train_step compiles for a platform: THREEFRY on CPUs (their masks, and
-  so their results, as they have always been), RBG elsewhere.
+  """The dropout PRNG make_train_step compiles for a platform: THREEFRY on CPUs (the published CPU
+  results were trained with its masks, so they reproduce), RBG elsewhere.
 
   Threefry makes every random bit with rounds of integer arithmetic, device work every dropout
   mask of every step pays for; XLA's RngBitGenerator (unsafe_rbg: its keys split and fold in by
