@@ -89,7 +89,7 @@ def test_beam_invariant_leaves_kept_once_per_example_change_nothing():
                                     dict(temperature=0.9, top_k=6)], ids=["beam", "greedy", "sample"])
 def test_scanned_model_decodes_like_the_unrolled_one(search):
   """model.scan_layers: the same parameters, stacked, give the same outputs (the cache is stacked
-  behind the batch, so beam search tiles and reorders it as before)."""
+  behind the batch, so beam search tiles and reorders it as it does the unrolled model's)."""
   model, params, inputs = _model()
   scanned = Transformer(dataclasses.replace(model.cfg, scan_layers=True))
   rng = jax.random.PRNGKey(11)
