@@ -127,8 +127,8 @@ def load_flax_wmt(directory: str) -> types.SimpleNamespace:
   return types.SimpleNamespace(models=models, decode=decode, train=train)
 
 
-# "small": the shapes the issue measured (the quickstart of that time), pinned here so the comparison
-# does not move when the quickstart does.
+# "small": the shapes of the first comparisons (configs/quickstart.py's at the time), pinned here so
+# the comparison does not move when the quickstart does.
 SMALL = ["model.vocab_size=8000", "data.vocab_size=8000", "model.d_model=128", "model.d_ff=512",
          "model.num_heads=4", "model.d_k=32", "model.d_v=32", "model.num_encoder_layers=2",
          "model.num_decoder_layers=2"]
