@@ -14,10 +14,9 @@ peak in the table, only throughput. It also prints the host's minor page faults 
 timed step: on CPUs, XLA's scratch buffer for a step is fresh memory every call, and first touching
 its pages costs the kernel time (launch.sh's allocator setting, experiments/SPEED.md, fourteenth pass).
 
---prng (threefry, unsafe_rbg) and --guard (branch, select) time the step with the dropout PRNG or
-the non-finite guard's form of another platform (tfm/train/step.py: prng_for, guard_for); by
-default the platform's, as training has them. Both are printed with the figures, and so is
-model.layer_norm_grad (a config key: --config.model.layer_norm_grad=autodiff).
+The step is the one training compiles, with the config's choices: --config.train.guard=select,
+--config.train.dropout_prng=rbg or --config.model.layer_norm_grad=autodiff time another form
+(tfm/train/platform_choices.py; "auto" is the platform's). The forms are printed with the figures.
 """
 
 from __future__ import annotations
@@ -42,7 +41,6 @@ from tfm.model import layer_norm  # noqa: E402
 from tfm.model.params import parameter_count  # noqa: E402
 from tfm.train import backend  # noqa: E402
 from tfm.train.flops import mfu, peak_flops, train_flops  # noqa: E402
-from tfm.train.step import BRANCH, RBG, SELECT, THREEFRY, guard_for, prng_for  # noqa: E402
 
 FLAGS = flags.FLAGS
 flags.DEFINE_integer("rows", None, "global batch rows (default: data.tokens_per_batch // length)")
@@ -50,12 +48,6 @@ flags.DEFINE_integer("length", None, "tokens per row on each side (default: data
 flags.DEFINE_integer("warmup", 2, "untimed steps first (the first compiles)")
 flags.DEFINE_integer("steps", 10, "timed steps")
 flags.DEFINE_integer("seed", 0, "seed of the synthetic batch")
-PLATFORM = "platform"  # --prng and --guard: the platform's choice, as training makes it
-PRNGS, GUARDS = (PLATFORM, THREEFRY, RBG), (PLATFORM, BRANCH, SELECT)
-flags.DEFINE_string("prng", PLATFORM, f"the dropout PRNG, one of {', '.join(PRNGS)} "
-                    "(tfm/train/step.py: prng_for, dropout_key)")
-flags.DEFINE_string("guard", PLATFORM, f"the non-finite guard's form, one of {', '.join(GUARDS)} "
-                    "(tfm/train/step.py: guard_for, guarded)")
 
 
 def synthetic_batch(rows: int, length: int, vocab: int, with_inputs: bool, seed: int) -> dict:
@@ -82,17 +74,13 @@ def process_rows(batch: dict) -> dict:
 
 
 def benchmark(config: config_lib.Config, rows: int | None, length: int | None, warmup: int,
-              steps: int, seed: int, prng: str = PLATFORM, guard: str = PLATFORM) -> dict:
-  """Times the step; prng and guard: PLATFORM (the step training compiles) or one of
-  tfm/train/step.py's choices."""
+              steps: int, seed: int) -> dict:
+  """Times the step training compiles for `config`."""
   cfg = config.model
   length = length or config.data.max_length
   exp = Experiment(config)
   rows = rows or round_up_rows(config.data.tokens_per_batch // length, exp.batch_row_multiple)
-  platform = exp.mesh.devices.flat[0].platform
-  prng = prng_for(platform) if prng == PLATFORM else prng
-  guard = guard_for(platform) if guard == PLATFORM else guard
-  step = exp.train_step_with(prng=prng, guard=guard)
+  step = exp.train_step
   state = exp.init_state()
   host = synthetic_batch(rows, length, cfg.vocab_size, cfg.has_encoder, seed)
   batch = to_device(process_rows(host), exp.batch_sharding)
@@ -116,9 +104,10 @@ def benchmark(config: config_lib.Config, rows: int | None, length: int | None, w
       "devices": f"{jax.device_count()} x {jax.devices()[0].device_kind}",
       "mesh": dict(exp.mesh.shape), "parameters": parameter_count(state.params),
       "batch": f"{rows} rows x {length} tokens", "microbatches": config.train.microbatches,
-      "dtype": cfg.dtype, "remat": cfg.remat, "prng": prng, "guard": guard,
-      "layer_norm_grad": (f"auto ({layer_norm.grad_for(platform)})" if cfg.layer_norm_grad == "auto"
-                          else cfg.layer_norm_grad),
+      "dtype": cfg.dtype, "remat": cfg.remat, "prng": exp.choices.dropout_prng,
+      "guard": exp.choices.guard,
+      "layer_norm_grad": (f"auto ({layer_norm.grad_for(exp.platform)})"
+                          if cfg.layer_norm_grad == "auto" else cfg.layer_norm_grad),
       "warmup_seconds": warmup_seconds, "step_seconds": step_seconds,
       "target_tokens_per_second": rows * length / step_seconds,
       "all_tokens_per_second": sides * rows * length / step_seconds,
@@ -134,13 +123,12 @@ def main(argv):
   backend.limit_platforms()
   if FLAGS.config is None:
     raise app.UsageError("--config=FILE[:ARG] is required")
-  for name, allowed in (("prng", PRNGS), ("guard", GUARDS)):
-    if FLAGS[name].value not in allowed:
-      print(f"benchmark_step.py: --{name}={FLAGS[name].value!r}: expected one of "
-            f"{', '.join(allowed)}", file=sys.stderr)
-      return 2
-  result = benchmark(config_lib.build(FLAGS.config), FLAGS.rows, FLAGS.length, FLAGS.warmup,
-                     FLAGS.steps, FLAGS.seed, FLAGS.prng, FLAGS.guard)
+  try:
+    config = config_lib.build(FLAGS.config)
+  except ValueError as e:  # a bad config key: its one line
+    print(f"benchmark_step.py: {e}", file=sys.stderr)
+    return 2
+  result = benchmark(config, FLAGS.rows, FLAGS.length, FLAGS.warmup, FLAGS.steps, FLAGS.seed)
   width = max(map(len, result))
   for key, value in result.items():
     if key == "mfu" and value is None:

@@ -22,7 +22,7 @@ holds the GPU's memory until it exits), its output streamed to OUT/<job>.txt:
               idle time between steps, the host's between dispatches); output in OUT/bible.txt
               (experiments/gpu/loop_job.py)
   variants    base as in step_cudnn, timed once a choice the step makes per platform: the default,
-              threefry dropout, the lax.cond guard, LayerNorm's autodiff backward, the default
+              rbg dropout, the select guard, LayerNorm's autodiff backward, the default
               again; each row its change against the default; output in OUT/step_cudnn.txt
               (experiments/gpu/step_jobs.py)
   step_xla    the same with XLA's attention

@@ -54,7 +54,7 @@ from tfm.decode.translate import make_translate_fn
 from tfm.model.attention_weights import attention_weights
 from tfm.model.config import ModelConfig
 from tfm.model.transformer import Transformer
-from tfm.train import compile_cache
+from tfm.train import compile_cache, platform_choices
 from tfm.train.config import MeshConfig, TrainConfig, step_fields
 from tfm.train.mesh import create_mesh
 from tfm.train.optimizer import make_optimizer
@@ -211,22 +211,29 @@ class Experiment:
   def _compiler_options(self) -> dict | None:
     return dict(self.key.compiler_options) or None
 
+  @property
+  def platform(self) -> str:
+    """The platform of the mesh's devices ("cpu", "gpu", "tpu"; a TPU topology's for a plan)."""
+    return self.mesh.devices.flat[0].platform
+
+  @property
+  def choices(self) -> platform_choices.Choices:
+    """How the run executes on this platform: train.input, saves, guard and dropout_prng with
+    "auto" resolved (tfm/train/platform_choices.py)."""
+    return platform_choices.resolve(self.config.train, self.platform)
+
   @_piece
   def train_step(self) -> OnMesh:
-    """train_step(state, batch) -> (state, metrics), jitted over the mesh, state donated."""
-    return self.train_step_with()
-
-  def train_step_with(self, *, guard: str | None = None, prng: str | None = None) -> OnMesh:
-    """A train step as train_step's, with the non-finite guard's form and the dropout PRNG chosen
-    (tfm/train/step.py: guarded, dropout_key; None: the mesh platform's, as train_step has them).
-    Built anew each call, not kept among the pieces: for measuring one choice against another
-    (experiments/benchmark_step.py)."""
+    """train_step(state, batch) -> (state, metrics), jitted over the mesh, state donated; with the
+    non-finite guard and the dropout PRNG of `choices`."""
     t = self.key.step_train
     tx, schedule = self.optimizer
+    choices = platform_choices.resolve(t, self.platform)
     return make_train_step(self.model, tx, schedule, label_smoothing=t.label_smoothing,
                            microbatches=t.microbatches, mesh=self.mesh, rules=self.rules,
                            state_shardings=self.state_shardings,
-                           compiler_options=self._compiler_options, guard=guard, prng=prng)
+                           compiler_options=self._compiler_options, guard=choices.guard,
+                           prng=choices.dropout_prng)
 
   @_piece
   def eval_step(self) -> OnMesh:

@@ -1,7 +1,7 @@
 """The training loop: an Experiment's step over the data, with dev loss, dev BLEU and checkpoints.
 
-  config.data  -> tokenizer, per-host packed batches (made in a process of their own on
-                  accelerators: train_batches), prefetched onto the mesh by a thread
+  config.data  -> tokenizer, per-host packed batches (in this process or, with train.input=process,
+                  one of their own: train_batches), prefetched onto the mesh by a thread
   Experiment   -> mesh, rules, model, optimizer, sharded state, the jitted steps (tfm/experiment.py)
   state:  restored from the workdir's latest readable checkpoint (with the data iterator's position),
           else initialized directly in its shards
@@ -10,9 +10,12 @@
           a console line (step/total, ETA, MFU on accelerators) and TensorBoard scalars;
           every train.eval_every the input pipeline's packing efficiency and dropped-example
           counts, dev loss / perplexity (and dev BLEU every eval.bleu_every);
-          every train.checkpoint_every and at the end an async Orbax checkpoint (on accelerators
-          started from a thread of its own: SaveThread);
+          every train.checkpoint_every and at the end an Orbax checkpoint, its collectives on this
+          thread in step order, its write to storage in the background (train.saves=sync: waited
+          for);
           train.profile_steps=(a, b): a profiler trace of steps a+1..b.
+How the run executes on its platform (train.input, saves, guard, dropout_prng: "auto" resolved by
+tfm/train/platform_choices.py) is printed with the devices at the start.
 Console lines: tfm/train/progress.py (a progress bar on terminals).
 Preemption: a SIGTERM lets the current step finish, saves it and returns; with several hosts, at the
 step JAX's preemption service agrees on.
@@ -44,7 +47,6 @@ from tfm.train.cadence import Cadence
 from tfm.train.metrics_writer import MetricsWriter
 from tfm.train.preemption import Preemption
 from tfm.train.progress import Progress
-from tfm.train.save_thread import SaveThread
 from tfm.train.trace import ProfileTrace
 from tfm.train.window import Window
 from tfm.train.workdir import Workdir
@@ -92,18 +94,13 @@ def train(config: Config, workdir: str, stream=None):
     preemption.restore()
 
 
-def _on_cpu(exp: Experiment) -> bool:
-  return exp.mesh.devices.flat[0].platform == "cpu"
-
-
 def train_batches(config: Config, tokenizer, exp: Experiment):
-  """This host's train batches (pipeline.train_iterator): made in a process of their own
-  (tfm/data/batch_process.py) on accelerators, where the packer would hold the GIL the thread
-  dispatching the steps needs; in this process on CPUs, which make them on the same cores anyway.
-  The same batches either way."""
+  """This host's train batches (pipeline.train_iterator): in this process, or with
+  train.input=process in a process of their own (tfm/data/batch_process.py), where the packer
+  cannot hold the GIL the thread dispatching the steps needs. The same batches either way."""
   keywords = dict(process_index=jax.process_index(), process_count=jax.process_count(),
                   row_multiple=exp.batch_row_multiple)
-  if _on_cpu(exp):
+  if exp.choices.input == "inline":
     return pipeline.train_iterator(config.data, exp.data_source, tokenizer, **keywords)
   return batch_process.BatchProcess(config.data, exp.data_source, tokenizer, **keywords)
 
@@ -130,15 +127,11 @@ def _train(config: Config, held: Workdir, log: logs.WorkdirLog, stream, preempti
     iterator = train_batches(config, tokenizer, exp)
     cleanup.callback(iterator.close)
     checkpointer = ckpt_lib.Checkpointer(workdir, keep=tc.keep_checkpoints,
-                                         period=tc.checkpoint_every, final_step=tc.steps)
+                                         period=tc.checkpoint_every, final_step=tc.steps,
+                                         async_save=exp.choices.saves == "background")
     cleanup.callback(checkpointer.close)
     cleanup.callback(checkpointer.wait)
     restored = checkpointer.restore(exp.abstract_state, accept=_data_position(iterator))
-    saves = checkpointer
-    if not _on_cpu(exp):  # the steps after a save do not wait for it (tfm/train/save_thread.py)
-      saves = SaveThread(checkpointer)
-      cleanup.callback(saves.close)
-      cleanup.callback(saves.wait)
     state, start = (exp.init_state(), 0) if restored is None else (restored[0], restored[2])
     held.commit(config.to_dict())  # config.json only now that the state is known to fit it
     log.publish(held.path)  # and the log file (every host's, into WORKDIR/logs/)
@@ -147,7 +140,7 @@ def _train(config: Config, held: Workdir, log: logs.WorkdirLog, stream, preempti
     cleanup.callback(progress.close)
     writer = MetricsWriter(workdir, progress, total_steps=tc.steps)
     cleanup.callback(writer.close)
-    writer.text(f"tfm: {backend.describe()}")
+    writer.text(f"tfm: {backend.describe()}; {exp.choices.describe()}")
     if backend.unused_accelerator():
       writer.text(f"tfm: {backend.unused_accelerator()}")
     writer.text(f"tfm: {parameter_count(exp.abstract_state.params):,} parameters; mesh "
@@ -170,7 +163,7 @@ def _train(config: Config, held: Workdir, log: logs.WorkdirLog, stream, preempti
                               batch_size=exp.decode_rows(config.eval.batch_size),
                               limit=config.eval.bleu_examples, compounds=config.eval.compounds)
     return run_steps(StepRunner(
-        config=config, train_step=exp.train_step, batches=batches, checkpointer=saves,
+        config=config, train_step=exp.train_step, batches=batches, checkpointer=checkpointer,
         writer=writer, evaluate_dev=evaluate_dev, evaluate_bleu=evaluate_bleu,
         preemption=preemption, progress=progress, workdir=workdir), state, start)
 

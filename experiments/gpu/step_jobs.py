@@ -19,13 +19,14 @@ QUICK_STEP = ["--rows=4", "--length=16", "--warmup=1", "--steps=2"]
 OOM = re.compile(r"RESOURCE_EXHAUSTED|[Oo]ut of memory")
 
 # The variants job: (name, benchmark_step.py's flags for it). The default is the step training
-# compiles on a GPU; each other row switches one choice its "auto" or platform default makes
-# (tfm/train/step.py: prng_for, guard_for; tfm/model/layer_norm.py: grad_for) and is set against
-# the default; the default again last shows how far two runs of one program differ.
+# compiles on a GPU ("auto": tfm/train/platform_choices.py, tfm/model/layer_norm.py: grad_for);
+# each other row switches one of those choices to its other form and is set against the default;
+# the default again last shows how far two runs of one program differ. Its figures decide the
+# GPU's "auto" (platform_choices.AUTO).
 VARIANTS = (
     ("default", []),
-    ("threefry", ["--prng=threefry"]),  # dropout masks from threefry, not unsafe_rbg
-    ("cond_guard", ["--guard=branch"]),  # the non-finite guard as lax.cond, not a select
+    ("rbg", ["--config.train.dropout_prng=rbg"]),  # dropout masks from RngBitGenerator
+    ("select_guard", ["--config.train.guard=select"]),  # the non-finite guard as a select
     ("layer_norm_autodiff", ["--config.model.layer_norm_grad=autodiff"]),
     ("default_again", []),
 )

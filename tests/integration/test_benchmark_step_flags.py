@@ -1,5 +1,6 @@
-"""experiments/benchmark_step.py's --prng and --guard: a bad value is one line on stderr naming the
-flag and the values it takes, exit status 2, before anything is built."""
+"""experiments/benchmark_step.py with a step's choices as config keys (train.dropout_prng,
+train.guard): a bad value is one line on stderr naming the key and the values it takes, exit
+status 2, before anything is built."""
 
 import subprocess
 import sys
@@ -11,8 +12,10 @@ ROOT = Path(__file__).resolve().parents[2]
 
 
 @pytest.mark.parametrize("flag,expected", [
-    ("--prng=philox", "--prng='philox': expected one of platform, threefry, unsafe_rbg"),
-    ("--guard=where", "--guard='where': expected one of platform, branch, select"),
+    ("--config.train.dropout_prng=philox", "config key train.dropout_prng: expected one of "
+     "('auto', 'threefry', 'rbg'), got 'philox'"),
+    ("--config.train.guard=where", "config key train.guard: expected one of ('auto', 'branch', "
+     "'select'), got 'where'"),
 ])
 def test_a_bad_choice_is_one_line_naming_the_flag(flag, expected):
   done = subprocess.run([sys.executable, "experiments/benchmark_step.py",

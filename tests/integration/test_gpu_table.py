@@ -15,10 +15,12 @@ import pytest
 
 from tests.integration import node
 
+pytestmark = pytest.mark.long  # outside the README's fast command; CI runs it after
+
 ROOT = Path(__file__).resolve().parents[2]
 LOOP_STEPS, LOOP_PROFILE = 24, 4  # gpu_table.py's --quick loop job (its flags: not imported)
 # The variants job's runs and the choice each asks benchmark_step.py for (None: the platform's).
-VARIANTS = {"default": {}, "threefry": {"prng": "threefry"}, "cond_guard": {"guard": "branch"},
+VARIANTS = {"default": {}, "rbg": {"prng": "rbg"}, "select_guard": {"guard": "select"},
             "layer_norm_autodiff": {"layer_norm_grad": "autodiff"}, "default_again": {}}
 
 

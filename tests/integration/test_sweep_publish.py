@@ -66,9 +66,15 @@ def test_fingerprint_ignores_machine_paths_and_sees_everything_else():
   # LayerNorm's backward pass is chosen per platform: a CPU's run is a GPU's.
   autodiff = load_config("configs/quickstart.py", ["model.layer_norm_grad=autodiff"])
   assert publish.fingerprint(autodiff, "v", 200) == publish.fingerprint(base, "v", 200)
+  # So are the platform's forms of input, saves, guard and dropout masks.
+  forms = load_config("configs/quickstart.py", ["train.input=process", "train.saves=sync",
+                                                "train.guard=select", "train.dropout_prng=rbg"])
+  assert publish.fingerprint(forms, "v", 200) == publish.fingerprint(base, "v", 200)
   # A config written before the key existed has the same fingerprint (published runs stay valid).
   values = base.to_dict()
   del values["model"]["layer_norm_grad"]
+  for key in ("input", "saves", "guard", "dropout_prng"):
+    del values["train"][key]
   del values["model"]["matmul_precision"]  # added later: left out at its earlier value
   for key in execute.MACHINE_KEYS:
     section, name = key.split(".")

@@ -10,7 +10,6 @@ import numpy as np
 import pytest
 
 from tests.integration.conftest import run_train
-from tfm import loop
 from tfm.train import checkpoint as ckpt_lib
 
 
@@ -90,14 +89,39 @@ def test_sigterm_saves_the_current_step(experiment, tmp_path):
   assert ckpt_lib.available_steps(tmp_path) == [step], (log, os.listdir(tmp_path), os.listdir(tmp_path / "checkpoints"))
 
 
-def test_the_accelerators_input_and_saves_train_the_same_bits(experiment, tmp_path, monkeypatch):
-  """The loop's accelerator path on a CPU (its batches made in a process of their own, its saves
-  from a thread; tfm/loop.py): 6 steps with a save every 3, then a resume to 9, give the CPU
-  path's states and checkpoints to the bit."""
+@pytest.mark.parametrize("choices", [
+    ("train.input=process", "train.saves=sync"),
+    ("train.guard=select", "train.saves=background"),
+])
+def test_every_input_saves_and_guard_form_trains_the_same_bits(experiment, tmp_path, choices):
+  """The forms accelerators may run (tfm/train/platform_choices.py) on a CPU: batches made in a
+  process of their own, saves waited for or in the background, the select guard. 6 steps with a
+  save every 3, then a resume to 9, give the CPU's default states and checkpoints to the bit."""
   reference, _ = run_train(experiment("train.steps=9"), tmp_path / "a")
-  monkeypatch.setattr(loop, "_on_cpu", lambda exp: False)
-  run_train(experiment("train.steps=6"), tmp_path / "b")
+  run_train(experiment("train.steps=6", *choices), tmp_path / "b")
   assert ckpt_lib.available_steps(tmp_path / "b") == [3, 6]
-  resumed, log = run_train(experiment("train.steps=9"), tmp_path / "b")
+  resumed, log = run_train(experiment("train.steps=9", *choices), tmp_path / "b")
   assert "resumed from step 6" in log and int(resumed.step) == 9
+  assert all(f"{c}" in log for c in choices), log[:2000]  # the log names the forms it ran
   assert _same_params(reference, resumed)
+
+
+@pytest.mark.parametrize("saves", ["background", "sync"])
+def test_every_save_runs_its_collectives_on_the_training_thread(experiment, tmp_path, monkeypatch,
+                                                                saves):
+  """Checkpointer.save gathers every host's data state and the arrays' checksums (collectives
+  under jax.distributed) and starts Orbax's save (its barriers): it is called on the thread that
+  runs the steps, in step order, whatever train.saves says, so that the hosts' collectives
+  always meet in the same order. Only Orbax's write to storage may go on in the background."""
+  import threading  # pylint: disable=import-outside-toplevel
+  calls = []
+  save = ckpt_lib.Checkpointer.save
+
+  def recorded(self, step, *args, **kwargs):
+    calls.append((int(step), threading.current_thread() is threading.main_thread()))
+    return save(self, step, *args, **kwargs)
+
+  monkeypatch.setattr(ckpt_lib.Checkpointer, "save", recorded)
+  run_train(experiment("train.steps=6", "train.checkpoint_every=2", f"train.saves={saves}"),
+            tmp_path)
+  assert calls == [(2, True), (4, True), (6, True)]

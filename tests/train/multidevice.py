@@ -1,13 +1,16 @@
 """Runs the train step on 8 simulated CPU devices and on 1, and writes the comparison as JSON.
 
-    python -m tests.train.multidevice OUT.json [tiny|transformer|transformer_scan]
+    python -m tests.train.multidevice OUT.json [tiny|transformer|transformer_scan|transformer_forms]
 
 XLA_FLAGS must give 8 host devices before jax is imported, so this runs in its own process
 (tests/train/test_multidevice.py starts it); the other test files keep their single device.
 For each mesh (data, fsdp, tensor) it records: the largest difference from the single-device run of
 the initial parameters, the per-step losses and the parameters after 2 steps; the shapes of one
 device's shard of a few weights, of an Adam moment and of the batch; and, for one mesh, whether a
-sharded checkpoint restores bit-identically with its shardings.
+sharded checkpoint restores bit-identically with its shardings. transformer_forms is transformer
+with dropout, trained with the select guard (tfm/train/platform_choices.py) on 1 device and on 8
+(one microbatch: train.microbatches draws each part's own masks), and with rbg dropout keys too, on
+8 twice and on 1.
 """
 
 from __future__ import annotations
@@ -41,11 +44,16 @@ MESHES = {
     "tensor_parallel": ((2, 1, 4), 1),
 }
 STEPS = 2
+FORMS = {"mixed": dict(guard="select"),  # transformer_forms' train sections, by mesh
+         "mixed_rbg": dict(guard="select", dropout_prng="rbg")}
 WEIGHTS = {  # name -> path in params, per model
     "tiny": {"embedding": ("embedding",), "query": ("self_attention", "query"), "wi": ("wi",)},
     "transformer": {"embedding": ("token_embedding", "embedding"),
                     "query": ("encoder", "layer_0", "self_attention", "query", "kernel"),
                     "wi": ("encoder", "layer_0", "ffn", "wi", "kernel")},
+    "transformer_forms": {"embedding": ("token_embedding", "embedding"),
+                          "query": ("encoder", "layer_0", "self_attention", "query", "kernel"),
+                          "wi": ("encoder", "layer_0", "ffn", "wi", "kernel")},
     "transformer_scan": {"embedding": ("token_embedding", "embedding"),
                          "query": ("encoder", "layers", "self_attention", "query", "kernel"),
                          "wi": ("encoder", "layers", "ffn", "wi", "kernel")},
@@ -59,7 +67,8 @@ def make_model(kind: str):
   layers = 2 if kind == "transformer_scan" else 1  # scanned: 2 layers stacked per stack
   return Transformer(ModelConfig(vocab_size=64, d_model=32, d_ff=64, num_heads=8, d_k=4, d_v=4,
                                  num_encoder_layers=layers, num_decoder_layers=layers,
-                                 dropout_rate=0.0, max_length=32,
+                                 dropout_rate=0.1 if kind == "transformer_forms" else 0.0,
+                                 max_length=32,
                                  scan_layers=kind == "transformer_scan"))
 
 
@@ -146,14 +155,19 @@ def main(out: str, kind: str):
   assert jax.device_count() == 8, jax.devices()
   model = make_model(kind)
   batch = helpers.packed_batch(rows=16, length=12, vocab=model.cfg.vocab_size, seed=1)
-  reference = helpers.Setup(model, helpers.train_cfg(), helpers.mesh_cfg(), jax.devices()[:1])
+  forms = FORMS if kind == "transformer_forms" else {}
+  reference = helpers.Setup(model, helpers.train_cfg(**forms.get("mixed", {})), helpers.mesh_cfg(),
+                            jax.devices()[:1])
   ref_initial, (ref_losses, ref_norms), ref_state, _ = train(reference, batch)
   ref_final = jax.device_get(ref_state.params)
   meshes = MESHES if kind == "tiny" else {"mixed": ((2, 2, 2), 2)}
+  if forms:
+    meshes = {name: ((2, 2, 2), 1) for name in forms}
   results = {"reference_losses": ref_losses, "reference_grad_norms": ref_norms,
              "reference_norm_groups": norm_group_sizes(reference), "meshes": {}}
   for name, (shape, microbatches) in meshes.items():
-    setup = helpers.Setup(model, helpers.train_cfg(microbatches=microbatches), helpers.mesh_cfg(*shape))
+    setup = helpers.Setup(model, helpers.train_cfg(microbatches=microbatches, **forms.get(name, {})),
+                          helpers.mesh_cfg(*shape))
     initial, (losses, norms), state, device_batch = train(setup, batch)
     result = {
         "initial_diff": max_diff(initial, ref_initial),
@@ -167,9 +181,16 @@ def main(out: str, kind: str):
         "adam_mu_shard_shape": shard_shape(leaf(state.opt_state["adam"].mu, WEIGHTS[kind]["wi"])),
         "batch_shard_shape": shard_shape(device_batch["targets"]),
         "mesh": dict(setup.mesh.shape),
+        "choices": setup.experiment.choices.describe(),
     }
     if name == "fsdp":
       result["checkpoint"] = checkpoint_roundtrip(setup, state)
+    if name == "mixed_rbg":  # the same again: its masks are a function of the step and the mesh
+      setup.state = setup.fresh_state()
+      result["losses_again"] = train(setup, batch)[1][0]
+      alone = helpers.Setup(model, helpers.train_cfg(**forms[name]), helpers.mesh_cfg(),
+                            jax.devices()[:1])
+      result["losses_one_device"] = train(alone, batch)[1][0]
     if kind != "tiny":
       result["decode"] = decode_check(setup, reference, state)
     results["meshes"][name] = result

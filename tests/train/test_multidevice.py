@@ -102,3 +102,22 @@ def test_scanned_transformer_on_8_devices(tmp_path):
   assert mixed["adam_mu_shard_shape"] == [2, 16, 32]
   beam = mixed["decode"]["beam"]  # decoded as the unrolled twin: greedy is the test above's
   assert beam["same_tokens"] and beam["score_diff"] < 1e-4 and beam["output_tokens"] > 8, beam
+
+
+@pytest.mark.slow
+def test_the_accelerator_forms_on_8_devices(tmp_path):
+  """The Transformer with dropout on the (2, 2, 2) mesh: with the select guard (a GPU's form of
+  the non-finite guard) the same losses, gradient norms and parameters as on one device, and it
+  decodes; with rbg dropout keys too, the same losses as rbg's on one device, twice the same, and
+  other masks than threefry's."""
+  result = run_script("transformer_forms", tmp_path)
+  mixed, rbg = result["meshes"]["mixed"], result["meshes"]["mixed_rbg"]
+  assert mixed["choices"] == ("train.input=inline, train.saves=background, train.guard=select, "
+                              "train.dropout_prng=threefry")
+  assert rbg["choices"].endswith("train.guard=select, train.dropout_prng=rbg")
+  check_matches_single_device(result, "mixed")
+  for name in ("beam", "greedy"):
+    assert mixed["decode"][name]["same_tokens"], mixed["decode"]
+  assert rbg["losses"] == pytest.approx(rbg["losses_one_device"], abs=TOLERANCE)
+  assert rbg["losses"] == rbg["losses_again"] and rbg["update_size"] > 100 * TOLERANCE
+  assert rbg["losses"] != pytest.approx(mixed["losses"], abs=TOLERANCE)  # other masks

@@ -12,7 +12,7 @@ from tfm.data.prefetch import to_device
 from tfm.train.sharding import batch_sharding
 from tfm.train.step import (BRANCH, POOLED_LEAF_SIZE, RBG, SELECT, THREEFRY, KeptGradients,
                             NonFiniteError, check_nonfinite, dropout_key, gradient_norm,
-                            guard_for, make_train_step, norm_groups, prng_for, train_step)
+                            make_train_step, norm_groups, train_step)
 
 ROWS, LENGTH = 8, 12
 EPS = LABEL_SMOOTHING
@@ -111,13 +111,7 @@ def step_with_guard(setup, guard):
   return make_train_step(setup.model, setup.tx, setup.schedule, label_smoothing=EPS,
                          microbatches=setup.train.microbatches, mesh=setup.mesh, rules=setup.rules,
                          state_shardings=setup.shardings, compiler_options=helpers.FAST_COMPILE,
-                         guard=guard)
-
-
-def test_guard_by_platform():
-  """Branch (lax.cond) where CPUs have always run it; a select on accelerators, where XLA:GPU's
-  conditional would copy its predicate to the host every step."""
-  assert [guard_for(p) for p in ("cpu", "gpu", "cuda", "tpu")] == [BRANCH, SELECT, SELECT, SELECT]
+                         guard=guard, prng=THREEFRY)
 
 
 @pytest.mark.parametrize("guard", [None, BRANCH, SELECT])
@@ -209,10 +203,9 @@ def test_dropout_key_changes_per_step():
   assert float(other["loss"]) != float(first["loss"])  # another step, another dropout mask
 
 
-def test_dropout_prng_by_platform():
-  """Threefry, fold_in(rng, step) itself, where CPUs have always drawn their masks; an unsafe_rbg
-  key elsewhere, made of the words of that key's split, for each step its own."""
-  assert [prng_for(p) for p in ("cpu", "gpu", "tpu")] == [THREEFRY, RBG, RBG]
+def test_dropout_keys():
+  """Threefry: fold_in(rng, step) itself; RBG: an unsafe_rbg key made of the words of that key's
+  split, for each step its own."""
   rng = jax.random.PRNGKey(3)
   assert np.array_equal(dropout_key(rng, 5), jax.random.fold_in(rng, 5))
   rbg = dropout_key(rng, 5, RBG)
@@ -233,7 +226,7 @@ def test_rbg_dropout_trains_on_a_cpu():
   step = make_train_step(drop.model, drop.tx, drop.schedule, label_smoothing=EPS,
                          microbatches=1, mesh=drop.mesh, rules=drop.rules,
                          state_shardings=drop.shardings, compiler_options=helpers.FAST_COMPILE,
-                         prng=RBG)
+                         guard=BRANCH, prng=RBG)
   loss = lambda s, state: float(s(state, on_device)[1]["loss"])
   first = loss(step, drop.fresh_state())
   assert np.isfinite(first) and first == loss(step, drop.fresh_state())
@@ -276,7 +269,7 @@ def step_without_kept_gradients(setup):
   return make_train_step(setup.model, setup.tx, setup.schedule, label_smoothing=EPS,
                          microbatches=setup.train.microbatches, mesh=setup.mesh, rules=setup.rules,
                          state_shardings=setup.shardings, compiler_options=helpers.FAST_COMPILE,
-                         keep_gradients=False)
+                         guard=BRANCH, prng=THREEFRY, keep_gradients=False)
 
 
 @pytest.mark.parametrize("which", ["setup", "micro"])

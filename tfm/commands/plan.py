@@ -16,7 +16,15 @@ import json
 from absl import flags
 
 from tfm.commands import UsageError, one_row
+from tfm.train import platform_choices
 from tfm.train.tpu_chips import GIB
+
+
+def _step_choices(config) -> dict:
+  """The forms the planned step compiles with on TPUs (train.guard and train.dropout_prng, "auto"
+  resolved: tfm/train/platform_choices.py): each changes the step's memory and time."""
+  choices = platform_choices.resolve(config.train, "tpu")
+  return {"train.guard": choices.guard, "train.dropout_prng": choices.dropout_prng}
 
 
 def define_flags(fv: flags.FlagValues):
@@ -36,6 +44,7 @@ def _figures(plan, config) -> dict:
   return dict(
       topology=plan.topology, chips=plan.chips, hosts=plan.hosts, device_kind=plan.device_kind,
       mesh=plan.mesh, microbatches=config.train.microbatches, remat=config.model.remat,
+      choices=_step_choices(config),
       rows=plan.rows, length=plan.length, tokens_per_step=plan.tokens_per_step,
       rows_note=plan.rows_note, fits=plan.fits, hbm_bytes=plan.hbm_bytes,
       bytes_per_chip=plan.bytes_per_chip,
@@ -82,7 +91,8 @@ def _remedy_line(remedy) -> str:
 def _print_human(plan, config, remedies):
   p = plan
   print(f"{p.topology}: {p.chips} x {p.device_kind} ({p.hosts} host(s)), mesh {p.mesh}, "
-        f"train.microbatches={config.train.microbatches}, model.remat={config.model.remat}")
+        f"train.microbatches={config.train.microbatches}, model.remat={config.model.remat}, "
+        + ", ".join(f"{k}={v}" for k, v in _step_choices(config).items()))
   print(f"batch: {p.rows} rows x {p.length} tokens = {p.tokens_per_step:,} target tokens per step")
   if p.rows_note:
     print(f"note: {p.rows_note}")

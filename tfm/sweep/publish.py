@@ -27,9 +27,12 @@ from tfm import config as config_lib
 from tfm.sweep import execute
 
 EVAL_RESULTS = "eval_dev_*.json"
-# How the same model is computed, chosen per platform: the same run on a CPU and on a GPU may differ
-# in them, and results agree to float rounding. Left out of the fingerprint (as are the paths).
-COMPUTATION_KEYS = ("model.layer_norm_grad",)
+# How the same run executes, chosen per platform: the same run on a CPU and on a GPU may differ in
+# them. The results agree to float rounding, or, for train.dropout_prng, are two draws of the same
+# experiment's dropout masks, as two platforms' runs are. Left out of the fingerprint (as are the
+# paths).
+COMPUTATION_KEYS = ("model.layer_norm_grad", "train.input", "train.saves", "train.guard",
+                    "train.dropout_prng")
 
 
 def fingerprint(config: config_lib.Config, vocab_sha256: str, eval_limit: int) -> str:

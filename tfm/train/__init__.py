@@ -8,7 +8,8 @@ sections it uses, never the whole experiment config:
   abstract, shardings = state.abstract_train_state(model, tx, mesh, rules, config.train.seed)
   state = state.make_init(model, tx, mesh, config.train.seed, shardings)()  # created in its shards
   train_step = step.make_train_step(model, tx, schedule, label_smoothing=..., microbatches=...,
-                                    mesh=mesh, rules=rules, state_shardings=shardings)
+                                    mesh=mesh, rules=rules, state_shardings=shardings,
+                                    guard=..., prng=...)  # platform_choices.resolve(config.train, ...)
   state, metrics = train_step(state, batch)        # metrics: device scalars, no host sync
   step.check_nonfinite(metrics, step_number, config.train.nonfinite)   # when metrics are fetched
 

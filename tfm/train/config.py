@@ -14,6 +14,7 @@ import dataclasses
 
 from tfm import sections
 from tfm.sections import fail, is_int, is_number
+from tfm.train import platform_choices
 
 SCHEDULES = ("rsqrt_warmup", "linear_cosine", "constant", "rsqrt")
 NONFINITE = ("skip", "stop")
@@ -74,6 +75,12 @@ class TrainConfig:
   # WORKDIR/curves.png redrawn at each evaluation and at the end (~0.5 s a drawing on a CPU core,
   # ~1 s more for matplotlib's import in a new process); False: `tfm plot` draws it when asked.
   curves: bool = True
+  # How the run executes on its platform (tfm/train/platform_choices.py): "auto" is the platform's
+  # measured choice, or one of the forms.
+  input: str = "auto"  # training batches made inline or in a process of their own
+  saves: str = "auto"  # checkpoints written in the background (Orbax's async write) or sync
+  guard: str = "auto"  # the non-finite guard: branch (lax.cond) or select (jnp.where)
+  dropout_prng: str = "auto"  # dropout masks by threefry or rbg (XLA's RngBitGenerator)
 
   def __post_init__(self):
     validate_train_config(self)
@@ -100,7 +107,7 @@ class MeshConfig:
 # Read by the training loop alone (cadences, the cache's place, profiling, curves, what a skipped
 # update does next): runs that differ only in these compile the same steps.
 LOOP_FIELDS = ("log_every", "eval_every", "checkpoint_every", "keep_checkpoints", "average_checkpoints",
-               "nonfinite", "compilation_cache_dir", "profile_steps", "curves")
+               "nonfinite", "compilation_cache_dir", "profile_steps", "curves", "input", "saves")
 
 
 def step_fields(train: TrainConfig) -> TrainConfig:
@@ -138,6 +145,9 @@ def validate_train_config(train: TrainConfig) -> None:
          train.profile_steps)
   if train.compilation_cache_dir is not None and not isinstance(train.compilation_cache_dir, str):
     fail("train.compilation_cache_dir", "None, '' (off) or a directory", train.compilation_cache_dir)
+  for key, forms in platform_choices.KEYS.items():
+    if getattr(train, key) not in ("auto", *forms):
+      fail(f"train.{key}", f"one of {('auto', *forms)}", getattr(train, key))
   if train.schedule == "rsqrt_warmup" and train.warmup_steps < 1:
     fail("train.warmup_steps", "at least 1 with schedule 'rsqrt_warmup'", train.warmup_steps)
   if train.schedule == "linear_cosine" and train.steps <= train.warmup_steps:

@@ -2,7 +2,7 @@
 
 train step (one update):
   1. N = real target tokens of the global batch; dropout key = fold_in(state.rng, state.step)
-     (on accelerators made an unsafe_rbg key: dropout_key)
+     (with train.dropout_prng=rbg made an unsafe_rbg key: dropout_key)
   2. g = sum over microbatches of grad(label-smoothed CE sum / N)           (tfm/train/accumulate.py)
   3. if the loss, ||g|| (float32) and lrate(applied updates + 1) are finite, the Adam update gives
      new params and opt_state; else params and opt_state stay unchanged and nonfinite_count + 1
@@ -13,8 +13,8 @@ Adam, decoupled weight decay, the rate), a finite ||g|| means every g_i^2 is fin
 moments stay finite (m_t, v_t are convex combinations of past g and g^2), so does its direction
 m_t / (sqrt(v_t) + eps), and a finite rate gives a finite update; the new parameters could only
 overflow at float32's limit (3.4e38). The check is three scalars known before the update: on CPUs
-the update runs inside the branch that applies it (one pass over parameters and moments); on
-accelerators a select keeps it or the old state, with no host round trip (guard_for).
+the update runs inside the branch that applies it (one pass over parameters and moments), or a
+select keeps it or the old state, with no host round trip (train.guard: guarded).
 Metrics stay on device (no host sync): loss (label-smoothed CE per token, the objective), nll (per
 token, unsmoothed), perplexity = exp(nll), accuracy, tokens, grad_norm (global, before clipping),
 learning_rate (the one this update used), nonfinite (1 if this update was skipped), nonfinite_count.
@@ -92,22 +92,16 @@ def gradient_norm(grads: Any, shardings: Any = None, pooled_size: int = POOLED_L
 BRANCH, SELECT = "branch", "select"  # guarded's two forms
 
 
-def guard_for(platform: str) -> str:
-  """The guard make_train_step compiles for a platform: BRANCH on CPUs, SELECT elsewhere.
-
-  XLA:GPU runs a conditional by copying its predicate to the host and waiting for the stream, every
-  step, so the device idles while the host catches up; a select stays on the device. XLA:CPU runs
-  either on the host anyway, and its branch skips the update's pass on a refused step (and the
-  published CPU results were trained with it)."""
-  return BRANCH if platform == "cpu" else SELECT
-
-
 def guarded(finite: jax.Array, update, unchanged: Any, guard: str) -> Any:
   """update() where the scalar bool `finite` holds, else `unchanged` (a tree like update's result).
 
   BRANCH: jax.lax.cond, the update runs only when it is kept. SELECT: the update always runs and
   jnp.where picks each leaf, no control flow (a non-finite update's values are computed, then
-  dropped: NaN never reaches the result, as where takes the other operand element by element)."""
+  dropped: NaN never reaches the result, as where takes the other operand element by element).
+  SELECT is there for GPUs: XLA:GPU runs a conditional by copying its predicate to the host and
+  waiting for the stream, every step, so the device idles while the host catches up; a select
+  stays on the device. XLA:CPU runs either on the host, and its branch skips the update's pass on
+  a refused step."""
   if guard == BRANCH:
     return jax.lax.cond(finite, update, lambda: unchanged)
   if guard == SELECT:
@@ -115,29 +109,23 @@ def guarded(finite: jax.Array, update, unchanged: Any, guard: str) -> Any:
   raise ValueError(f"guard must be {BRANCH!r} or {SELECT!r}, got {guard!r}")
 
 
-THREEFRY, RBG = "threefry", "unsafe_rbg"  # dropout_key's two PRNGs
-
-
-def prng_for(platform: str) -> str:
-  """The dropout PRNG make_train_step compiles for a platform: THREEFRY on CPUs (the published CPU
-  results were trained with its masks, so they reproduce), RBG elsewhere.
-
-  Threefry makes every random bit with rounds of integer arithmetic, device work every dropout
-  mask of every step pays for; XLA's RngBitGenerator (unsafe_rbg: its keys split and fold in by
-  hashing) is the generator GPUs make bits with cheaply. Either way the masks of step s are a pure
-  function of (state.rng, s)."""
-  return THREEFRY if platform == "cpu" else RBG
+THREEFRY, RBG = "threefry", "rbg"  # dropout_key's two PRNGs (train.dropout_prng)
 
 
 def dropout_key(rng: jax.Array, step: jax.Array, prng: str = THREEFRY) -> jax.Array:
   """The dropout key of step `step`: fold_in(rng, step) (rng uint32 [2], a threefry key); with
   RBG, a typed unsafe_rbg key made of the 4 words of that key's two halves (split), so that
-  every random bit drawn from it comes from RngBitGenerator."""
+  every random bit drawn from it comes from RngBitGenerator.
+
+  Threefry makes every random bit with rounds of integer arithmetic, device work every dropout
+  mask of every step pays for; RngBitGenerator (unsafe_rbg: its keys split and fold in by hashing)
+  is the generator GPUs make bits with cheaply. Either way the masks of step s are a pure function
+  of (state.rng, s); the two generators draw different masks."""
   key = jax.random.fold_in(rng, step)
   if prng == THREEFRY:
     return key
   if prng == RBG:
-    return jax.random.wrap_key_data(jax.random.split(key, 2).reshape(-1), impl=RBG)
+    return jax.random.wrap_key_data(jax.random.split(key, 2).reshape(-1), impl="unsafe_rbg")
   raise ValueError(f"prng must be {THREEFRY!r} or {RBG!r}, got {prng!r}")
 
 
@@ -232,8 +220,7 @@ def eval_step(params: Any, batch: Batch, *, model: nn.Module, label_smoothing: f
 def make_train_step(model: nn.Module, tx: optax.GradientTransformation, schedule: Schedule, *,
                     label_smoothing: float, microbatches: int, mesh: Mesh, rules: Rules,
                     state_shardings: TrainState, compiler_options: dict | None = None,
-                    keep_gradients: bool | None = None, guard: str | None = None,
-                    prng: str | None = None) -> OnMesh:
+                    guard: str, prng: str, keep_gradients: bool | None = None) -> OnMesh:
   """Compiled `step(state, batch) -> (state, metrics)`; the state argument is donated.
 
   label_smoothing, microbatches: train.label_smoothing and train.microbatches. state_shardings: from
@@ -242,16 +229,15 @@ def make_train_step(model: nn.Module, tx: optax.GradientTransformation, schedule
   keep_gradients: give the gradients memory that lasts from call to call (KeptGradients); None
   means on CPUs only, where it saves every step the first touch of that memory. The updates are
   the same to the bit either way.
-  guard: the non-finite guard's form (guarded); None means guard_for(the mesh's platform).
-  prng: the dropout PRNG (dropout_key); None means prng_for(the mesh's platform).
+  guard: the non-finite guard's form (guarded); prng: the dropout PRNG (dropout_key): the run's
+  train.guard and train.dropout_prng as tfm/train/platform_choices.py resolves them.
   """
   platform = mesh.devices.flat[0].platform
   if keep_gradients is None:
     keep_gradients = platform == "cpu"
   settings = dict(model=model, tx=tx, schedule=schedule, label_smoothing=label_smoothing,
                   microbatches=microbatches, grad_shardings=state_shardings.params,
-                  guard=guard_for(platform) if guard is None else guard,
-                  prng=prng_for(platform) if prng is None else prng)
+                  guard=guard, prng=prng)
   replicated = NamedSharding(mesh, PartitionSpec())
   batch_in = batch_sharding(mesh, rules)
 
