@@ -132,8 +132,11 @@ case "$mode" in
   multiprocess)
     port=$("$VENV/bin/python" -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')
     pids=()
-    # SIGTERM / SIGINT (a preemption, Ctrl-C) go to every worker: each saves its step and exits.
-    trap 'kill -TERM "${pids[@]}" 2>/dev/null' TERM INT
+    # SIGTERM / SIGINT / SIGHUP (a preemption, Ctrl-C, a closed terminal) go to every worker as
+    # SIGTERM: each saves the step they agree on and exits. This shell returns only once every
+    # worker has ended, whatever reached it or its process group (a TERM to the whole group also
+    # ends the `sleep` below: its status must not end the script), with the first failure's status.
+    trap 'kill -TERM "${pids[@]}" 2>/dev/null || true' TERM INT HUP
     for ((i = 0; i < processes; i++)); do
       TFM_COORDINATOR="127.0.0.1:$port" TFM_NUM_PROCESSES=$processes TFM_PROCESS_ID=$i \
         "$VENV/bin/tfm" "$@" &
@@ -150,10 +153,10 @@ case "$mode" in
         done[$pid]=1
         if [ "$code" -ne 0 ] && [ "$status" -eq 0 ]; then
           status=$code
-          kill -KILL "${pids[@]}" 2>/dev/null
+          kill -KILL "${pids[@]}" 2>/dev/null || true
         fi
       done
-      sleep 0.5
+      sleep 0.5 || true
     done
     exit $status ;;
   # The tasks as a job step that SLURM's SIGTERM reaches however the job ends (the time limit, a

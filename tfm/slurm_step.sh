@@ -18,6 +18,11 @@
 # steps (`scancel --signal=TERM JOB`, which spares the batch step) and waits for srun to end. With
 # proctrack/linuxproc, which signals every descendant of the batch step, srun still gets it.
 #
+# A SIGTERM that comes before srun is started means no step is run at all (the job was ended
+# before it trained); one that comes after, before the step's tasks exist on this node, reached no
+# task, and is passed on again once they do (a task that has not yet set its handler ends at it:
+# it had nothing to save).
+#
 # A preempted job's step has saved and ended before the grace time is over; the job would then end
 # as COMPLETED and never be requeued, so this shell requeues it (scontrol requeue) and it resumes
 # from its checkpoint when the node is free again. The exit status is srun's.
@@ -38,20 +43,44 @@ if [ -z "${SLURM_JOB_ID:-}" ]; then
   exit 2
 fi
 
+termed=0    # a SIGTERM came
+delivered=0 # and was passed on while tasks of the job's step ran here
 forward() {
+  termed=1
   echo "slurm_step.sh: SIGTERM: passed on to the job's steps (scancel --signal=TERM $SLURM_JOB_ID)" >&2
+  if tasks_here; then
+    delivered=1
+  fi
   scancel --signal=TERM "$SLURM_JOB_ID" || true
+}
+tasks_here() {  # processes of a step of this job other than the batch and extern steps run here
+  scontrol listpids "$SLURM_JOB_ID" 2>/dev/null \
+    | awk 'NR > 1 && $3 != "batch" && $3 != "extern" && $3 != "-"' | grep -q .
 }
 trap forward TERM
 
-setsid srun ${srun_args[@]+"${srun_args[@]}"} "$@" &
-step=$!
-# `wait` returns early when the trap runs; the step is over only once srun has exited.
-while kill -0 "$step" 2>/dev/null; do
+if [ "$termed" = 1 ]; then
+  echo "slurm_step.sh: SIGTERM before the step started: not starting it" >&2
+  status=0
+else
+  setsid srun ${srun_args[@]+"${srun_args[@]}"} "$@" &
+  step=$!
+  # `wait` returns early when the trap runs; the step is over only once srun has exited.
+  while kill -0 "$step" 2>/dev/null; do
+    if [ "$termed" = 1 ] && [ "$delivered" = 0 ]; then
+      if tasks_here; then
+        echo "slurm_step.sh: the step started after the SIGTERM: passed on to it now" >&2
+        delivered=1
+        scancel --signal=TERM "$SLURM_JOB_ID" || true
+      fi
+      sleep 0.5 || true
+    else
+      wait "$step"
+    fi
+  done
   wait "$step"
-done
-wait "$step"
-status=$?
+  status=$?
+fi
 trap - TERM
 
 if scontrol show job "$SLURM_JOB_ID" 2>/dev/null | grep -q "PreemptTime=[0-9]"; then

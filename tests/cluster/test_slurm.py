@@ -21,6 +21,8 @@ from experiments import soak
 from tests.integration.conftest import tiny_flags, tiny_overrides
 from tfm import cli
 
+pytestmark = pytest.mark.long  # outside the README's fast command; CI runs it after
+
 ROOT = pathlib.Path(__file__).resolve().parents[2]
 # slurm.sbatch's 8 GPU tasks per node, as 2 CPU tasks on the test node (command-line options win
 # over its #SBATCH lines); appended output keeps a requeued job's first attempt.
@@ -57,16 +59,18 @@ def _text(path: pathlib.Path) -> str:
   return path.read_text(errors="replace") if path.exists() else ""
 
 
-def _training_flags(corpus) -> list[str]:
-  return tiny_flags(corpus, f"train.steps={STEPS}", "train.log_every=1")
+def _training_flags(corpus, *extra) -> list[str]:
+  return tiny_flags(corpus, f"train.steps={STEPS}", "train.log_every=1", *extra)
 
 
-def _sbatch_training(corpus, tmp_path: pathlib.Path, name: str) -> tuple[str, pathlib.Path]:
-  """sbatch slurm.sbatch train ... --workdir=TMP/NAME: its job id and its output file."""
+def _sbatch_training(corpus, tmp_path: pathlib.Path, name: str, *extra: str,
+                     env: dict | None = None) -> tuple[str, pathlib.Path]:
+  """sbatch slurm.sbatch train ... --workdir=TMP/NAME (extra: config overrides): its job id and
+  its output file."""
   log = tmp_path / f"{name}.out"
   proc = subprocess.run(["sbatch", "--parsable", *TWO_TASKS, f"--output={log}", "slurm.sbatch",
-                         "train", *_training_flags(corpus), f"--workdir={tmp_path / name}"],
-                        cwd=ROOT, env=_env(), capture_output=True, text=True, timeout=60)
+                         "train", *_training_flags(corpus, *extra), f"--workdir={tmp_path / name}"],
+                        cwd=ROOT, env=env or _env(), capture_output=True, text=True, timeout=60)
   assert proc.returncode == 0, proc.stderr
   return proc.stdout.strip(), log
 
@@ -164,6 +168,62 @@ def test_two_tasks_ended_every_way_and_resumed_end_bit_exact_with_two_local_proc
   result = soak.compare(tmp_path / "local", tmp_path / "ended", STEPS)
   assert result["leaves"] > 20 and not result["differing_leaves"], result
   assert result["data_state_equal"] and result["kept_steps"][0] == result["kept_steps"][1], result
+
+
+# The forms accelerators may run (tfm/train/platform_choices.py).
+ACCELERATOR = ("train.input=process", "train.saves=background", "train.guard=select",
+               "train.dropout_prng=rbg")
+
+
+@pytest.mark.slow
+def test_two_tasks_on_the_accelerator_forms_preempted_and_requeued_end_bit_exact(
+    cluster, corpus, tmp_path):
+  """The 2-task job with batches made in processes of their own (which a TERM to the job's
+  processes reaches too), background saves, the select guard and rbg dropout keys: preempted by
+  a job of the high partition, it saves, is requeued and resumes, and ends bit for bit as
+  `launch.sh --processes 2` with the same forms."""
+  job, job_log = _sbatch_training(corpus, tmp_path, "ended", *ACCELERATOR)
+  logs = [job_log]
+  local = soak.Attempt(soak.launch_argv(2, _training_flags(corpus, *ACCELERATOR),
+                                        tmp_path / "local"), tmp_path / "local.log", _env())
+  high = []
+  def preempt():
+    high.append(_slurm("sbatch", "--parsable", "--partition=high", "--ntasks=1",
+                       f"--output={tmp_path / 'high.out'}", "--wrap=sleep 5").strip())
+  signalled, saved = _end_and_resume(job_log, preempt, lambda: None, 0, logs)
+  assert f"job {job} was preempted: requeued" in _text(job_log), _text(job_log)[-3000:]
+  assert signalled <= saved < STEPS
+  _wait(lambda: not _in_queue(job), f"job {job} to end", logs=logs)
+  assert local.wait(300) == 0, local.lines[-10:]
+  assert "train.input=process, train.saves=background, train.guard=select" in _text(job_log)
+  assert re.search(rf"^\[train\] step {STEPS}/{STEPS} ", _text(job_log), re.M), (
+      _text(job_log)[-3000:])
+  result = soak.compare(tmp_path / "local", tmp_path / "ended", STEPS)
+  assert result["leaves"] > 20 and not result["differing_leaves"], result
+  assert result["data_state_equal"] and result["kept_steps"][0] == result["kept_steps"][1], result
+
+
+@pytest.mark.slow
+def test_a_term_before_the_step_starts_reaches_the_step(cluster, corpus, tmp_path):
+  """A SIGTERM to the batch shell in the seconds before srun's step exists (here srun starts 6 s
+  late, through a wrapper first on PATH that sleeps, then runs SLURM's own srun) is passed on to
+  the step once it runs: the tasks stop early, and do not train on to the end."""
+  wrappers = tmp_path / "bin"
+  wrappers.mkdir()
+  real = subprocess.run(["bash", "-c", "command -v srun"], capture_output=True, text=True,
+                        check=True).stdout.strip()
+  (wrappers / "srun").write_text(f"#!/bin/sh\nsleep 6\nexec {real} \"$@\"\n")
+  (wrappers / "srun").chmod(0o755)
+  env = {**_env(), "PATH": f"{wrappers}:{os.environ['PATH']}"}
+  job, job_log = _sbatch_training(corpus, tmp_path, "early", env=env)
+  _wait(lambda: "RUNNING" in _slurm("squeue", "--noheader", "-o", "%T", f"--jobs={job}"),
+        f"job {job} to start", logs=[job_log])
+  time.sleep(2)  # the batch shell has set its trap; srun is still asleep
+  _slurm("scancel", "--batch", "--signal=TERM", job)
+  _wait(lambda: not _in_queue(job), f"job {job} to end", logs=[job_log])
+  text = _text(job_log)
+  assert "slurm_step.sh: the step started after the SIGTERM: passed on to it now" in text, text
+  assert not re.search(rf"^\[train\] step {STEPS}/{STEPS} ", text, re.M), text[-3000:]
 
 
 SWEEP_STEPS = 12  # room to preempt a run in mid-training

@@ -57,3 +57,27 @@ def test_an_error_in_the_process_reaches_the_caller(cfg, tok, tmp_path):
       next(process)
   finally:
     process.close()
+
+
+def test_a_sigterm_to_the_process_group_leaves_the_batches_coming(cfg, tok):
+  """A TERM to every process of the group (SLURM's proctrack/pgid, `kill -TERM -PGID`) reaches the
+  batch process too; the training process trains on to the step its hosts agree to save at, so
+  the batches must keep coming: the process ignores TERM and INT, and close() still ends it."""
+  import os  # pylint: disable=import-outside-toplevel
+  import signal  # pylint: disable=import-outside-toplevel
+  reference = pipeline.train_iterator(cfg, sources.DataSource.of(cfg), tok)
+  try:
+    want, _ = _take(reference, 8)
+  finally:
+    reference.close()
+  process = BatchProcess(cfg, sources.DataSource.of(cfg), tok, ahead=1)
+  try:
+    got, _ = _take(process, 2)
+    for sig in (signal.SIGTERM, signal.SIGINT):
+      os.kill(process._process.pid, sig)  # pylint: disable=protected-access
+    more, _ = _take(process, 6)
+    assert process._process.is_alive()  # pylint: disable=protected-access
+  finally:
+    process.close()
+  assert process._process is None  # pylint: disable=protected-access
+  assert testlib.same_batches(got + more, want)

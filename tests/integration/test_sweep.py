@@ -86,3 +86,60 @@ def test_grid_sweep_records_failures_and_skips_finished_runs(corpus, tmp_path, c
   out = capsys.readouterr().out
   assert "4 runs under" in out and "2 finished before, 2 to run" in out
   assert {n: os.path.getmtime(root / n / "sweep_result.json") for n in finished} == finished
+
+
+def _term_eval_children(root, stop):
+  """Sends SIGTERM to every `tfm eval` child of a sweep under `root` as soon as one appears (a
+  TERM to the process group reaches the eval child as well), until `stop` is set."""
+  import signal  # pylint: disable=import-outside-toplevel
+  import time  # pylint: disable=import-outside-toplevel
+  while not stop.is_set():
+    for pid in filter(str.isdigit, os.listdir("/proc")):
+      try:
+        with open(f"/proc/{pid}/cmdline", "rb") as f:
+          words = f.read().split(b"\0")
+      except OSError:
+        continue
+      if b"eval" in words and any(w.startswith(f"--workdir={root}".encode()) for w in words):
+        os.kill(int(pid), signal.SIGTERM)
+        return
+    time.sleep(0.05)
+
+
+@pytest.mark.slow
+def test_a_run_without_dev_figures_on_disk_or_a_stopped_eval_is_not_finished(corpus, tmp_path,
+                                                                               capsys):
+  """`tfm eval` prints its figures and exits 0 where it cannot save them, and a TERM to the
+  group kills it: either way the run is left unfinished ("stopped", one line saying why), is
+  neither published nor taken, and the next sweep evaluates it."""
+  import threading  # pylint: disable=import-outside-toplevel
+  root, published = tmp_path / "sweep", tmp_path / "published"
+  argv = (["tfm", "sweep", "--config=configs/quickstart.py", f"--root={root}", "--eval_limit=4",
+           f"--publish={published}"] + [f"--config.{o}" for o in sweep_overrides(corpus, 3)])
+  blocked = root / "run-s0" / "eval_dev_3_avg1_first4.json"
+  blocked.mkdir(parents=True)  # where tfm eval writes its figures: it cannot
+  assert cli.main(argv) == 1
+  result = json.loads((root / "run-s0" / "sweep_result.json").read_text())
+  assert result["status"] == "stopped" and result["dev_ppl"] is None, result
+  assert result["error"].startswith("tfm eval saved no dev figures in"), result
+  assert not (published / "run-s0").exists()
+  blocked.rmdir()
+
+  stop = threading.Event()
+  watcher = threading.Thread(target=_term_eval_children, args=(root, stop), daemon=True)
+  watcher.start()
+  try:
+    assert cli.main(argv) == 1
+  finally:
+    stop.set()
+    watcher.join()
+  result = json.loads((root / "run-s0" / "sweep_result.json").read_text())
+  assert result["status"] == "stopped", result
+  assert result["error"] == "tfm eval was stopped by SIGTERM; run the sweep again to resume it"
+
+  capsys.readouterr()
+  assert cli.main(argv) == 0  # trained already: only the evaluation runs
+  result = json.loads((root / "run-s0" / "sweep_result.json").read_text())
+  assert result["status"] == "ok" and result["dev_ppl"] > 1
+  assert json.loads((published / "run-s0" / "sweep_result.json").read_text())["dev_ppl"] == (
+      result["dev_ppl"])

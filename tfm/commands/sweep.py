@@ -169,7 +169,8 @@ class _Results:
     evals = [(int(m["step"]), int(m["limit"] or 0) == self.eval_limit(r),
               os.path.getmtime(os.path.join(workdir, name)), name)
              for name in os.listdir(workdir)
-             if (m := eval_command.RESULT.fullmatch(name)) and m["split"] == "dev"]
+             if (m := eval_command.RESULT.fullmatch(name)) and m["split"] == "dev"
+             and os.path.isfile(os.path.join(workdir, name))]  # a file `tfm eval` wrote
     if evals:  # the last step's, scored as this sweep scores it (a hand-run eval may sit beside it)
       with open(os.path.join(workdir, max(evals)[-1]), encoding="utf-8") as f:
         out = out.with_eval(json.load(f))

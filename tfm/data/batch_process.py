@@ -23,6 +23,7 @@ from __future__ import annotations
 import multiprocessing
 import os
 import queue as queue_lib
+import signal
 import traceback
 from typing import Any
 
@@ -33,6 +34,11 @@ def _produce(arguments: dict, state: dict | None, batches, stop, parent: int) ->
   """The process's body: train_iterator(**arguments) at `state`, each batch put on `batches` as
   (batch, state after it, stats after it), until `stop` is set or the training process is gone;
   an exception is sent as ('error', its traceback)."""
+  # A SIGTERM or SIGINT to the whole process group (SLURM's proctrack/pgid, a VM's shutdown,
+  # Ctrl-C) is the training process's to handle: it trains on to the step the hosts agree to save
+  # at, and needs batches until then. This process ends when its parent is gone or stops it.
+  signal.signal(signal.SIGTERM, signal.SIG_IGN)
+  signal.signal(signal.SIGINT, signal.SIG_IGN)
   # No accelerator here (the training process holds it); set before anything imports jax.
   os.environ["JAX_PLATFORMS"] = "cpu"
   os.environ["CUDA_VISIBLE_DEVICES"] = ""
@@ -155,7 +161,7 @@ class BatchProcess:
         break
     self._process.join(timeout=10)
     if self._process.is_alive():
-      self._process.terminate()
+      self._process.kill()  # it ignores SIGTERM
       self._process.join(timeout=5)
     self._queue.close()
     self._process = None

@@ -178,6 +178,9 @@ class Job:
     if code is None:
       return None
     self.log.close()
+    if code in (-signal.SIGTERM, 128 + signal.SIGTERM):  # a TERM to the group: a preemption
+      return self._finish("stopped", f"tfm {self.phase} was stopped by SIGTERM; run the sweep "
+                          "again to resume it")
     if code != 0:
       return self._finish("failed", f"tfm {self.phase} exited with {code}: "
                           f"{last_error_line(os.path.join(self.workdir, LOG))}")
@@ -192,7 +195,13 @@ class Job:
     return self._finish("ok", None)
 
   def _finish(self, status: str, error: str | None) -> RunResult:
-    result = self.describe(self.run, self.workdir, time.time() - self.start).ended(status, error)
+    result = self.describe(self.run, self.workdir, time.time() - self.start)
+    if status == "ok" and result.dev_ppl is None:
+      # tfm eval prints its figures and exits 0 where it cannot save them (a full or read-only
+      # disk): without them on disk the run is not finished.
+      status, error = "stopped", (f"tfm eval saved no dev figures in {self.workdir} (the end of "
+                                  "its log says why); run the sweep again to evaluate it")
+    result = result.ended(status, error)
     write_result(self.workdir, result)
     return result
 

@@ -49,8 +49,8 @@ class RunResult:
     return self.status == "ok"
 
   def finished(self, steps: int) -> bool:
-    """Ended well after `steps` steps: nothing left to run."""
-    return self.ok and self.steps == steps
+    """Ended well after `steps` steps, its dev figures on disk: nothing left to run."""
+    return self.ok and self.steps == steps and self.dev_ppl is not None
 
   def with_eval(self, evaluation: dict) -> "RunResult":
     """This result with the dev figures of a `tfm eval` result file's contents."""
