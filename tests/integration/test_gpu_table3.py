@@ -13,6 +13,8 @@ import pytest
 
 from tests.integration import node
 
+pytestmark = pytest.mark.long  # outside the README's fast command; CI runs it after
+
 ROOT = Path(__file__).resolve().parents[2]
 DRIVER = ROOT / "experiments" / "gpu" / "table3.py"
 

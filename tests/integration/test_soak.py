@@ -14,6 +14,8 @@ from experiments import soak
 from tests.integration.conftest import tiny_flags
 from tfm import cli
 
+pytestmark = pytest.mark.long  # outside the README's fast command; CI runs it after
+
 ROOT = pathlib.Path(__file__).resolve().parents[2]
 ENV = {**os.environ, "TFM_VENV": sys.prefix, "PYTHONUNBUFFERED": "1"}  # launch.sh runs this venv
 
