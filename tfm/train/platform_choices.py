@@ -22,10 +22,10 @@ The figures behind AUTO:
        saves (the loop added nothing measurable at the quickstart's cadence:
        experiments/results/loop); branch: XLA:CPU runs a conditional on the host anyway, and
        skips the update's pass on a refused step.
-  tpu  `tfm plan` of base on v5e:4x4, compiled on a CPU (experiments/results/... in docs/tpu.md):
-       1.72 GiB a chip with branch and threefry, 1.86 GiB with select, 3.33-3.25 GiB with rbg (its
-       keys' state per dropout mask), and a third lower estimated MFU: the CPU's forms. input and
-       saves: no TPU figure, the CPU's.
+  tpu  `tfm plan` of base on v5e:4x4, compiled on a CPU (experiments/results/tpu_choices): 1.72 GiB
+       a chip and an estimated 17.2% MFU with branch and threefry, 1.86 GiB and 15.4% with
+       select, 3.33 GiB and 9.6% with rbg: the CPU's forms. input and saves: no TPU figure, the
+       CPU's.
   gpu  no figure yet: experiments/gpu_table.py's `variants` job times select, rbg and the batch
        process against the CPU's forms; until it has run, the CPU's.
 """
