@@ -11,6 +11,7 @@ Every command, benchmark and test helper assembles a run here and nowhere else:
   exp.abstract_params                     # parameters only (inference: no optimizer built)
   exp.init_state()                        # a fresh TrainState created in its shards
   exp.train_step, exp.eval_step           # jitted over the mesh (OnMesh), state donated
+  exp.stacked_train_step(k)               # the same step vmapped over k runs (tfm/train/stack.py)
   exp.translate_fn(...)                   # beam search / greedy / sampling under the same mesh
   exp.attention_weights_fn()              # the model's attention weights of a teacher-forced pass
   exp.batch_sharding, exp.batch_row_multiple, exp.abstract_batch(rows, length)
@@ -234,6 +235,21 @@ class Experiment:
                            state_shardings=self.state_shardings,
                            compiler_options=self._compiler_options, guard=choices.guard,
                            prng=choices.dropout_prng)
+
+  def stacked_train_step(self, members: int) -> OnMesh:
+    """train_step's stacked form for `members` runs of this model that differ only in their seeds
+    (tfm/train/stack.py): every leaf of the state and the batch has a leading member axis."""
+    built = self.pieces.setdefault("stacked_train_steps", {})  # one per member count
+    if members not in built:
+      t = self.key.step_train
+      tx, schedule = self.optimizer
+      choices = platform_choices.resolve(t, self.platform)
+      built[members] = make_train_step(
+          self.model, tx, schedule, label_smoothing=t.label_smoothing,
+          microbatches=t.microbatches, mesh=self.mesh, rules=self.rules,
+          state_shardings=self.state_shardings, compiler_options=self._compiler_options,
+          guard=choices.guard, prng=choices.dropout_prng, members=members)
+    return built[members]
 
   @_piece
   def eval_step(self) -> OnMesh:

@@ -220,7 +220,8 @@ def eval_step(params: Any, batch: Batch, *, model: nn.Module, label_smoothing: f
 def make_train_step(model: nn.Module, tx: optax.GradientTransformation, schedule: Schedule, *,
                     label_smoothing: float, microbatches: int, mesh: Mesh, rules: Rules,
                     state_shardings: TrainState, compiler_options: dict | None = None,
-                    guard: str, prng: str, keep_gradients: bool | None = None) -> OnMesh:
+                    guard: str, prng: str, keep_gradients: bool | None = None,
+                    members: int | None = None) -> OnMesh:
   """Compiled `step(state, batch) -> (state, metrics)`; the state argument is donated.
 
   label_smoothing, microbatches: train.label_smoothing and train.microbatches. state_shardings: from
@@ -231,8 +232,14 @@ def make_train_step(model: nn.Module, tx: optax.GradientTransformation, schedule
   the same to the bit either way.
   guard: the non-finite guard's form (guarded); prng: the dropout PRNG (dropout_key): the run's
   train.guard and train.dropout_prng as tfm/train/platform_choices.py resolves them.
+  members: a stack of this many runs (tfm/train/stack.py): every leaf of the state and the batch
+  has a leading member axis, unsharded, and the step is train_step vmapped over it, so each
+  member's update is its own run's (its non-finite guard included); metrics come back [members].
   """
   platform = mesh.devices.flat[0].platform
+  if members is not None:
+    return _stacked_step(model, tx, schedule, label_smoothing, microbatches, mesh, rules,
+                         state_shardings, compiler_options, guard, prng)
   if keep_gradients is None:
     keep_gradients = platform == "cpu"
   settings = dict(model=model, tx=tx, schedule=schedule, label_smoothing=label_smoothing,
@@ -264,6 +271,28 @@ def make_train_step(model: nn.Module, tx: optax.GradientTransformation, schedule
                    donate_argnums=(0, 1), keep_unused=True, compiler_options=compiler_options)
   zeros = jax.jit(lambda params: jax.tree.map(jnp.zeros_like, params), out_shardings=grads_sharding)
   return KeptGradients(jitted, mesh, rules, zeros, grads_sharding)
+
+
+def member_sharding(sharding: NamedSharding) -> NamedSharding:
+  """`sharding` with a leading member axis, unsharded: a stack's layout of one run's array."""
+  return NamedSharding(sharding.mesh, PartitionSpec(None, *sharding.spec))
+
+
+def _stacked_step(model, tx, schedule, label_smoothing, microbatches, mesh, rules, state_shardings,
+                  compiler_options, guard, prng) -> OnMesh:
+  """make_train_step's stacked form: train_step vmapped over the leading member axis."""
+  settings = dict(model=model, tx=tx, schedule=schedule, label_smoothing=label_smoothing,
+                  microbatches=microbatches, grad_shardings=None, guard=guard, prng=prng)
+
+  def step(state, batch):
+    check_batch_size(batch["targets"].shape[1], mesh, rules, microbatches)
+    return jax.vmap(lambda s, b: train_step(s, b, **settings))(state, batch)
+
+  stacked = jax.tree.map(member_sharding, state_shardings)
+  jitted = jax.jit(step, in_shardings=(stacked, member_sharding(batch_sharding(mesh, rules))),
+                   out_shardings=(stacked, NamedSharding(mesh, PartitionSpec())),
+                   donate_argnums=(0,), compiler_options=compiler_options)
+  return OnMesh(jitted, mesh, rules)
 
 
 class KeptGradients(OnMesh):

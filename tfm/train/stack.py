@@ -1,0 +1,125 @@
+"""Stacked runs: runs of one model that differ only in their seeds, trained as one program.
+
+A small model leaves most of a GPU idle, and several processes sharing one (NVIDIA's MPS) gained
+1.24x for six (experiments/results/gpu/2026-11-27_h200_table3). A stack trains K runs in one step
+instead: every leaf of the train state (parameters, optimizer state, step counters, dropout keys)
+and of the batch gets a leading member axis, and the step is the run's own train step vmapped over
+it (tfm/train/step.py: make_train_step's `members`), so each member's update is its run's (its
+non-finite guard included: a member whose update is not finite skips its own).
+
+Members are runs whose configs differ only in STACK_KEYS: train.seed (parameter init, dropout
+masks) and data.shuffle_seed (data order), as a sweep's seeds of one row. Each member starts from
+the state its solo run starts from, reads the batches its solo run reads, and is saved into a
+workdir of its own as a solo run's checkpoint (member_state): `tfm eval`, `translate`, `plot` and
+a solo resume read a member's workdir as any run's.
+
+  states = [Experiment(c).init_state() for c in members]   # each member's solo start
+  state = stack_states(states, exp.state_shardings)          # [K, ...]
+  state, metrics = exp.stacked_train_step(K)(state, stack_batches(batches))  # metrics [K]
+  solo = member_state(state, k, exp.state_shardings)         # member k, as its run holds it
+"""
+
+from __future__ import annotations
+
+import functools
+from typing import Any, Sequence
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from tfm import config as config_lib
+from tfm.train.step import member_sharding
+
+# The keys members may differ in: what a sweep's seed sets.
+STACK_KEYS = ("train.seed", "data.shuffle_seed")
+
+
+def _flat(config: config_lib.Config) -> dict[str, Any]:
+  out = {}
+  for section, values in config.to_dict().items():
+    if isinstance(values, dict):
+      out.update({f"{section}.{k}": v for k, v in values.items()})
+    else:
+      out[section] = values
+  return out
+
+
+def check_members(configs: Sequence[config_lib.Config]) -> None:
+  """Raises ValueError naming the first key, other than STACK_KEYS, in which a member differs from
+  the first, or why these configs cannot be stacked."""
+  if len(configs) < 1:
+    raise ValueError("a stack needs at least one member")
+  first = _flat(configs[0])
+  for i, config in enumerate(configs[1:], start=1):
+    other = _flat(config)
+    for key in sorted(set(first) | set(other)):
+      if key not in STACK_KEYS and first.get(key) != other.get(key):
+        raise ValueError(f"stack member {i} differs from member 0 in {key} ({other.get(key)!r} "
+                         f"against {first.get(key)!r}): members may differ only in "
+                         f"{', '.join(STACK_KEYS)}")
+  if not configs[0].data.packing:
+    raise ValueError("config key data.packing: a stack needs every member's batch of one shape, "
+                     "packed rows (data.packing=True), not length buckets")
+
+
+@functools.lru_cache(maxsize=None)
+def _stacker(treedef, shardings: tuple, members: int):
+  del members  # a key of the cache: one program a member count
+  stacked = jax.tree.unflatten(treedef, [member_sharding(s) for s in shardings])
+  return jax.jit(lambda *states: jax.tree.map(lambda *xs: jnp.stack(xs), *states),
+                 out_shardings=stacked)
+
+
+@functools.lru_cache(maxsize=None)
+def _slicer(treedef, shardings: tuple, k: int):
+  return jax.jit(lambda state: jax.tree.map(lambda x: x[k], state),
+                 out_shardings=jax.tree.unflatten(treedef, list(shardings)))
+
+
+def stack_states(states: Sequence[Any], shardings: Any) -> Any:
+  """One state with a leading member axis from each member's own (shardings: a run's state
+  shardings, Experiment.state_shardings), laid out for make_train_step's `members`."""
+  leaves, treedef = jax.tree.flatten(shardings)
+  return _stacker(treedef, tuple(leaves), len(states))(*states)
+
+
+def member_state(state: Any, k: int, shardings: Any) -> Any:
+  """Member k of a stacked state, in a run's own shardings: what its solo run would hold."""
+  leaves, treedef = jax.tree.flatten(shardings)
+  return _slicer(treedef, tuple(leaves), k)(state)
+
+
+def stack_batches(batches: Sequence[dict]) -> dict:
+  """Host batches of equal shapes, one a member -> one batch [K, rows, length]."""
+  keys = batches[0].keys()
+  return {key: np.stack([np.asarray(b[key]) for b in batches]) for key in keys}
+
+
+class MemberBatches:
+  """The members' train iterators as one: each next() is every member's next batch, stacked
+  [K, rows, length] (stack_batches); get_state, set_state and stats are lists, a member each, as
+  each member's checkpoint keeps its own iterator's state."""
+
+  def __init__(self, iterators: Sequence[Any]):
+    self.iterators = list(iterators)
+
+  def __iter__(self):
+    return self
+
+  def __next__(self) -> dict:
+    return stack_batches([next(it) for it in self.iterators])
+
+  def get_state(self) -> list:
+    return [it.get_state() for it in self.iterators]
+
+  def set_state(self, states: Sequence[Any]) -> None:
+    for it, state in zip(self.iterators, states, strict=True):
+      it.set_state(state)
+
+  def stats(self) -> list[dict]:
+    return [it.stats() for it in self.iterators]
+
+  def close(self) -> None:
+    for it in self.iterators:
+      it.close()
