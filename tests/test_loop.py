@@ -78,10 +78,11 @@ def run(tmp_path, monkeypatch, *, steps, log_every, eval_every, checkpoint_every
   config = types.SimpleNamespace(train=tc, eval=types.SimpleNamespace(bleu_every=bleu_every),
                                  model=None)
   runner = loop.StepRunner(
-      config=config, train_step=train_step, batches=rec, checkpointer=rec, writer=rec,
+      config=config, train_step=train_step, batches=rec,
+      runs=[loop.Run(workdir=str(tmp_path), writer=rec, checkpointer=rec)], state_shardings=None,
       evaluate_dev=evaluation("dev loss"),
       evaluate_bleu=evaluation("dev bleu") if bleu_every else None, preemption=preemption,
-      progress=Progress(steps, 0, io.StringIO(), tty=False), workdir=str(tmp_path))
+      progress=Progress(steps, 0, io.StringIO(), tty=False))
   loop.run_steps(runner, types.SimpleNamespace(params=None), start)
   return rec
 

@@ -93,12 +93,13 @@ class WorkdirLog(logging.FileHandler):
     super().__init__(os.path.join(self._dir, self.filename), encoding="utf-8")
     self.setLevel(logging.INFO)
     self.setFormatter(logging.Formatter(FILE_FORMAT))
-    self.target: epath.Path | None = None
+    self.targets: list[epath.Path] = []
     self._synced = 0.0
     self._copying = threading.Lock()
 
-  def publish(self, workdir: str | epath.Path) -> None:
-    self.target = epath.Path(workdir) / "logs" / self.filename
+  def publish(self, *workdirs: str | epath.Path) -> None:
+    """Copies the log into WORKDIR/logs/ of each workdir (a stack's members' too) from now on."""
+    self.targets = [epath.Path(w) / "logs" / self.filename for w in workdirs]
     self._copy()
 
   def _copy(self) -> None:
@@ -114,11 +115,12 @@ class WorkdirLog(logging.FileHandler):
       self.flush()
       with open(self.baseFilename, "rb") as f:  # our own local file
         data = f.read()
-    storage.write_atomically(self.target, data)
+    for target in self.targets:
+      storage.write_atomically(target, data)
 
   def handle(self, record: logging.LogRecord) -> bool:
     emitted = super().handle(record)  # to the local file, under the handler's lock
-    due = self.target is not None and time.monotonic() - self._synced >= self.SYNC_S
+    due = bool(self.targets) and time.monotonic() - self._synced >= self.SYNC_S
     if due and self._copying.acquire(blocking=False):  # one upload at a time, never re-entered
       try:
         self._upload()
@@ -127,7 +129,7 @@ class WorkdirLog(logging.FileHandler):
     return emitted
 
   def close(self) -> None:
-    if self.target is not None and self.stream is not None:
+    if self.targets and self.stream is not None:
       self._copy()
     super().close()
     shutil.rmtree(self._dir, ignore_errors=True)

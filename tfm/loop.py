@@ -27,7 +27,7 @@ import contextlib
 import dataclasses
 import os
 import sys
-from typing import Any, Callable
+from typing import Any, Callable, Sequence
 
 import jax
 
@@ -41,13 +41,14 @@ from tfm.experiment import Experiment
 from tfm.figures import curves
 from tfm.model.params import parameter_count
 from tfm.train import checkpoint as ckpt_lib
-from tfm.train import backend, distributed
+from tfm.train import backend, distributed, stack
 from tfm.train import flops as flops_lib
 from tfm.train.cadence import Cadence
 from tfm.train.metrics_writer import MetricsWriter
 from tfm.train.preemption import Preemption
 from tfm.train.progress import Progress
 from tfm.train.trace import ProfileTrace
+from tfm.train.step import member_sharding
 from tfm.train.window import Window
 from tfm.train.workdir import Workdir
 
@@ -84,12 +85,27 @@ def prepare_data(config: Config, source: sources.DataSource, workdir: str):
 def train(config: Config, workdir: str, stream=None):
   """Trains (or resumes) the experiment `config` in `workdir`; returns the final TrainState.
   stream: where the progress lines go (default: sys.stdout as it is when called)."""
+  return _run([config], [workdir], stream)[0]
+
+
+def train_stack(configs: Sequence[Config], workdirs: Sequence[str], stream=None) -> list:
+  """Trains (or resumes) runs that differ only in their seeds as one stack (tfm/train/stack.py),
+  each into its own workdir as its solo run would be; returns each run's final TrainState."""
+  stack.check_members(configs)
+  if len(set(map(os.path.abspath, workdirs))) != len(configs):
+    raise ValueError(f"a stack of {len(configs)} runs needs as many distinct workdirs, got "
+                     f"{list(workdirs)}")
+  return _run(list(configs), list(workdirs), stream)
+
+
+def _run(configs: list[Config], workdirs: list[str], stream) -> list:
   stream = stream or sys.stdout
   preemption = Preemption()  # from the start: a SIGTERM during set-up still ends with a checkpoint
   try:
     distributed.initialize_from_env()
-    with logs.workdir_log(jax.process_index()) as log, Workdir(workdir) as held:
-      return _train(config, held, log, stream, preemption)
+    with logs.workdir_log(jax.process_index()) as log, contextlib.ExitStack() as held:
+      held_dirs = [held.enter_context(Workdir(w)) for w in workdirs]
+      return _train(configs, held_dirs, log, stream, preemption)
   finally:
     preemption.restore()
 
@@ -117,43 +133,78 @@ def _data_position(iterator):
   return accept
 
 
-def _train(config: Config, held: Workdir, log: logs.WorkdirLog, stream, preemption: Preemption):
-  workdir = os.fspath(held.path)
-  held.check_config(config.to_dict())  # before anything is written: a resume is the same model
-  exp = Experiment(config)
-  tokenizer = prepare_data(config, exp.data_source, workdir)
+def _restored_start(restored: list, workdirs: list[str]) -> int:
+  """The step every member resumes from (0: none has a checkpoint); members of a stack at
+  different steps cannot step together: one line names them."""
+  steps = [None if r is None else r[2] for r in restored]
+  if len(set(steps)) > 1:
+    found = ", ".join(f"{w}: {'none' if s is None else s}" for w, s in zip(workdirs, steps))
+    raise ckpt_lib.CheckpointError(f"the stack's runs have their latest checkpoints at different "
+                                   f"steps ({found}); resume each alone, or train the stack into "
+                                   "new workdirs")
+  return steps[0] or 0
+
+
+def _train(configs: list[Config], held: list[Workdir], log: logs.WorkdirLog, stream,
+           preemption: Preemption):
+  workdirs = [os.fspath(h.path) for h in held]
+  for h, c in zip(held, configs):
+    h.check_config(c.to_dict())  # before anything is written: a resume is the same model
+  exps = [Experiment(c) for c in configs]
+  config, exp = configs[0], exps[0]
+  members = len(configs) if len(configs) > 1 else None  # a stack's member count
+  tokenizers = [prepare_data(c, e.data_source, w) for c, e, w in zip(configs, exps, workdirs)]
   tc = config.train
   with contextlib.ExitStack() as cleanup:  # closed in reverse order, whatever happens
-    iterator = train_batches(config, tokenizer, exp)
-    cleanup.callback(iterator.close)
-    checkpointer = ckpt_lib.Checkpointer(workdir, keep=tc.keep_checkpoints,
-                                         period=tc.checkpoint_every, final_step=tc.steps,
-                                         async_save=exp.choices.saves == "background")
-    cleanup.callback(checkpointer.close)
-    cleanup.callback(checkpointer.wait)
-    restored = checkpointer.restore(exp.abstract_state, accept=_data_position(iterator))
-    state, start = (exp.init_state(), 0) if restored is None else (restored[0], restored[2])
-    held.commit(config.to_dict())  # config.json only now that the state is known to fit it
-    log.publish(held.path)  # and the log file (every host's, into WORKDIR/logs/)
+    iterators = [train_batches(c, t, e) for c, t, e in zip(configs, tokenizers, exps)]
+    for iterator in iterators:
+      cleanup.callback(iterator.close)
+    checkpointers = [ckpt_lib.Checkpointer(w, keep=tc.keep_checkpoints, period=tc.checkpoint_every,
+                                           final_step=tc.steps,
+                                           async_save=exp.choices.saves == "background")
+                     for w in workdirs]
+    for checkpointer in checkpointers:
+      cleanup.callback(checkpointer.close)
+      cleanup.callback(checkpointer.wait)
+    restored = [ck.restore(e.abstract_state, accept=_data_position(it))
+                for ck, e, it in zip(checkpointers, exps, iterators)]
+    start = _restored_start(restored, workdirs)
+    states = [e.init_state() if r is None else r[0] for e, r in zip(exps, restored)]
+    state = states[0] if members is None else stack.stack_states(states, exp.state_shardings)
+    for h, c in zip(held, configs):
+      h.commit(c.to_dict())  # config.json only now that the state is known to fit it
+    log.publish(*(h.path for h in held))  # and the log file (every host's, into WORKDIR/logs/)
     cadence = Cadence.of(config)
     progress = Progress(tc.steps, start, stream, evals_left=cadence.evaluations_left(start))
     cleanup.callback(progress.close)
-    writer = MetricsWriter(workdir, progress, total_steps=tc.steps)
-    cleanup.callback(writer.close)
-    writer.text(f"tfm: {backend.describe()}; {exp.choices.describe()}")
+    names = [None] * len(workdirs) if members is None else [os.path.basename(w) for w in workdirs]
+    writers = [MetricsWriter(w, progress, total_steps=tc.steps, name=n)
+               for w, n in zip(workdirs, names)]
+    for writer in writers:
+      cleanup.callback(writer.close)
+    say = writers[0].text
+    say(f"tfm: {backend.describe()}; {exp.choices.describe()}")
     if backend.unused_accelerator():
-      writer.text(f"tfm: {backend.unused_accelerator()}")
-    writer.text(f"tfm: {parameter_count(exp.abstract_state.params):,} parameters; mesh "
-                f"{dict(exp.mesh.shape)}; {jax.process_count()} host(s), {jax.device_count()} "
-                "device(s)")
+      say(f"tfm: {backend.unused_accelerator()}")
+    say(f"tfm: {parameter_count(exp.abstract_state.params):,} parameters; mesh "
+        f"{dict(exp.mesh.shape)}; {jax.process_count()} host(s), {jax.device_count()} device(s)")
+    if members is not None:
+      say(f"tfm: a stack of {members} runs, one step for all (tfm/train/stack.py): "
+          + ", ".join(f"{n} (train.seed={c.train.seed}, data.shuffle_seed={c.data.shuffle_seed})"
+                      for n, c in zip(names, configs)))
     # Batches (packed, bucketed, dev) are rounded up to split over the hosts and the step.
     rows_note = exp.rows_note(jax.process_count())
     if rows_note:
-      writer.text(f"tfm: {rows_note}")
-    if restored is not None:
-      writer.text(f"tfm: resumed from step {start} in {workdir}")
-    batches = prefetch.prefetch_to_device(iterator, exp.batch_sharding)
+      say(f"tfm: {rows_note}")
+    if any(r is not None for r in restored):
+      for w in workdirs:
+        say(f"tfm: resumed from step {start} in {w}")
+    batches = (prefetch.prefetch_to_device(iterators[0], exp.batch_sharding) if members is None
+               else prefetch.prefetch_to_device(stack.MemberBatches(iterators),
+                                                member_sharding(exp.batch_sharding)))
     cleanup.callback(batches.close)
+    # The members share the dev set and the model: one evaluation of each member's parameters.
+    tokenizer = tokenizers[0]
     evaluate_dev = DevLoss(config.data, exp.data_source, tokenizer, exp.eval_step, exp.batch_sharding,
                            row_multiple=exp.batch_shards)
     evaluate_bleu = None
@@ -162,10 +213,24 @@ def _train(config: Config, held: Workdir, log: logs.WorkdirLog, stream, preempti
                               exp.translate_fn(eos_id=tokenizer.eos_id),
                               batch_size=exp.decode_rows(config.eval.batch_size),
                               limit=config.eval.bleu_examples, compounds=config.eval.compounds)
-    return run_steps(StepRunner(
-        config=config, train_step=exp.train_step, batches=batches, checkpointer=checkpointer,
-        writer=writer, evaluate_dev=evaluate_dev, evaluate_bleu=evaluate_bleu,
-        preemption=preemption, progress=progress, workdir=workdir), state, start)
+    runs = [Run(w, wr, ck) for w, wr, ck in zip(workdirs, writers, checkpointers)]
+    state = run_steps(StepRunner(
+        config=config, train_step=(exp.train_step if members is None
+                                   else exp.stacked_train_step(members)),
+        batches=batches, runs=runs, state_shardings=exp.state_shardings,
+        evaluate_dev=evaluate_dev, evaluate_bleu=evaluate_bleu, preemption=preemption,
+        progress=progress), state, start)
+    return [state] if members is None else [
+        stack.member_state(state, k, exp.state_shardings) for k in range(members)]
+
+
+@dataclasses.dataclass(frozen=True)
+class Run:
+  """One run of the loop (a stack's member, or the run alone): its workdir, its metrics writer
+  and its checkpointer (save(step, state, data_state), wait())."""
+  workdir: str
+  writer: MetricsWriter
+  checkpointer: Any
 
 
 def _draw_curves(writer: MetricsWriter, workdir: str) -> None:
@@ -178,45 +243,67 @@ def _draw_curves(writer: MetricsWriter, workdir: str) -> None:
 
 @dataclasses.dataclass(frozen=True)
 class StepRunner:
-  """What run_steps works with, besides the state: the run's config, its compiled step, its
-  batches and the parts the cadence calls.
+  """What run_steps works with, besides the state: the config, the compiled step, the batches,
+  the runs it trains and the parts the cadence calls.
 
   train_step: (state, batch) -> (state, metrics), the state donated. batches: an iterator of device
   batches with get_state() (saved with each checkpoint) and stats() (the pipeline's figures).
-  checkpointer: save(step, state, data_state). evaluate_dev, evaluate_bleu: params -> a dict of
-  figures (evaluate_bleu None when eval.bleu_every is 0). preemption: stop() is True once a SIGTERM
-  came. workdir: where profiles and curves.png go.
+  runs: one Run, or a stack's members (tfm/train/stack.py): then the state, the batch and the
+  metrics have a leading member axis, and get_state() and stats() are lists, a member each.
+  state_shardings: a run's own (a member's slice of a stacked state is laid out so).
+  evaluate_dev, evaluate_bleu: a run's params -> a dict of figures (evaluate_bleu None when
+  eval.bleu_every is 0). preemption: stop() is True once a SIGTERM came. The first run's workdir
+  takes the profiles.
   """
   config: Any
   train_step: Callable
   batches: Any
-  checkpointer: Any
-  writer: MetricsWriter
+  runs: list
+  state_shardings: Any
   evaluate_dev: Callable
   evaluate_bleu: Callable | None
   preemption: Preemption
   progress: Progress
-  workdir: str
+
+  @property
+  def stacked(self) -> bool:
+    return len(self.runs) > 1
+
+  def member(self, state, k: int):
+    """Run k's own state (the state itself for a run alone)."""
+    return stack.member_state(state, k, self.state_shardings) if self.stacked else state
+
+  def member_params(self, params, k: int):
+    """Run k's own parameters (the parameters themselves for a run alone)."""
+    return (stack.member_state(params, k, self.state_shardings.params) if self.stacked
+            else params)
+
+  def per_run(self, value) -> list:
+    """A list a run of what the batches give (get_state, stats): lists already for a stack."""
+    return list(value) if self.stacked else [value]
 
 
 def run_steps(runner: StepRunner, state, step: int):
   """Steps from `step` to train.steps (or a preemption); returns the last state. Cadence.of(config)
-  says which periodic actions a step is due for."""
+  says which periodic actions a step is due for; each run gets its own lines, checkpoints and
+  evaluations."""
   r = runner
   cadence = Cadence.of(r.config)
   tc = r.config.train
-  window = Window(devices=jax.device_count(), peak=flops_lib.peak_flops())
+  window = Window(devices=jax.device_count(), peak=flops_lib.peak_flops(),
+                  members=len(r.runs) if r.stacked else None)
   compiled = False
-  with ProfileTrace(tc.profile_steps, step, r.workdir, r.writer.text) as trace:
+  first = r.runs[0]
+  with ProfileTrace(tc.profile_steps, step, first.workdir, first.writer.text) as trace:
     while step < tc.steps:
       trace.before(step)
       batch = next(r.batches)
       if compiled:
-        flops = flops_lib.batch_flops(r.config.model, batch)  # shapes only, no device sync
+        flops = len(r.runs) * flops_lib.batch_flops(r.config.model, _run_shapes(batch, r.stacked))
         state, metrics = r.train_step(state, batch)
         window.add(metrics, flops)
       else:  # the first step of this process compiles (or loads the cached step)
-        state, metrics = _compile_and_step(r.train_step, state, batch, r.progress, r.writer)
+        state, metrics = _compile_and_step(r.train_step, state, batch, r.progress, first.writer)
         window.add_compiled(metrics)  # its time is the compile's, not in the window's rates
         compiled = True
       step += 1
@@ -224,29 +311,43 @@ def run_steps(runner: StepRunner, state, step: int):
       due = cadence.due(step, stop=r.preemption.stop())
       trace.after(step, state)
       if due.flush:
-        _log_window(step, *window.end(step, tc.nonfinite), r.progress, r.writer)
+        summaries, timed, seconds = window.end(step, tc.nonfinite)
+        _log_window(step, summaries, timed, seconds, r.progress, [run.writer for run in r.runs])
       # Saved before any evaluation: after SIGTERM an evaluation could outlast the grace period.
       if due.save:
-        r.checkpointer.save(step, state, r.batches.get_state())
+        for k, (run, data_state) in enumerate(zip(r.runs, r.per_run(r.batches.get_state()))):
+          run.checkpointer.save(step, r.member(state, k), data_state)
       if due.stop and not due.last:
-        r.checkpointer.wait()  # on disk before it says so: SLURM's SIGKILL may follow (KillWait)
-        r.writer.text(f"tfm: SIGTERM: saved step {step}, exiting")
+        for run in r.runs:
+          run.checkpointer.wait()  # on disk before it says so: SLURM's SIGKILL may follow (KillWait)
+        first.writer.text(f"tfm: SIGTERM: saved step {step}, exiting")
         break
       if due.evaluate:
-        stats = r.batches.stats()  # this host's pipeline so far (it reads a few batches ahead)
-        r.writer.write(step, {k: stats[k] for k in DATA_STATS if k in stats}, prefix="data")
-        with r.progress.timed("evaluating dev loss", evaluation=True) as timed:
-          dev = r.evaluate_dev(state.params)
-        r.writer.write(step, {**dev, "eval_s": timed["seconds"]}, prefix="dev")
+        stats = r.per_run(r.batches.stats())  # the pipeline so far (it reads a few batches ahead)
+        for k, run in enumerate(r.runs):
+          run.writer.write(step, {s: stats[k][s] for s in DATA_STATS if s in stats[k]},
+                           prefix="data")
+          with r.progress.timed("evaluating dev loss", evaluation=True) as timed:
+            dev = r.evaluate_dev(r.member_params(state.params, k))
+          run.writer.write(step, {**dev, "eval_s": timed["seconds"]}, prefix="dev")
       if due.decode:
-        with r.progress.timed("decoding dev BLEU", evaluation=True) as timed:
-          bleu = r.evaluate_bleu(state.params)
-        r.writer.write(step, {**bleu, "eval_s": timed["seconds"]}, prefix="dev")
+        for k, run in enumerate(r.runs):
+          with r.progress.timed("decoding dev BLEU", evaluation=True) as timed:
+            bleu = r.evaluate_bleu(r.member_params(state.params, k))
+          run.writer.write(step, {**bleu, "eval_s": timed["seconds"]}, prefix="dev")
       if tc.curves and (due.evaluate or due.decode):
-        _draw_curves(r.writer, r.workdir)
+        for run in r.runs:
+          _draw_curves(run.writer, run.workdir)
       if due.flush:
         window.restart()
   return state
+
+
+def _run_shapes(batch: dict, stacked: bool) -> dict:
+  """One run's batch shapes: a stacked batch's without its member axis (no device work)."""
+  if not stacked:
+    return batch
+  return {k: jax.ShapeDtypeStruct(v.shape[1:], v.dtype) for k, v in batch.items()}
 
 
 def _compile_and_step(train_step, state, batch, progress: Progress, writer: MetricsWriter):
@@ -259,11 +360,14 @@ def _compile_and_step(train_step, state, batch, progress: Progress, writer: Metr
   return state, metrics
 
 
-def _log_window(step: int, summary: dict, timed: int, seconds: float, progress: Progress,
-                writer: MetricsWriter) -> None:
-  """The window ending at `step`: the console line and the TensorBoard scalars."""
+def _log_window(step: int, summaries: list[dict], timed: int, seconds: float, progress: Progress,
+                writers: list[MetricsWriter]) -> None:
+  """The window ending at `step`: the progress bar (the first run's figures) and each run's
+  console line and TensorBoard scalars."""
+  summary = summaries[0]
   progress.window(timed, seconds, {
       "loss": f"{summary['loss']:.3f}", "lr": f"{summary['learning_rate']:.2e}",
       **({"tok/s": f"{summary['target_tokens_per_s']:,.0f}"} if timed else {}),
       **({"mfu": f"{summary['mfu']:.1%}"} if "mfu" in summary else {})})
-  writer.write(step, {**summary, "eta": progress.eta_text()})
+  for writer, figures in zip(writers, summaries):
+    writer.write(step, {**figures, "eta": progress.eta_text()})

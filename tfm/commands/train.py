@@ -1,4 +1,9 @@
-"""`tfm train --config=FILE[:ARG] --workdir=DIR`: train, or resume what DIR holds."""
+"""`tfm train --config=FILE[:ARG] --workdir=DIR`: train, or resume what DIR holds.
+
+`--seeds=0,1,2` trains a stack instead (tfm/train/stack.py): one run a seed (train.seed and
+data.shuffle_seed set to it, as a sweep's seeds), each into DIR-sSEED as its run alone would be,
+all of them in one step on the same devices.
+"""
 
 from __future__ import annotations
 
@@ -16,11 +21,36 @@ NOTES = ("Compiled steps are kept in a persistent compilation cache, on by defau
 def define_flags(fv: flags.FlagValues):
   flags.DEFINE_string("workdir", None, "directory for checkpoints, vocabulary, config and TensorBoard",
                       flag_values=fv)
+  flags.DEFINE_list("seeds", None, "train a stack of runs, one a seed (train.seed and "
+                    "data.shuffle_seed), in one step: each into WORKDIR-sSEED", flag_values=fv)
+
+
+def member_seeds(values: list[str] | None) -> list[int] | None:
+  """--seeds as distinct non-negative integers (None without it); UsageError otherwise."""
+  if values is None:
+    return None
+  try:
+    seeds = [int(v) for v in values]
+  except ValueError:
+    seeds = []
+  if not seeds or any(s < 0 for s in seeds) or len(set(seeds)) != len(seeds):
+    raise UsageError(f"--seeds={','.join(values)}: expected distinct non-negative integers, "
+                     "e.g. --seeds=0,1,2")
+  return seeds
 
 
 def run(fv: flags.FlagValues, config):
   one_row(config, fv)
   if not fv.workdir:
     raise UsageError("--workdir is required (checkpoints, vocabulary and metrics go there)")
-  from tfm.loop import train  # pylint: disable=import-outside-toplevel
-  train(config, fv.workdir)
+  seeds = member_seeds(fv.seeds)
+  # pylint: disable=import-outside-toplevel
+  import dataclasses
+  from tfm.loop import train, train_stack
+  if seeds is None:
+    train(config, fv.workdir)
+    return
+  workdir = fv.workdir.rstrip("/")
+  members = [config.replace(train=dataclasses.replace(config.train, seed=s),
+                            data=dataclasses.replace(config.data, shuffle_seed=s)) for s in seeds]
+  train_stack(members, [f"{workdir}-s{s}" for s in seeds])

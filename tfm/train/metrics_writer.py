@@ -22,9 +22,12 @@ class MetricsWriter:
   """write(step, {name: float}, prefix) -> one console line and TensorBoard scalars `prefix/name`.
 
   Train lines read '[train] step 500/1500 (33%) | loss ...' when total_steps is given; strings (an
-  ETA, a BLEU signature) go to the console only."""
+  ETA, a BLEU signature) go to the console only. name: a stack member's (tfm/train/stack.py),
+  which tags its lines, '[train base-s1] step ...', as the stack's runs share the console."""
 
-  def __init__(self, workdir: str, stream=None, total_steps: int | None = None):
+  def __init__(self, workdir: str, stream=None, total_steps: int | None = None,
+               name: str | None = None):
+    self.name = name
     self.lead = jax.process_index() == 0
     self.stream = stream or sys.stdout  # looked up now, not when the module was imported
     self.total_steps = total_steps
@@ -52,7 +55,8 @@ class MetricsWriter:
     text = " | ".join(f"{name} {_format(value)}" for name, value in scalars.items())
     where = f"{step}" if prefix != "train" or not self.total_steps else (
         f"{step}/{self.total_steps} ({100 * step // self.total_steps}%)")
-    print(f"[{prefix}] step {where} | {text}", file=self.stream, flush=True)
+    tag = prefix if self.name is None else f"{prefix} {self.name}"
+    print(f"[{tag}] step {where} | {text}", file=self.stream, flush=True)
 
   def sync(self) -> None:
     """Flushes the events and copies them to a remote workdir now (lead host)."""

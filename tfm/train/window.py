@@ -36,10 +36,15 @@ def summary(window: list[dict], seconds: float, timed: int) -> dict[str, float]:
 
 class Window:
   """The steps since the last log line: `add` each step's metrics, `end` the window at a log step
-  (or before an evaluation or a save), `restart` its clock once the work between windows is done."""
+  (or before an evaluation or a save), `restart` its clock once the work between windows is done.
 
-  def __init__(self, *, devices: int, peak: float | None):
-    self.devices, self.peak = devices, peak  # for MFU; peak None: no MFU
+  members: a stack's member count (tfm/train/stack.py): each metric is [members], and `end`
+  summarizes each member's own; None: one run. Either way `end` gives a list, a summary a run.
+  A stack's rates are each member's own tokens over the shared step time, its MFU the stack's (all
+  members' FLOPs: `add` takes the step's)."""
+
+  def __init__(self, *, devices: int, peak: float | None, members: int | None = None):
+    self.devices, self.peak, self.members = devices, peak, members  # peak None: no MFU
     self.metrics: list[Any] = []
     self.flops = 0  # model FLOPs of the timed steps
     self.untimed = 0  # steps at the window's start whose time is not in it (the compiling step)
@@ -56,20 +61,26 @@ class Window:
     self.untimed, self.flops = 1, 0
     self.start = time.perf_counter()
 
-  def end(self, step: int, nonfinite: str) -> tuple[dict[str, float], int, float]:
+  def end(self, step: int, nonfinite: str) -> tuple[list[dict[str, float]], int, float]:
     """Fetches the metrics of the window that ends at `step`, checks each step's update against
-    train.nonfinite, and empties the window; returns (summary, timed steps, their seconds)."""
-    window = jax.device_get(self.metrics)  # the one host sync: this window's metrics
-    for offset, m in enumerate(window):
-      check_nonfinite(m, step - len(window) + offset + 1, nonfinite)
-    seconds, timed = time.perf_counter() - self.start, len(window) - self.untimed
-    figures = summary(window, seconds, timed)
+    train.nonfinite, and empties the window; returns (a summary a run, timed steps, their
+    seconds)."""
+    fetched = jax.device_get(self.metrics)  # the one host sync: this window's metrics
+    runs = [fetched] if self.members is None else [
+        [{k: v[i] for k, v in m.items()} for m in fetched] for i in range(self.members)]
+    seconds, timed = time.perf_counter() - self.start, len(fetched) - self.untimed
     utilisation = (flops_lib.mfu(self.flops / timed, seconds / timed, self.devices, self.peak)
                    if timed else None)
-    if utilisation is not None:
-      figures["mfu"] = utilisation
+    summaries = []
+    for window in runs:
+      for offset, m in enumerate(window):
+        check_nonfinite(m, step - len(window) + offset + 1, nonfinite)
+      figures = summary(window, seconds, timed)
+      if utilisation is not None:
+        figures["mfu"] = utilisation
+      summaries.append(figures)
     self.metrics, self.flops, self.untimed = [], 0, 0
-    return figures, timed, seconds
+    return summaries, timed, seconds
 
   def restart(self) -> None:
     """The next window's clock starts now (after the evaluations and saves between windows)."""

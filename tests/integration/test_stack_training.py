@@ -1,0 +1,115 @@
+"""A stack of runs differing in their seeds trained through the loop (tfm.loop.train_stack): each
+member logs, evaluates, checkpoints and resumes in its own workdir as its solo run does, with its
+solo run's numbers."""
+
+import io
+import re
+
+import jax
+import numpy as np
+import pytest
+
+from tests.integration.conftest import run_train
+from tfm import loop
+from tfm.train import checkpoint as ckpt_lib
+
+SEEDS = (0, 1)
+CADENCE = ("train.steps=6", "train.log_every=2", "train.eval_every=3", "train.checkpoint_every=3",
+           "model.dropout_rate=0.2")
+
+
+def _member(experiment, seed, *extra):
+  return experiment(*CADENCE, f"train.seed={seed}", f"data.shuffle_seed={seed}", *extra)
+
+
+def _figures(log: str, prefix: str, name: str, tag: str | None) -> dict[int, float]:
+  """{step: value} of `name` in the `prefix` lines of one run (tag: a stack member's)."""
+  head = re.escape(f"[{prefix}{'' if tag is None else ' ' + tag}] step ")
+  return {int(m.group(1)): float(m.group(2)) for m in re.finditer(
+      head + r"(\d+)\S* .*?\| " + re.escape(name) + r" ([-\d.e+]+)", log)}
+
+
+def _max_diff(a, b, key_biases: bool = True) -> float:
+  """Largest |a - b| over the leaves; key_biases=False leaves out the attention key biases:
+  softmax is invariant to q.b_k, their true gradient is 0, and Adam (eps 1e-9) turns the rounding
+  noise of their gradient into steps of the learning rate's size (tests/train/multidevice.py)."""
+  diffs = jax.tree_util.tree_map_with_path(
+      lambda path, x, y: 0.0 if not key_biases and jax.tree_util.keystr(path).endswith(
+          "['key']['bias']") else float(np.max(np.abs(np.asarray(x) - np.asarray(y)))),
+      jax.device_get(a), jax.device_get(b))
+  return max(jax.tree.leaves(diffs))
+
+
+@pytest.mark.slow
+def test_each_member_is_its_solo_run_and_the_stack_resumes_bit_exact(experiment, tmp_path):
+  solo = {s: run_train(_member(experiment, s), tmp_path / f"solo-s{s}") for s in SEEDS}
+  workdirs = [tmp_path / f"run-s{s}" for s in SEEDS]
+  out = io.StringIO()
+  states = loop.train_stack([_member(experiment, s) for s in SEEDS], [str(w) for w in workdirs],
+                            stream=out)
+  log = out.getvalue()
+  assert "tfm: a stack of 2 runs" in log
+  differences = []
+  for s, state, workdir in zip(SEEDS, states, workdirs):
+    solo_state, solo_log = solo[s]
+    for prefix, name in (("train", "loss"), ("train", "grad_norm"), ("dev", "perplexity")):
+      got, want = _figures(log, prefix, name, f"run-s{s}"), _figures(solo_log, prefix, name, None)
+      assert sorted(got) == sorted(want) and got, (prefix, name, got, want)
+      np.testing.assert_allclose([got[k] for k in sorted(got)], [want[k] for k in sorted(want)],
+                                 rtol=1e-5)
+    differences.append(_max_diff(state.params, solo_state.params, key_biases=False))
+    assert ckpt_lib.available_steps(workdir) == [3, 6]
+    assert ckpt_lib.read_config(workdir)["train"]["seed"] == s
+    assert (workdir / "tensorboard").is_dir() and list((workdir / "logs").iterdir())
+  print(f"largest parameter difference, member against its solo run: {max(differences):.3g}")
+  assert max(differences) < 1e-4  # float rounding of a vmapped step, at learning rate 4
+  assert _max_diff(states[0].params, states[1].params) > 1e-3  # two seeds, two runs
+
+  # Stopped at step 3 (train.steps=3: a shorter run, which a resume may lengthen), then resumed
+  # to 6: every member's checkpoint is the uninterrupted stack's, to the bit.
+  resumed = [tmp_path / f"again-s{s}" for s in SEEDS]
+  loop.train_stack([_member(experiment, s, "train.steps=3") for s in SEEDS],
+                   [str(w) for w in resumed], stream=io.StringIO())
+  out = io.StringIO()
+  again = loop.train_stack([_member(experiment, s) for s in SEEDS], [str(w) for w in resumed],
+                           stream=out)
+  assert out.getvalue().count("resumed from step 3 in") == 2
+  for state, other in zip(states, again):
+    assert _max_diff(state, other) == 0.0
+
+
+def test_members_at_different_steps_are_refused_in_one_line(experiment, tmp_path):
+  run_train(_member(experiment, 0, "train.steps=3"), tmp_path / "run-s0")
+  with pytest.raises(ckpt_lib.CheckpointError, match=r"^the stack's runs have their latest "
+                     r"checkpoints at different steps \(.*run-s0: 3, .*run-s1: none\)"):
+    loop.train_stack([_member(experiment, s) for s in SEEDS],
+                     [str(tmp_path / f"run-s{s}") for s in SEEDS], stream=io.StringIO())
+  assert not (tmp_path / "run-s1").exists()  # nothing left behind
+
+
+def test_configs_that_differ_in_more_than_seeds_are_refused(experiment, tmp_path):
+  with pytest.raises(ValueError, match=r"differs from member 0 in model\.dropout_rate"):
+    loop.train_stack([_member(experiment, 0), _member(experiment, 1, "model.dropout_rate=0.3")],
+                     [str(tmp_path / "a"), str(tmp_path / "b")], stream=io.StringIO())
+
+
+
+def test_tfm_train_seeds_trains_a_stack_into_a_workdir_a_seed(corpus, tmp_path, capsys):
+  """`tfm train --seeds=3,5 --workdir=W`: runs W-s3 and W-s5, each with its seed as train.seed and
+  data.shuffle_seed; a bad --seeds is one line naming the flag, and nothing is written."""
+  from tests.integration.conftest import tiny_flags  # pylint: disable=import-outside-toplevel
+  from tfm import cli  # pylint: disable=import-outside-toplevel
+  flags = tiny_flags(corpus, "train.steps=2", "train.log_every=1", "train.eval_every=2")
+  assert cli.main(["tfm", "train", *flags, f"--workdir={tmp_path / 'run'}", "--seeds=3,5"]) == 0
+  for seed in (3, 5):
+    saved = ckpt_lib.read_config(tmp_path / f"run-s{seed}")
+    assert (saved["train"]["seed"], saved["data"]["shuffle_seed"]) == (seed, seed)
+    assert ckpt_lib.available_steps(tmp_path / f"run-s{seed}") == [2]
+  assert "[train run-s5] step 2/2" in capsys.readouterr().out
+  for bad in ("3,3", "-1", "x"):
+    assert cli.main(["tfm", "train", *flags, f"--workdir={tmp_path / 'bad'}",
+                     f"--seeds={bad}"]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert err == [f"tfm train: --seeds={bad}: expected distinct non-negative integers, "
+                   "e.g. --seeds=0,1,2"], err
+  assert not list(tmp_path.glob("bad*"))
