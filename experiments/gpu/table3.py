@@ -10,9 +10,10 @@ bundle (experiments/gpu/make_bundle.py --config=configs/table3_v3.py:base
 --out=experiments/gpu/bundle_table3). Several runs share the GPU (--parallel at once, each with
 its part of the GPU's memory: tfm sweep --runs_per_gpu), so one run's compilation, evaluation and
 host work overlap the others' steps; NVIDIA's MPS, where the node has it, lets their kernels run
-side by side. Every row's seed 0 starts before any seed 1, the longest rows first (big, 3x base's
-steps, then by model FLOPs): a time box that ends early leaves a table of every row once, and seed
-1 loads the steps seed 0 compiled from the compilation cache. Beside the sweep, base at twice the
+side by side. Each row's seeds train as one stack (--stack, tfm/train/stack.py: one step for all
+of them), the longest rows first (big, 3x base's steps, then by model FLOPs); with --nostack every
+row's seed 0 starts before any seed 1, so that a time box that ends early leaves a table of every
+row once. Beside the sweep, base at twice the
 rate checks the learning-rate rule (--pilot_steps). Every run compiles with the kernels of --kernels
 (experiments/gpu/kernels.py: XLA's flags, and model.matmul_precision, which is in the runs'
 fingerprints; the flags are in every run's log): c, cuBLAS products in TF32, which the kernel probe
@@ -72,6 +73,8 @@ flags.DEFINE_integer("parallel", 4, "runs at once on the GPU: one run's compilat
                      "one's steps a second: experiments/results/gpu/2026-11-27_h200_kernels)",
                      lower_bound=1)
 flags.DEFINE_integer("seeds", 2, "seeds a row", lower_bound=1)
+flags.DEFINE_bool("stack", True, "train each row's seeds as one stack (tfm sweep --stack: one "
+                  "step for all of them, tfm/train/stack.py); --parallel counts stacks")
 flags.DEFINE_list("rows", None, "rows to run (default: every row, longest first)")
 flags.DEFINE_enum("mps", "auto", ["auto", "off"], "auto: start NVIDIA's MPS daemon where the node "
                   "has nvidia-cuda-mps-control, and use it if a JAX process starts under it")
@@ -202,7 +205,7 @@ def sweep_argv(data: list[str], root: Path, publish: Path, rows: list[str]) -> l
   kernels' precision, --set), every row's seed 0 first."""
   argv = [sys.executable, "-m", "tfm.cli", "sweep", f"--config={CONFIG}", f"--root={root}",
           f"--publish={publish}", f"--seeds={FLAGS.seeds}", f"--rows={','.join(rows)}",
-          "--order=seeds", *(f"--config.{o}" for o in data),
+          *(["--stack"] if FLAGS.stack else ["--order=seeds"]), *(f"--config.{o}" for o in data),
           f"--config.train.compilation_cache_dir={root / 'jax_cache'}"]
   if FLAGS.quick:
     return argv + [f"--eval_limit={QUICK_EVAL_LIMIT}", "--parallel=2"]

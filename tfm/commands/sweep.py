@@ -5,6 +5,7 @@
       --grid train.label_smoothing=0,0.1 --root=DIR [--config.train.steps=300]
   tfm sweep --report --root=DIR        # rebuild results.jsonl, table.md and the figure
   tfm sweep ... --dry_run              # print each run's commands (e.g. one per TPU slice)
+  tfm sweep ... --seeds=4 --stack      # each group's seeds trained at once, as one program
   tfm sweep ... --slurm [--sbatch_args="--partition=gpu --gpus-per-task=1 --time=8:00:00"]
   tfm sweep --status --root=DIR        # each run of a --slurm sweep: done / running / queued / failed
 
@@ -14,7 +15,9 @@ per run), DIR/table.md and DIR/table3.png (tfm/sweep/report.py); every run that 
 hyperparameters and final figures for TensorBoard's HParams dashboard, so `tensorboard --logdir
 DIR` compares the runs (tfm/sweep/hparams.py). --slurm submits the unfinished
 runs as one SLURM job array instead, one task per run, each running `tfm sweep ... --run_index=I`
-(tfm/sweep/slurm.py, docs/cluster.md).
+(tfm/sweep/slurm.py, docs/cluster.md). --stack trains each group's unfinished seeds (a row's or a
+grid point's) as one stack, `tfm train --seeds` (tfm/train/stack.py), in one share: for small
+models that fill a GPU no better one at a time; each run keeps its workdir and its result.
 """
 
 from __future__ import annotations
@@ -37,7 +40,7 @@ from tfm.commands import UsageError
 from tfm.commands import eval as eval_command
 from tfm.sweep import execute, hparams, publish, report, slurm
 from tfm.sweep.result import RunResult
-from tfm.sweep.runs import Run, expand, parse_grid
+from tfm.sweep.runs import Run, expand, parse_grid, stack_train_argv
 from tfm.train import events
 
 COMMAND = "sweep_command.txt"  # the command that ran the sweep, for the table's header
@@ -55,8 +58,11 @@ def define_flags(fv: flags.FlagValues):
   flags.DEFINE_enum("order", "rows", ["rows", "seeds"], "rows: each row's seeds one after the "
                     "other; seeds: every row's seed 0, then every row's seed 1, ... (a sweep cut "
                     "short has every row once)", flag_values=fv)
-  flags.DEFINE_integer("parallel", 1, "runs at once, each on its share of the devices",
-                       lower_bound=1, flag_values=fv)
+  flags.DEFINE_integer("parallel", 1, "runs (with --stack: stacks) at once, each on its share of "
+                       "the devices", lower_bound=1, flag_values=fv)
+  flags.DEFINE_boolean("stack", False, "train each group's unfinished seeds as one stack (tfm "
+                       "train --seeds: one step for all, each run in its own workdir)",
+                       flag_values=fv)
   flags.DEFINE_integer("runs_per_gpu", 1, "with GPUs: up to this many runs on each GPU at once, "
                        "each with its part of the GPU's memory (small models; docs/table3.md)",
                        lower_bound=1, flag_values=fv)
@@ -218,6 +224,8 @@ def run(fv: flags.FlagValues, config: config_lib.Config | None):
   if fv.slurm and fv.publish:
     raise UsageError("--publish goes with a local sweep: a --slurm array's tasks run elsewhere; "
                      "publish their finished runs with a local sweep of the same flags later")
+  if fv.slurm and fv.stack:
+    raise UsageError("--stack goes with a local sweep: a --slurm array runs one run a task")
   if fv.slurm and shutil.which("sbatch") is None:
     raise UsageError("--slurm: no sbatch on PATH; run it on a SLURM cluster's login node (Debian "
                      "packages slurm-client or slurm-wlm)")
@@ -231,10 +239,13 @@ def run(fv: flags.FlagValues, config: config_lib.Config | None):
   configs = {r: r.load(vocab_dir) for r in runs}  # every config validated before anything runs
   eval_limit = lambda r: configs[r].eval.bleu_examples if fv.eval_limit is None else fv.eval_limit
   if fv.dry_run and not fv.slurm:
-    for r in runs:
-      workdir = os.path.join(root, r.name)
-      print(f"# {r.name}\ntfm {' '.join(r.train_argv(workdir, vocab_dir))}\n"
-            f"tfm eval --workdir={workdir} --split=dev --limit={eval_limit(r)}")
+    for group in execute.groups(runs, fv.stack):
+      workdirs = [os.path.join(root, r.name) for r in group]
+      train = (stack_train_argv(group, root, vocab_dir) if fv.stack
+               else group[0].train_argv(workdirs[0], vocab_dir))
+      print(f"# {', '.join(r.name for r in group)}\ntfm {' '.join(train)}")
+      for r, workdir in zip(group, workdirs):
+        print(f"tfm eval --workdir={workdir} --split=dev --limit={eval_limit(r)}")
     return None
   results = _Results(runs, configs, config_lib.load_config(config_lib.config_file(fv)), eval_limit)
   if fv.slurm:
@@ -261,7 +272,7 @@ def run(fv: flags.FlagValues, config: config_lib.Config | None):
     publish_run = _publisher(runs, configs, results, root, published, vocab_dirs)
     on_result = lambda result: (to_tensorboard(result), publish_run(result))
   try:
-    run_all(runs, shares=shares, on_result=on_result)
+    run_all(runs, shares=shares, on_result=on_result, stack=fv.stack)
   finally:
     gathered = execute.collect(root)
     if gathered:

@@ -33,6 +33,7 @@ from typing import Callable, Sequence, TextIO
 from tfm import config as config_lib
 from tfm import storage
 from tfm.sweep.result import RunResult
+from tfm.sweep import runs as runs_lib
 from tfm.sweep.runs import Run
 from tfm.train import backend
 from tfm.train import checkpoint as ckpt_lib
@@ -150,59 +151,100 @@ def last_error_line(log_path: str) -> str:
 
 
 class Job:
-  """One run in one share: `tfm train`, then `tfm eval`; poll() advances it."""
+  """The runs of one share: `tfm train` (one run, or a group's seeds as one stack: `tfm train
+  --seeds`, tfm/train/stack.py), then `tfm eval` of each run in turn; poll() advances it."""
 
-  def __init__(self, run: Run, workdir: str, vocab_dir: str | None, share: Share, eval_limit: int,
-               describe: Callable[[Run, str, float], RunResult], steps: int):
-    self.run, self.workdir, self.vocab_dir, self.share = run, workdir, vocab_dir, share
+  def __init__(self, runs: Sequence[Run], workdirs: Sequence[str], train_argv: list[str],
+               share: Share, eval_limit: int, describe: Callable[[Run, str, float], RunResult],
+               steps: int):
+    self.runs, self.workdirs, self.share = list(runs), list(workdirs), share
     self.eval_limit, self.describe, self.steps = eval_limit, describe, steps
     self.start = time.time()
     self.phase, self.proc, self.log = None, None, None
-    os.makedirs(workdir, exist_ok=True)
-    if os.path.exists(os.path.join(workdir, RESULT)):
-      os.remove(os.path.join(workdir, RESULT))  # a new attempt: no stale verdict meanwhile
-    self._launch("train", run.train_argv(workdir, vocab_dir))
+    self.results: list[RunResult] = []
+    for workdir in self.workdirs:
+      os.makedirs(workdir, exist_ok=True)
+      if os.path.exists(os.path.join(workdir, RESULT)):
+        os.remove(os.path.join(workdir, RESULT))  # a new attempt: no stale verdict meanwhile
+    self.train_from = self._log_size(0)
+    self._launch("train", train_argv, 0)
 
-  def _launch(self, phase: str, argv: list[str]) -> None:
+  @property
+  def name(self) -> str:
+    return ", ".join(r.name for r in self.runs)
+
+  def _log_size(self, k: int) -> int:
+    path = os.path.join(self.workdirs[k], LOG)
+    return os.path.getsize(path) if os.path.exists(path) else 0
+
+  def _launch(self, phase: str, argv: list[str], k: int) -> None:
+    """Starts `tfm ARGV`, its output appended to run k's log."""
     self.phase = phase
-    self.log = open(os.path.join(self.workdir, LOG), "a", encoding="utf-8")
+    self.log = open(os.path.join(self.workdirs[k], LOG), "a", encoding="utf-8")
     self.log.write(f"\n=== {time.strftime('%Y-%m-%d %H:%M:%S')} tfm {' '.join(argv)}\n")
     self.log.flush()
     self.proc = subprocess.Popen(
         [sys.executable, "-m", "tfm.cli", *argv], stdout=self.log, stderr=subprocess.STDOUT,
         env={**os.environ, **self.share.env, "PYTHONUNBUFFERED": "1"})
 
-  def poll(self) -> RunResult | None:
-    """None while running; the run's result when it is done (ok, failed or stopped)."""
+  def _share_train_log(self) -> None:
+    """A stack's training output, written to its first run's log, into every other run's."""
+    if len(self.runs) == 1:
+      return
+    with open(os.path.join(self.workdirs[0], LOG), encoding="utf-8", errors="replace") as f:
+      f.seek(self.train_from)
+      text = f.read()
+    for workdir in self.workdirs[1:]:
+      with open(os.path.join(workdir, LOG), "a", encoding="utf-8") as f:
+        f.write(text)
+
+  def _evaluate(self, k: int) -> None:
+    self._launch("eval", ["eval", f"--workdir={self.workdirs[k]}", "--split=dev",
+                          f"--limit={self.eval_limit}"], k)
+
+  def poll(self) -> list[RunResult] | None:
+    """None while running; its runs' results when it is done (ok, failed or stopped)."""
     code = self.proc.poll()
     if code is None:
       return None
     self.log.close()
-    if code in (-signal.SIGTERM, 128 + signal.SIGTERM):  # a TERM to the group: a preemption
-      return self._finish("stopped", f"tfm {self.phase} was stopped by SIGTERM; run the sweep "
-                          "again to resume it")
-    if code != 0:
-      return self._finish("failed", f"tfm {self.phase} exited with {code}: "
-                          f"{last_error_line(os.path.join(self.workdir, LOG))}")
+    k = len(self.results)  # the run being evaluated (the train phase: all of them)
     if self.phase == "train":
-      reached = max(ckpt_lib.available_steps(self.workdir), default=0)
+      self._share_train_log()
+    if code in (-signal.SIGTERM, 128 + signal.SIGTERM):  # a TERM to the group: a preemption
+      return self._finish_rest("stopped", f"tfm {self.phase} was stopped by SIGTERM; run the "
+                               "sweep again to resume it")
+    if code != 0:
+      return self._finish_rest("failed", f"tfm {self.phase} exited with {code}: "
+                               f"{last_error_line(os.path.join(self.workdirs[k], LOG))}")
+    if self.phase == "train":
+      reached = min(max(ckpt_lib.available_steps(w), default=0) for w in self.workdirs)
       if reached < self.steps:  # `tfm train` exits 0 after a SIGTERM's save too
-        return self._finish("stopped", f"tfm train stopped at step {reached} of {self.steps}; "
-                            "run the sweep again to resume it")
-      argv = ["eval", f"--workdir={self.workdir}", "--split=dev", f"--limit={self.eval_limit}"]
-      self._launch("eval", argv)
+        return self._finish_rest("stopped", f"tfm train stopped at step {reached} of "
+                                 f"{self.steps}; run the sweep again to resume it")
+      self._evaluate(0)
       return None
-    return self._finish("ok", None)
+    self.results.append(self._finish(k, "ok", None))
+    if len(self.results) < len(self.runs):
+      self._evaluate(k + 1)
+      return None
+    return self.results
 
-  def _finish(self, status: str, error: str | None) -> RunResult:
-    result = self.describe(self.run, self.workdir, time.time() - self.start)
+  def _finish_rest(self, status: str, error: str | None) -> list[RunResult]:
+    """Every run without a result yet ends so; returns all of them."""
+    for k in range(len(self.results), len(self.runs)):
+      self.results.append(self._finish(k, status, error))
+    return self.results
+
+  def _finish(self, k: int, status: str, error: str | None) -> RunResult:
+    result = self.describe(self.runs[k], self.workdirs[k], time.time() - self.start)
     if status == "ok" and result.dev_ppl is None:
       # tfm eval prints its figures and exits 0 where it cannot save them (a full or read-only
       # disk): without them on disk the run is not finished.
-      status, error = "stopped", (f"tfm eval saved no dev figures in {self.workdir} (the end of "
-                                  "its log says why); run the sweep again to evaluate it")
+      status, error = "stopped", (f"tfm eval saved no dev figures in {self.workdirs[k]} (the end "
+                                  "of its log says why); run the sweep again to evaluate it")
     result = result.ended(status, error)
-    write_result(self.workdir, result)
+    write_result(self.workdirs[k], result)
     return result
 
   def terminate(self) -> None:
@@ -210,19 +252,34 @@ class Job:
       self.proc.send_signal(signal.SIGTERM)
 
 
+def groups(runs: Sequence[Run], stack: bool) -> list[list[Run]]:
+  """The runs a Job takes: one each, or with `stack` each group's runs together, in the order of
+  each group's first run."""
+  if not stack:
+    return [[r] for r in runs]
+  by_group: dict[str, list[Run]] = {}
+  for r in runs:
+    by_group.setdefault(r.group, []).append(r)
+  return list(by_group.values())
+
+
 def run_all(runs: Sequence[Run], root: str, *, shares: Sequence[Share], vocab_dir: str | None,
             eval_limit_of: Callable[[Run], int], steps_of: Callable[[Run], int],
             describe: Callable[[Run, str, float], RunResult], stream: TextIO | None = None,
-            on_result: Callable[[RunResult], None] | None = None) -> list[RunResult]:
-  """Runs every unfinished run, len(shares) at a time; returns the results of this session.
+            on_result: Callable[[RunResult], None] | None = None,
+            stack: bool = False) -> list[RunResult]:
+  """Runs every unfinished run, len(shares) jobs at a time; returns the results of this session.
   stream: where progress goes (default: sys.stdout as it is when called); on_result: called with
-  each run's result as it ends (tfm sweep --publish)."""
+  each run's result as it ends (tfm sweep --publish); stack: a group's unfinished seeds train as
+  one stack (tfm train --seeds) in one share."""
   stream = stream or sys.stdout
   workdir = lambda run: os.path.join(root, run.name)
-  pending = [r for r in runs if not is_finished(workdir(r), steps_of(r))]
-  done_before = len(runs) - len(pending)
-  print(f"[sweep] {len(runs)} runs under {root}: {done_before} finished before, {len(pending)} to "
-        f"run, {len(shares)} at a time ({', '.join(s.name for s in shares)})", file=stream,
+  pending_runs = [r for r in runs if not is_finished(workdir(r), steps_of(r))]
+  pending = groups(pending_runs, stack)
+  done_before = len(runs) - len(pending_runs)
+  print(f"[sweep] {len(runs)} runs under {root}: {done_before} finished before, "
+        f"{len(pending_runs)} to run" + (f" in {len(pending)} stacks" if stack else "")
+        + f", {len(shares)} at a time ({', '.join(s.name for s in shares)})", file=stream,
         flush=True)
   active: dict[int, Job] = {}
   results, start, stop = [], time.time(), []
@@ -230,33 +287,41 @@ def run_all(runs: Sequence[Run], root: str, *, shares: Sequence[Share], vocab_di
   def interrupt(signum, frame):
     stop.append(signum)
 
+  def train_argv(group: list[Run]) -> list[str]:
+    if len(group) == 1 and not stack:
+      return group[0].train_argv(workdir(group[0]), vocab_dir)
+    return runs_lib.stack_train_argv(group, root, vocab_dir)
+
   previous = {s: signal.signal(s, interrupt) for s in (signal.SIGINT, signal.SIGTERM)}
   try:
     while (pending or active) and not stop:
       for slot, share in enumerate(shares):
         if slot not in active and pending and not stop:
-          run = pending.pop(0)
-          active[slot] = Job(run, workdir(run), vocab_dir, share, eval_limit_of(run), describe,
-                             steps_of(run))
-          print(f"[sweep] start {run.name} on {share.name}", file=stream, flush=True)
+          group = pending.pop(0)
+          active[slot] = Job(group, [workdir(r) for r in group], train_argv(group), share,
+                             eval_limit_of(group[0]), describe, steps_of(group[0]))
+          print(f"[sweep] start {active[slot].name} on {share.name}", file=stream, flush=True)
       time.sleep(0.5)
       for slot, job in list(active.items()):
-        result = job.poll()
-        if result is None:
+        ended = job.poll()
+        if ended is None:
           continue
         del active[slot]
-        results.append(result)
-        if on_result is not None:
-          on_result(result)
-        failed = sum(not r.ok for r in results)
-        done = done_before + len(results)
-        elapsed = time.time() - start
-        eta = eta_seconds([r.wall_s for r in results], len(pending),
-                          [time.time() - j.start for j in active.values()], len(shares))
-        ppl = float("nan") if result.dev_ppl is None else result.dev_ppl
-        print(f"[sweep] {done}/{len(runs)} done ({failed} failed this session) | {job.run.name} "
-              f"{result.status}" + (f": {result.error}" if result.error else f", dev PPL {ppl:.2f}")
-              + f" | elapsed {duration(elapsed)}, ETA {duration(eta)}", file=stream, flush=True)
+        for result in ended:
+          results.append(result)
+          if on_result is not None:
+            on_result(result)
+          failed = sum(not r.ok for r in results)
+          done = done_before + len(results)
+          elapsed = time.time() - start
+          left = sum(len(g) for g in pending)
+          eta = eta_seconds([r.wall_s for r in results], left,
+                            [time.time() - j.start for j in active.values()], len(shares))
+          ppl = float("nan") if result.dev_ppl is None else result.dev_ppl
+          print(f"[sweep] {done}/{len(runs)} done ({failed} failed this session) | {result.name} "
+                f"{result.status}" + (f": {result.error}" if result.error else
+                                      f", dev PPL {ppl:.2f}")
+                + f" | elapsed {duration(elapsed)}, ETA {duration(eta)}", file=stream, flush=True)
   finally:
     for job in active.values():
       job.terminate()

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import dataclasses
 import itertools
+import os
 import re
 from typing import Sequence
 
@@ -59,6 +60,18 @@ class Run:
     return (["train", f"--config={self.spec}"]
             + [f"--config.{o}" for o in self.config_overrides(vocab_dir)]
             + [f"--workdir={workdir}"])
+
+
+def stack_train_argv(runs: Sequence[Run], root: str, vocab_dir: str | None = None) -> list[str]:
+  """`tfm train --seeds` arguments training `runs`, the seeds of one group, as one stack
+  (tfm/train/stack.py): each into ROOT/NAME, as each alone would be."""
+  first = runs[0]
+  if any(r.group != first.group for r in runs):
+    raise ValueError(f"a stack is one group's seeds, got {[r.name for r in runs]}")
+  seeded = ("train.seed=", "data.shuffle_seed=")
+  overrides = [o for o in first.config_overrides(vocab_dir) if not o.startswith(seeded)]
+  return (["train", f"--config={first.spec}"] + [f"--config.{o}" for o in overrides]
+          + [f"--workdir={os.path.join(root, first.group)}", f"--seeds={','.join(str(r.seed) for r in runs)}"])
 
 
 def parse_grid(specs: Sequence[str]) -> list[tuple[str, list[str]]]:
