@@ -25,6 +25,9 @@ holds the GPU's memory until it exits), its output streamed to OUT/<job>.txt:
               rbg dropout, the select guard, LayerNorm's autodiff backward, the default
               again; each row its change against the default; output in OUT/step_cudnn.txt
               (experiments/gpu/step_jobs.py)
+  stacks      experiments/benchmark_stack.py: configs/table3_v3.py's base under the kernels its GPU
+              runs compile with, its train step alone and stacks of 1, 2 and 10 runs at once
+              (tfm/train/stack.py); output in OUT/step_cudnn.txt
   step_xla    the same with XLA's attention
   beam        experiments/decode_speed.py: beam 4, batch 32, the paper's base, output tokens/s
   flax        experiments/compare_flax_wmt.py: the Flax example (experiments/flax_wmt/, vendored)
@@ -38,7 +41,7 @@ too little time left is skipped. OUT/table.md is rewritten after every job, so a
 point leaves the rows it finished; OUT/rows.json keeps the rows of earlier runs into the same OUT
 (--jobs=bible fills one row later), and the figures as numbers. OUT holds at most 8 files, no
 folders: table.md, rows.json, preflight.txt and the jobs' .txt files (loop and bible share
-bible.txt, step_cudnn and variants step_cudnn.txt; the Bible runs' workdirs are temporary
+bible.txt, step_cudnn, variants and stacks step_cudnn.txt; the Bible runs' workdirs are temporary
 directories).
 
 Every job sees one GPU (CUDA_VISIBLE_DEVICES=0 unless set) and JAX_PLATFORMS=cuda (cpu with
@@ -67,8 +70,8 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))  # configs (bible_base's run sizing), once the bundle's wheels are too
 from experiments.gpu.node import carried_site, device_name  # noqa: E402  pylint: disable=wrong-import-position
 from experiments.gpu.loop_job import bible_config, loop_rows, no_bundle  # noqa: E402  pylint: disable=wrong-import-position
-from experiments.gpu.step_jobs import (QUICK_MODEL, key_values, step_rows,  # noqa: E402  pylint: disable=wrong-import-position
-                                       variants_rows)
+from experiments.gpu.step_jobs import (QUICK_MODEL, key_values, stack_rows,  # noqa: E402  pylint: disable=wrong-import-position
+                                       step_rows, variants_rows)
 from experiments.gpu.timebox import Run, Runner  # noqa: E402  pylint: disable=wrong-import-position
 
 FLAGS = flags.FLAGS
@@ -84,12 +87,13 @@ flags.DEFINE_string("bundle", str(ROOT / "experiments" / "gpu" / "bundle"),
 flags.DEFINE_string("flax_wmt_dir", str(ROOT / "experiments" / "flax_wmt"),
                     "the Flax example's directory (default: the vendored copy)")
 
-JOBS = ("step_cudnn", "loop", "variants", "step_xla", "beam", "flax", "bible")
+JOBS = ("step_cudnn", "loop", "variants", "stacks", "step_xla", "beam", "flax", "bible")
 # The default run: the preflight, step_cudnn and loop, estimated to fit --deadline 8 on one H100 (one
 # call on a GPU node with a 15-minute time limit, the node's start included); the others by --jobs,
 # a call each (docs/gpu.md).
 DEFAULT_JOBS = ("step_cudnn", "loop")
-TIMEOUTS = {"preflight": 90, "step_cudnn": 180, "loop": 270, "variants": 420, "step_xla": 180,
+TIMEOUTS = {"preflight": 90, "step_cudnn": 180, "loop": 270, "variants": 420, "stacks": 240,
+            "step_xla": 180,
             "beam": 90, "flax": 330, "bible": 900}
 flags.DEFINE_list("jobs", list(DEFAULT_JOBS), "the jobs to run, in the table's order (all: "
                   f"{','.join(JOBS)})")
@@ -212,6 +216,8 @@ def job_rows(name: str, runner: Runner, bundle: Path, ends_at: float) -> tuple[l
     return loop_rows(runner, bundle, ends_at, quick)
   if name == "variants":
     return variants_rows(runner, ends_at, quick)
+  if name == "stacks":
+    return stack_rows(runner, ends_at, quick)
   if name == "beam":
     shape = ["--batch_size=2", "--source_length=8", "--repeats=1",
              *(f"--config.{o}" for o in QUICK_MODEL)] if quick else []

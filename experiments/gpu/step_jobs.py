@@ -6,6 +6,7 @@ them; docs/gpu.md says what each row means.
 
 from __future__ import annotations
 
+import json
 import re
 import sys
 
@@ -125,3 +126,30 @@ def variants_rows(runner: Runner, ends_at: float, quick: bool) -> tuple[list[str
     if run.timed_out:  # the job's time is spent
       break
   return rows, numbers
+
+
+STACK_MEMBERS = "1,2,10"  # the stack sizes the stacks job times (--quick: 1,2)
+
+
+def stack_rows(runner: Runner, ends_at: float, quick: bool) -> tuple[list[str], dict]:
+  """experiments/benchmark_stack.py on configs/table3_v3.py's base at its own batch, under the
+  kernels its GPU runs compile with (experiments/gpu/kernels.py: candidate c), stacks of 1, 2 and
+  10 beside the solo step: what a stack buys a run. --quick: QUICK_MODEL at QUICK_STEP, stacks of
+  1 and 2, on the CPU. Output in OUT/step_cudnn.txt (OUT holds at most 8 files)."""
+  from experiments.gpu.kernels import CANDIDATES  # pylint: disable=import-outside-toplevel
+  kernels = next(c for c in CANDIDATES if c.name == "c")
+  shape = ([f"--config.{o}" for o in QUICK_MODEL] + QUICK_STEP + ["--members=1,2"] if quick else
+           ["--warmup=3", "--steps=30", f"--members={STACK_MEMBERS}"])
+  run = runner.run("step_cudnn", "stacks_table3_v3_base", [
+      "env", f"XLA_FLAGS={' '.join(kernels.xla_flags)}", sys.executable,
+      "experiments/benchmark_stack.py", "--config=configs/table3_v3.py:base",
+      *(f"--config.{o}" for o in kernels.overrides()), *shape], ends_at)
+  found = re.search(r"^\{.*^\}", run.output, re.M | re.S)
+  if not run.ok or not found:
+    return [f"| {run.name} | {run.failure() if not run.ok else 'no figures'} |"], {}
+  figures = json.loads(found.group(0))
+  solo = figures["solo"]
+  cells = [f"solo {solo['step_ms']:.2f} ms a step"] + [
+      f"{k} at once {s['step_ms']:.2f} ms ({s['per_run']:.2f}x the solo step's runs a second, "
+      f"compiled in {s['compile_s']:.0f} s)" for k, s in figures["stacks"].items()]
+  return [f"| {run.name} | {figures['batch']}: {'; '.join(cells)} |"], figures

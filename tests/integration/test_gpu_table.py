@@ -40,10 +40,12 @@ def test_without_a_gpu_the_table_stops_at_the_preflight_in_one_line(node_python,
 
 @pytest.mark.slow
 def test_quick_table_from_the_bundle_in_the_nodes_python(node_python, node_bundle, tmp_path):
-  """Preflight, then the variants (each of the step's choices switched, against the default),
-  step_xla forced past its timeout, then the Bible run: its row has its figures all the same, and
-  every file the table writes is in OUT, none deeper."""
-  done = _table(node_python, node_bundle, tmp_path, "--quick", "--jobs=step_xla,variants,bible",
+  """Preflight, then the variants (each of the step's choices switched, against the default), the
+  stacks (the solo step and stacks of 1 and 2), step_xla forced past its timeout, then the Bible
+  run: its row has its figures all the same, and every file the table writes is in OUT, none
+  deeper."""
+  done = _table(node_python, node_bundle, tmp_path, "--quick",
+                "--jobs=step_xla,variants,stacks,bible",
                 "--timeouts=step_xla=2", "--deadline=8")
   assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
   files = sorted(p.name for p in tmp_path.iterdir())
@@ -56,8 +58,15 @@ def test_quick_table_from_the_bundle_in_the_nodes_python(node_python, node_bundl
   rows = {line.split(" | ")[0].strip("| "): line for line in table.splitlines()
           if line.startswith("| ") and not line.startswith("| job")}
   assert list(rows) == ["preflight", *(f"variants_base_{name}" for name in VARIANTS),
-                        "step_base_xla", "bible_base"], table
-  _check_variants(json.loads((tmp_path / "rows.json").read_text()), rows)
+                        "stacks_table3_v3_base", "step_base_xla", "bible_base"], table
+  saved = json.loads((tmp_path / "rows.json").read_text())
+  _check_variants(saved, rows)
+  stacks = saved["numbers"]["stacks"]
+  assert stacks["solo"]["step_ms"] > 0 and list(stacks["stacks"]) == ["1", "2"]
+  for k, s in stacks["stacks"].items():
+    assert s["runs_per_s"] == pytest.approx(int(k) * 1e3 / s["step_ms"])
+    assert s["per_run"] == pytest.approx(s["runs_per_s"] / stacks["solo"]["runs_per_s"])
+  assert "model.matmul_precision=tensorfloat32" in (tmp_path / "step_cudnn.txt").read_text()
   assert rows["preflight"].startswith("| preflight | preflight ok in ")
   assert "timed out after 2 s" in rows["step_base_xla"]
   bible = rows["bible_base"]
