@@ -113,3 +113,34 @@ def test_tfm_train_seeds_trains_a_stack_into_a_workdir_a_seed(corpus, tmp_path, 
     assert err == [f"tfm train: --seeds={bad}: expected distinct non-negative integers, "
                    "e.g. --seeds=0,1,2"], err
   assert not list(tmp_path.glob("bad*"))
+
+
+def test_a_sigterm_saves_every_member_at_one_step_and_the_stack_resumes_bit_exact(experiment,
+                                                                                  tmp_path):
+  """A SIGTERM in mid-run: every member saves the same step, and the stack resumed from there
+  ends with the uninterrupted stack's checkpoints, to the bit."""
+  import os  # pylint: disable=import-outside-toplevel
+  import signal  # pylint: disable=import-outside-toplevel
+  import threading  # pylint: disable=import-outside-toplevel
+  long = ("train.steps=400", "train.log_every=1000", "train.eval_every=1000",
+          "train.checkpoint_every=1000")
+  stopped = [str(tmp_path / f"run-s{s}") for s in SEEDS]
+  timer = threading.Timer(4.0, lambda: os.kill(os.getpid(), signal.SIGTERM))
+  timer.start()
+  try:
+    out = io.StringIO()
+    states = loop.train_stack([_member(experiment, s, *long) for s in SEEDS], stopped, stream=out)
+  finally:
+    timer.cancel()
+  step = int(states[0].step)
+  assert 0 < step < 400 and "SIGTERM: saved step" in out.getvalue()
+  assert [ckpt_lib.available_steps(w) for w in stopped] == [[step], [step]]
+  # Resumed to step + 3, against a stack that ran to step + 3 without a stop.
+  more = (f"train.steps={step + 3}",) + long[1:]
+  resumed = loop.train_stack([_member(experiment, s, *more) for s in SEEDS], stopped,
+                             stream=io.StringIO())
+  straight = loop.train_stack([_member(experiment, s, *more) for s in SEEDS],
+                              [str(tmp_path / f"straight-s{s}") for s in SEEDS],
+                              stream=io.StringIO())
+  for a, b in zip(resumed, straight):
+    assert int(a.step) == step + 3 and _max_diff(a, b) == 0.0
