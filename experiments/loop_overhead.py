@@ -96,10 +96,10 @@ class LoopClock:
     if evaluate is None:
       return None
 
-    def timed(params):
+    def timed(params, *run):
       jax.block_until_ready(params)  # the steps before it are the steps' time
       start = clocks()
-      result = evaluate(params)
+      result = evaluate(params, *run)
       end = clocks()
       self.evaluations_s += end[0] - start[0]
       self.evaluations_cpu_s += end[1] - start[1]

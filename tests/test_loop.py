@@ -64,7 +64,7 @@ def run(tmp_path, monkeypatch, *, steps, log_every, eval_every, checkpoint_every
                        nonfinite_count=np.int32(sum(s in skipped for s in steps_run)))
 
   def evaluation(name):
-    def evaluate(params):
+    def evaluate(params, k):
       rec.events.append(name)
       time.sleep(EVAL_S)
       return {"nll": 1.0}

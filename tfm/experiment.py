@@ -236,20 +236,22 @@ class Experiment:
                            compiler_options=self._compiler_options, guard=choices.guard,
                            prng=choices.dropout_prng)
 
-  def stacked_train_step(self, members: int) -> OnMesh:
-    """train_step's stacked form for `members` runs of this model that differ only in their seeds
-    (tfm/train/stack.py): every leaf of the state and the batch has a leading member axis."""
-    built = self.pieces.setdefault("stacked_train_steps", {})  # one per member count
-    if members not in built:
+  def stacked_train_step(self, members: int, scalars=None) -> OnMesh:
+    """train_step's stacked form for `members` runs of this model (tfm/train/stack.py: this
+    Experiment's config is stack.structure_config's) that differ in their seeds and in `scalars`
+    (a stack.MemberScalars): every leaf of the state and the batch has a leading member axis."""
+    built = self.pieces.setdefault("stacked_train_steps", {})  # one per members and scalars
+    if (members, scalars) not in built:
       t = self.key.step_train
       tx, schedule = self.optimizer
       choices = platform_choices.resolve(t, self.platform)
-      built[members] = make_train_step(
+      built[members, scalars] = make_train_step(
           self.model, tx, schedule, label_smoothing=t.label_smoothing,
           microbatches=t.microbatches, mesh=self.mesh, rules=self.rules,
           state_shardings=self.state_shardings, compiler_options=self._compiler_options,
-          guard=choices.guard, prng=choices.dropout_prng, members=members)
-    return built[members]
+          guard=choices.guard, prng=choices.dropout_prng, members=members,
+          member_scalars=scalars)
+    return built[members, scalars]
 
   @_piece
   def eval_step(self) -> OnMesh:

@@ -153,6 +153,8 @@ def _train(configs: list[Config], held: list[Workdir], log: logs.WorkdirLog, str
   exps = [Experiment(c) for c in configs]
   config, exp = configs[0], exps[0]
   members = len(configs) if len(configs) > 1 else None  # a stack's member count
+  # A stack's model and step: built from the members' largest dropout rates (tfm/train/stack.py).
+  stacked = None if members is None else Experiment(stack.structure_config(configs))
   tokenizers = [prepare_data(c, e.data_source, w) for c, e, w in zip(configs, exps, workdirs)]
   tc = config.train
   with contextlib.ExitStack() as cleanup:  # closed in reverse order, whatever happens
@@ -203,22 +205,25 @@ def _train(configs: list[Config], held: list[Workdir], log: logs.WorkdirLog, str
                else prefetch.prefetch_to_device(stack.MemberBatches(iterators),
                                                 member_sharding(exp.batch_sharding)))
     cleanup.callback(batches.close)
-    # The members share the dev set and the model: one evaluation of each member's parameters.
+    # The members share the dev set and the model; a member's dev loss is smoothed as its own.
     tokenizer = tokenizers[0]
-    evaluate_dev = DevLoss(config.data, exp.data_source, tokenizer, exp.eval_step, exp.batch_sharding,
-                           row_multiple=exp.batch_shards)
-    evaluate_bleu = None
+    evaluate_dev = [DevLoss(config.data, exp.data_source, tokenizer, e.eval_step, exp.batch_sharding,
+                            row_multiple=exp.batch_shards) for e in exps]
+    decode = None
     if config.eval.bleu_every:
-      evaluate_bleu = DevBleu(config.data, exp.data_source, tokenizer,
-                              exp.translate_fn(eos_id=tokenizer.eos_id),
-                              batch_size=exp.decode_rows(config.eval.batch_size),
-                              limit=config.eval.bleu_examples, compounds=config.eval.compounds)
+      decode = DevBleu(config.data, exp.data_source, tokenizer,
+                       exp.translate_fn(eos_id=tokenizer.eos_id),
+                       batch_size=exp.decode_rows(config.eval.batch_size),
+                       limit=config.eval.bleu_examples, compounds=config.eval.compounds)
     runs = [Run(w, wr, ck) for w, wr, ck in zip(workdirs, writers, checkpointers)]
     state = run_steps(StepRunner(
-        config=config, train_step=(exp.train_step if members is None
-                                   else exp.stacked_train_step(members)),
+        config=config, train_step=(exp.train_step if members is None else
+                                   stacked.stacked_train_step(
+                                       members, stack.MemberScalars.of(configs))),
         batches=batches, runs=runs, state_shardings=exp.state_shardings,
-        evaluate_dev=evaluate_dev, evaluate_bleu=evaluate_bleu, preemption=preemption,
+        evaluate_dev=lambda params, k: evaluate_dev[k](params),
+        evaluate_bleu=None if decode is None else lambda params, k: decode(params),
+        preemption=preemption,
         progress=progress), state, start)
     return [state] if members is None else [
         stack.member_state(state, k, exp.state_shardings) for k in range(members)]
@@ -251,7 +256,7 @@ class StepRunner:
   runs: one Run, or a stack's members (tfm/train/stack.py): then the state, the batch and the
   metrics have a leading member axis, and get_state() and stats() are lists, a member each.
   state_shardings: a run's own (a member's slice of a stacked state is laid out so).
-  evaluate_dev, evaluate_bleu: a run's params -> a dict of figures (evaluate_bleu None when
+  evaluate_dev, evaluate_bleu: (run k's params, k) -> a dict of figures (evaluate_bleu None when
   eval.bleu_every is 0). preemption: stop() is True once a SIGTERM came. The first run's workdir
   takes the profiles.
   """
@@ -328,12 +333,12 @@ def run_steps(runner: StepRunner, state, step: int):
           run.writer.write(step, {s: stats[k][s] for s in DATA_STATS if s in stats[k]},
                            prefix="data")
           with r.progress.timed("evaluating dev loss", evaluation=True) as timed:
-            dev = r.evaluate_dev(r.member_params(state.params, k))
+            dev = r.evaluate_dev(r.member_params(state.params, k), k)
           run.writer.write(step, {**dev, "eval_s": timed["seconds"]}, prefix="dev")
       if due.decode:
         for k, run in enumerate(r.runs):
           with r.progress.timed("decoding dev BLEU", evaluation=True) as timed:
-            bleu = r.evaluate_bleu(r.member_params(state.params, k))
+            bleu = r.evaluate_bleu(r.member_params(state.params, k), k)
           run.writer.write(step, {**bleu, "eval_s": timed["seconds"]}, prefix="dev")
       if tc.curves and (due.evaluate or due.decode):
         for run in r.runs:

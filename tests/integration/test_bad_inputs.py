@@ -180,6 +180,15 @@ CASES = {
                                "--rows=A9"], 2, "--rows: unknown row(s) ['A9']"),
     "sweep_report_of_nothing": Case(["sweep", "--report", "--root=WORK"], 1, "no run results found",
                                     lambda work: work.mkdir()),
+    "sweep_stack_most_without_stack": Case(["sweep", QS, "--root=WORK", "--stack_most=2"], 2,
+                                           "--stack_most goes with --stack"),
+    "sweep_stack_on_slurm": Case(["sweep", QS, "--root=WORK", "--stack", "--slurm"], 2,
+                                 "--stack goes with a local sweep"),
+    "train_repeated_seeds": Case(["train", QS, "--workdir=WORK", "--seeds=1,1"], 2,
+                                 "--seeds=1,1: expected distinct non-negative integers"),
+    "train_unknown_form": Case(["train", QS, "--workdir=WORK", "--config.train.guard=where"], 1,
+                               "config key train.guard: expected one of ('auto', 'branch', "
+                               "'select'), got 'where'"),
     "params_zero_vocab": Case(["params", QS, "--vocab_size=0"], 1, "config key model.vocab_size"),
     "train_decoder_only_with_dev_bleu": Case(
         ["train", "--config.model.architecture=decoder_only",

@@ -144,3 +144,23 @@ def test_a_sigterm_saves_every_member_at_one_step_and_the_stack_resumes_bit_exac
                               stream=io.StringIO())
   for a, b in zip(resumed, straight):
     assert int(a.step) == step + 3 and _max_diff(a, b) == 0.0
+
+
+def test_members_of_other_dropout_and_smoothing_are_their_solo_runs(experiment, tmp_path):
+  """Base and two D-like rows in one stack (dropout 0.2, 0 and 0.2; label smoothing 0.1, 0.1 and
+  0): each member's train losses and dev perplexity are its solo run's, and its dev loss is
+  smoothed as its own."""
+  rows = [(0, "model.dropout_rate=0.2", "train.label_smoothing=0.1"),
+          (1, "model.dropout_rate=0.0", "train.label_smoothing=0.1"),
+          (2, "model.dropout_rate=0.2", "train.label_smoothing=0.0")]
+  configs = [_member(experiment, seed, *changes) for seed, *changes in rows]
+  out = io.StringIO()
+  loop.train_stack(configs, [str(tmp_path / f"run-s{seed}") for seed, *_ in rows], stream=out)
+  log = out.getvalue()
+  for config, (seed, *_) in zip(configs, rows):
+    _, solo_log = run_train(config, tmp_path / f"solo-s{seed}")
+    for prefix, name in (("train", "loss"), ("dev", "perplexity"), ("dev", "loss")):
+      got, want = _figures(log, prefix, name, f"run-s{seed}"), _figures(solo_log, prefix, name, None)
+      assert sorted(got) == sorted(want) and got, (seed, prefix, name)
+      np.testing.assert_allclose([got[k] for k in sorted(got)], [want[k] for k in sorted(want)],
+                                 rtol=1e-5)

@@ -63,6 +63,9 @@ def define_flags(fv: flags.FlagValues):
   flags.DEFINE_boolean("stack", False, "train each group's unfinished seeds as one stack (tfm "
                        "train --seeds: one step for all, each run in its own workdir)",
                        flag_values=fv)
+  flags.DEFINE_integer("stack_most", 0, "with --stack: at most this many runs a stack (a stack "
+                       "of K holds about K runs' memory); 0: a group's unfinished seeds, all",
+                       lower_bound=0, flag_values=fv)
   flags.DEFINE_integer("runs_per_gpu", 1, "with GPUs: up to this many runs on each GPU at once, "
                        "each with its part of the GPU's memory (small models; docs/table3.md)",
                        lower_bound=1, flag_values=fv)
@@ -224,6 +227,8 @@ def run(fv: flags.FlagValues, config: config_lib.Config | None):
   if fv.slurm and fv.publish:
     raise UsageError("--publish goes with a local sweep: a --slurm array's tasks run elsewhere; "
                      "publish their finished runs with a local sweep of the same flags later")
+  if fv.stack_most and not fv.stack:
+    raise UsageError("--stack_most goes with --stack (the most runs a stack trains at once)")
   if fv.slurm and fv.stack:
     raise UsageError("--stack goes with a local sweep: a --slurm array runs one run a task")
   if fv.slurm and shutil.which("sbatch") is None:
@@ -239,7 +244,7 @@ def run(fv: flags.FlagValues, config: config_lib.Config | None):
   configs = {r: r.load(vocab_dir) for r in runs}  # every config validated before anything runs
   eval_limit = lambda r: configs[r].eval.bleu_examples if fv.eval_limit is None else fv.eval_limit
   if fv.dry_run and not fv.slurm:
-    for group in execute.groups(runs, fv.stack):
+    for group in execute.groups(runs, fv.stack, fv.stack_most):
       workdirs = [os.path.join(root, r.name) for r in group]
       train = (stack_train_argv(group, root, vocab_dir) if fv.stack
                else group[0].train_argv(workdirs[0], vocab_dir))
@@ -272,7 +277,7 @@ def run(fv: flags.FlagValues, config: config_lib.Config | None):
     publish_run = _publisher(runs, configs, results, root, published, vocab_dirs)
     on_result = lambda result: (to_tensorboard(result), publish_run(result))
   try:
-    run_all(runs, shares=shares, on_result=on_result, stack=fv.stack)
+    run_all(runs, shares=shares, on_result=on_result, stack=fv.stack, stack_most=fv.stack_most)
   finally:
     gathered = execute.collect(root)
     if gathered:

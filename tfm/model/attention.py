@@ -28,6 +28,7 @@ import jax.numpy as jnp
 from tfm.model import partitioning as P
 from tfm.model.config import cudnn_head_width
 from tfm.model.dense import Dense
+from tfm.model.dropout import ATTENTION, Dropout
 from tfm.model.platform import target_platform
 from tfm.model.positions import apply_rope
 
@@ -186,7 +187,7 @@ class Attention(nn.Module):
     if kernel == "einsum" or sow:
       drop = None
       if train and self.dropout_rate > 0:
-        drop = lambda w: nn.Dropout(self.dropout_rate)(w, deterministic=False)
+        drop = lambda w: Dropout(self.dropout_rate, ATTENTION)(w, deterministic=False)
       y, weights = einsum_attention(q, k, v, mask, bias, drop, return_weights=True)
       if sow:
         self.sow("intermediates", WEIGHTS, weights)

@@ -11,6 +11,7 @@ import jax
 
 from tfm.model import partitioning as P
 from tfm.model.dense import Dense
+from tfm.model.dropout import FFN, Dropout
 
 
 def _dense(features, names, dtype, use_bias, name):
@@ -39,5 +40,5 @@ class FeedForward(nn.Module):
       activation = nn.relu if self.activation == "relu" else nn.gelu
       hidden = activation(dense(self.d_ff, ("embed", "mlp"), "wi")(x))
     hidden = P.constrain(hidden, P.BLF)
-    hidden = nn.Dropout(self.dropout_rate)(hidden, deterministic=not train)
+    hidden = Dropout(self.dropout_rate, FFN)(hidden, deterministic=not train)
     return P.constrain(dense(x.shape[-1], ("mlp", "embed"), "wo")(hidden), P.BLD)

@@ -11,6 +11,7 @@ import flax.linen as nn
 from tfm.model import partitioning as P
 from tfm.model.attention import Attention
 from tfm.model.config import ModelConfig
+from tfm.model.dropout import Dropout
 from tfm.model.ffn import FeedForward
 from tfm.model.layer_norm import LayerNorm
 
@@ -20,7 +21,7 @@ def residual(x, sublayer, norm, *, dropout_rate: float, pre_norm: bool, train: b
 
   x [b, l, d_model]; sublayer: a callable [b, l, d_model] -> [b, l, d_model]; norm: a LayerNorm.
   """
-  dropout = lambda y: nn.Dropout(dropout_rate)(y, deterministic=not train)
+  dropout = lambda y: Dropout(dropout_rate)(y, deterministic=not train)
   if pre_norm:
     return x + dropout(sublayer(norm(x)))
   return norm(x + dropout(sublayer(x)))

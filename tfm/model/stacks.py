@@ -16,6 +16,7 @@ from tfm.model import masks
 from tfm.model import partitioning as P
 from tfm.model.config import ModelConfig
 from tfm.model.dense import vocab_projection
+from tfm.model.dropout import Dropout
 from tfm.model.embedding import Embed
 from tfm.model.layer_stack import SCANNED, apply_stack, unrolled_name
 from tfm.model.layers import DecoderLayer, EncoderLayer, norm
@@ -41,7 +42,7 @@ class _Inputs(nn.Module):
       x = x + sinusoids(positions, cfg.d_model).astype(x.dtype)
     elif cfg.positions == "learned":
       x = x + LearnedPositions(cfg.max_length, cfg.d_model, name="positions")(positions).astype(x.dtype)
-    x = nn.Dropout(cfg.dropout_rate)(x, deterministic=not train)
+    x = Dropout(cfg.dropout_rate)(x, deterministic=not train)
     bias = None
     if cfg.positions == "alibi":
       bias = alibi_bias(positions, k_positions, cfg.num_heads)

@@ -111,6 +111,28 @@ def _token_losses_bwd(label_smoothing, residuals, cotangents):
 _token_losses.defvjp(_token_losses_fwd, _token_losses_bwd)
 
 
+# The same with label smoothing an array (a stack's member's, traced: tfm/train/stack.py): a primal
+# input whose cotangent is zero. Python floats keep the form above, whose constants are computed in
+# double precision once: the published runs' numbers.
+@jax.custom_vjp
+def _token_losses_traced(logits, targets, label_smoothing):
+  return _token_losses_fwd(logits, targets, label_smoothing)[0]
+
+
+def _traced_fwd(logits, targets, label_smoothing):
+  out, residuals = _token_losses_fwd(logits, targets, label_smoothing)
+  return out, (residuals, label_smoothing)
+
+
+def _traced_bwd(saved, cotangents):
+  residuals, label_smoothing = saved
+  d_logits, _ = _token_losses_bwd(label_smoothing, residuals, cotangents)
+  return d_logits, None, jnp.zeros_like(label_smoothing)
+
+
+_token_losses_traced.defvjp(_traced_fwd, _traced_bwd)
+
+
 def token_losses(logits: jax.Array, targets: jax.Array, label_smoothing: float
                  ) -> tuple[jax.Array, jax.Array, jax.Array]:
   """Per-token (smoothed [b, t], nll [b, t], correct [b, t]) from logits [b, t, V], targets [b, t].
@@ -122,6 +144,9 @@ def token_losses(logits: jax.Array, targets: jax.Array, label_smoothing: float
   + g_n) - g_s low is one elementwise pass (no scatter of the target's gradient, no second softmax).
   """
   logits = logits.astype(jnp.float32)
+  if isinstance(label_smoothing, jax.Array):  # a stack member's: traced
+    return _token_losses_traced(logits, targets.astype(jnp.int32),
+                                label_smoothing.astype(jnp.float32))
   return _token_losses(logits, targets.astype(jnp.int32), float(label_smoothing))
 
 

@@ -8,19 +8,27 @@ it (tfm/train/step.py: make_train_step's `members`), so each member's update is 
 non-finite guard included: a member whose update is not finite skips its own).
 
 Members are runs whose configs differ only in STACK_KEYS: train.seed (parameter init, dropout
-masks) and data.shuffle_seed (data order), as a sweep's seeds of one row. Each member starts from
+masks) and data.shuffle_seed (data order), as a sweep's seeds of one row, and the scalars that
+change no shape or program: the dropout rates and the label smoothing (Table 3's base and D1-D4).
+A scalar the members share stays the Python float the solo step compiles; one they differ in is
+each member's array (MemberScalars): the dropout's keep probability (tfm/model/dropout.py) and the
+loss's smoothing, traced, and the model is built for the stack from the largest rate of each
+dropout (structure_config), so that a member with rate 0 keeps every value. Each member starts from
 the state its solo run starts from, reads the batches its solo run reads, and is saved into a
 workdir of its own as a solo run's checkpoint (member_state): `tfm eval`, `translate`, `plot` and
 a solo resume read a member's workdir as any run's.
 
   states = [Experiment(c).init_state() for c in members]   # each member's solo start
+  exp = Experiment(structure_config(members))                # the stack's model and step
   state = stack_states(states, exp.state_shardings)          # [K, ...]
-  state, metrics = exp.stacked_train_step(K)(state, stack_batches(batches))  # metrics [K]
+  step = exp.stacked_train_step(K, MemberScalars.of(members))
+  state, metrics = step(state, stack_batches(batches))       # metrics [K]
   solo = member_state(state, k, exp.state_shardings)         # member k, as its run holds it
 """
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 from typing import Any, Sequence
 
@@ -29,10 +37,47 @@ import jax.numpy as jnp
 import numpy as np
 
 from tfm import config as config_lib
+from tfm.model import dropout
 from tfm.train.step import member_sharding
 
-# The keys members may differ in: what a sweep's seed sets.
-STACK_KEYS = ("train.seed", "data.shuffle_seed")
+# The keys members may differ in: what a sweep's seed sets, and scalars the step takes as arrays.
+SEED_KEYS = ("train.seed", "data.shuffle_seed")
+SCALAR_KEYS = tuple(f"model.{kind}" for kind in dropout.KINDS) + ("train.label_smoothing",)
+STACK_KEYS = SEED_KEYS + SCALAR_KEYS
+
+
+@dataclasses.dataclass(frozen=True)
+class MemberScalars:
+  """The scalars in which members differ, a tuple a scalar with a value a member: keep: (kind,
+  keep probabilities) for each dropout kind, label_smoothing: None where they share it."""
+  keep: tuple[tuple[str, tuple[float, ...]], ...] = ()
+  label_smoothing: tuple[float, ...] | None = None
+
+  @classmethod
+  def of(cls, configs: Sequence[config_lib.Config]) -> "MemberScalars":
+    keep = []
+    for kind in dropout.KINDS:
+      rates = [getattr(c.model, kind) for c in configs]
+      if len(set(rates)) > 1:  # 1 - rate in double precision, as the solo step's constant
+        keep.append((kind, tuple(float(np.float32(1.0 - r)) for r in rates)))
+    smoothing = [c.train.label_smoothing for c in configs]
+    return cls(tuple(keep), tuple(smoothing) if len(set(smoothing)) > 1 else None)
+
+  def arrays(self) -> tuple[dict[str, jax.Array], jax.Array | None]:
+    """({kind: keep [K]}, label smoothing [K] or None), float32: what the vmapped step takes."""
+    keep = {kind: jnp.asarray(values, jnp.float32) for kind, values in self.keep}
+    smoothing = (None if self.label_smoothing is None
+                 else jnp.asarray(self.label_smoothing, jnp.float32))
+    return keep, smoothing
+
+
+def structure_config(configs: Sequence[config_lib.Config]) -> config_lib.Config:
+  """The config the stack's model and step are built from: the first member's with each dropout
+  rate the largest of the members' (which dropouts exist and which attention kernel runs depend on
+  the rates: tfm/model/attention.py)."""
+  first = configs[0]
+  rates = {kind: max(getattr(c.model, kind) for c in configs) for kind in dropout.KINDS}
+  return first.replace(model=dataclasses.replace(first.model, **rates))
 
 
 def _flat(config: config_lib.Config) -> dict[str, Any]:

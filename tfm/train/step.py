@@ -34,6 +34,7 @@ import jax.numpy as jnp
 import optax
 from jax.sharding import Mesh, NamedSharding, PartitionSpec
 
+from tfm.model import dropout
 from tfm.train.accumulate import accumulate_gradients
 from tfm.train.loss import loss_sums, per_token, target_weights
 from tfm.train.schedules import Schedule
@@ -221,7 +222,7 @@ def make_train_step(model: nn.Module, tx: optax.GradientTransformation, schedule
                     label_smoothing: float, microbatches: int, mesh: Mesh, rules: Rules,
                     state_shardings: TrainState, compiler_options: dict | None = None,
                     guard: str, prng: str, keep_gradients: bool | None = None,
-                    members: int | None = None) -> OnMesh:
+                    members: int | None = None, member_scalars=None) -> OnMesh:
   """Compiled `step(state, batch) -> (state, metrics)`; the state argument is donated.
 
   label_smoothing, microbatches: train.label_smoothing and train.microbatches. state_shardings: from
@@ -235,11 +236,13 @@ def make_train_step(model: nn.Module, tx: optax.GradientTransformation, schedule
   members: a stack of this many runs (tfm/train/stack.py): every leaf of the state and the batch
   has a leading member axis, unsharded, and the step is train_step vmapped over it, so each
   member's update is its own run's (its non-finite guard included); metrics come back [members].
+  member_scalars: the stack's stack.MemberScalars, the dropout keep probabilities and label
+  smoothing in which its members differ, each member's traced.
   """
   platform = mesh.devices.flat[0].platform
   if members is not None:
     return _stacked_step(model, tx, schedule, label_smoothing, microbatches, mesh, rules,
-                         state_shardings, compiler_options, guard, prng)
+                         state_shardings, compiler_options, guard, prng, member_scalars)
   if keep_gradients is None:
     keep_gradients = platform == "cpu"
   settings = dict(model=model, tx=tx, schedule=schedule, label_smoothing=label_smoothing,
@@ -279,14 +282,21 @@ def member_sharding(sharding: NamedSharding) -> NamedSharding:
 
 
 def _stacked_step(model, tx, schedule, label_smoothing, microbatches, mesh, rules, state_shardings,
-                  compiler_options, guard, prng) -> OnMesh:
-  """make_train_step's stacked form: train_step vmapped over the leading member axis."""
-  settings = dict(model=model, tx=tx, schedule=schedule, label_smoothing=label_smoothing,
-                  microbatches=microbatches, grad_shardings=None, guard=guard, prng=prng)
+                  compiler_options, guard, prng, member_scalars) -> OnMesh:
+  """make_train_step's stacked form: train_step vmapped over the leading member axis, with each
+  member's dropout keep probabilities and label smoothing where they differ."""
+  settings = dict(model=model, tx=tx, schedule=schedule, microbatches=microbatches,
+                  grad_shardings=None, guard=guard, prng=prng)
+  keep, smoothing = ({}, None) if member_scalars is None else member_scalars.arrays()
+
+  def member(state, batch, keep, smoothing):
+    with dropout.member_keep(keep):
+      return train_step(state, batch, **settings,
+                        label_smoothing=label_smoothing if smoothing is None else smoothing)
 
   def step(state, batch):
     check_batch_size(batch["targets"].shape[1], mesh, rules, microbatches)
-    return jax.vmap(lambda s, b: train_step(s, b, **settings))(state, batch)
+    return jax.vmap(member)(state, batch, keep, smoothing)
 
   stacked = jax.tree.map(member_sharding, state_shardings)
   jitted = jax.jit(step, in_shardings=(stacked, member_sharding(batch_sharding(mesh, rules))),
