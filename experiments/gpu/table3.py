@@ -38,7 +38,6 @@ under another config), and an OUT imported twice adds its GPU time once.
 
 from __future__ import annotations
 
-import hashlib
 import json
 import os
 import re
@@ -55,6 +54,8 @@ from absl import app, flags
 ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))
 from experiments.gpu import kernels  # noqa: E402  pylint: disable=wrong-import-position
+from experiments.gpu.mps import start_mps, stop_mps  # noqa: E402  pylint: disable=wrong-import-position
+from experiments.gpu.published import finished_runs, import_runs  # noqa: E402  pylint: disable=wrong-import-position
 from experiments.gpu.node import carried_site, device_name  # noqa: E402  pylint: disable=wrong-import-position
 
 START = time.monotonic()  # the time box counts from the process's start
@@ -101,7 +102,6 @@ QUICK = ["train.steps=12", "train.warmup_steps=4", "train.log_every=6", "train.e
          "eval.batch_size=4", "eval.beam_size=2", "eval.max_extra_length=4", "data.num_workers=0"]
 QUICK_EVAL_LIMIT = 4
 FAILED_FIRST = 3  # this many failed runs before any finished: a broken setup, the sweep stops
-MPS_DIR = Path("/tmp/tfm-mps")
 
 
 def log(message: str) -> None:
@@ -147,49 +147,6 @@ def bundle_data(bundle: Path) -> list[str]:
     overrides += [f"data.{k}={v}" for k, v in wrong.items()]
     overrides += [f"model.vocab_size={wrong['vocab_size']}"] if "vocab_size" in wrong else []
   return overrides
-
-
-def start_mps(env: dict[str, str]) -> str:
-  """Starts the MPS control daemon and checks that JAX starts under it; what happened, in words.
-  Without it (or if JAX fails under it), the runs' kernels take turns on the GPU instead."""
-  control = shutil.which("nvidia-cuda-mps-control")
-  if control is None:
-    return "off: no nvidia-cuda-mps-control on this node"
-  MPS_DIR.mkdir(parents=True, exist_ok=True)
-  os.environ.update(CUDA_MPS_PIPE_DIRECTORY=str(MPS_DIR / "pipe"),
-                    CUDA_MPS_LOG_DIRECTORY=str(MPS_DIR / "log"))
-  env.update(CUDA_MPS_PIPE_DIRECTORY=str(MPS_DIR / "pipe"),
-             CUDA_MPS_LOG_DIRECTORY=str(MPS_DIR / "log"))
-  for d in ("pipe", "log"):
-    (MPS_DIR / d).mkdir(exist_ok=True)
-  started = subprocess.run([control, "-d"], env=env, capture_output=True, text=True, check=False)
-  if started.returncode != 0:
-    return f"off: nvidia-cuda-mps-control -d exited {started.returncode}: {started.stderr.strip()}"
-  probe = "import jax, jax.numpy as jnp; print(jax.devices(), float(jnp.ones(3).sum()))"
-  try:
-    ran = subprocess.run([sys.executable, "-c", probe], env=env, capture_output=True, text=True,
-                         timeout=90, check=False)
-    ok = ran.returncode == 0
-    detail = (ran.stdout.strip() or ran.stderr.strip().splitlines()[-1:] or ["?"])
-  except subprocess.TimeoutExpired:
-    ok, detail = False, "no answer in 90 s"
-  if ok:
-    return f"on: {detail}"
-  stop_mps(env)
-  for key in ("CUDA_MPS_PIPE_DIRECTORY", "CUDA_MPS_LOG_DIRECTORY"):
-    env.pop(key, None)
-    os.environ.pop(key, None)
-  return f"off: JAX did not start under MPS ({detail})"
-
-
-def stop_mps(env: dict[str, str]) -> None:
-  control = shutil.which("nvidia-cuda-mps-control")
-  if control and "CUDA_MPS_PIPE_DIRECTORY" in env:
-    try:
-      subprocess.run([control], input="quit\n", env=env, text=True, capture_output=True,
-                     timeout=10, check=False)
-    except subprocess.TimeoutExpired:
-      log("MPS: the control daemon did not answer 'quit' in 10 s")
 
 
 def versions(env: dict[str, str]) -> str:
@@ -287,15 +244,6 @@ def end_pilot(pilot: subprocess.Popen | None) -> str:
   return f"ended (exit {pilot.returncode})"
 
 
-def finished_runs(publish: Path) -> list[dict]:
-  out = []
-  for path in sorted(publish.glob("*/sweep_result.json")):
-    result = json.loads(path.read_text())
-    if result.get("status") == "ok":
-      out.append(result)
-  return out
-
-
 def write_tar(files: list[tuple[Path, str]], target: Path) -> None:
   """(path, name in the archive) pairs into target, a tar.gz written whole or not at all."""
   with tarfile.open(target.with_suffix(".tmp"), "w:gz") as tar:
@@ -384,63 +332,6 @@ def on_node(out: Path) -> int:
   log(f"{summary['published_after']} runs published ({summary['published_before']} before), "
       f"sweep: {ended}, {summary['seconds']:.0f} s")
   return 0 if ended == 0 else 1
-
-
-def published_fingerprint(folder: Path) -> str | None:
-  """The fingerprint of the finished run in `folder`, None where there is none."""
-  path = folder / "sweep_result.json"
-  if not path.exists():
-    return None
-  result = json.loads(path.read_text())
-  return result.get("fingerprint") if result.get("status") == "ok" else None
-
-
-def import_runs(source: Path, publish: Path) -> None:
-  """A node's OUT into `publish`: its runs and vocabulary, its summary, then the report."""
-  archive, summary = source / "runs.tar.gz", source / "summary.json"
-  for path in (archive, summary):
-    if not path.exists():
-      raise app.UsageError(f"--import_from {source}: no {path.name} (the node's OUT is expected)")
-  with tarfile.open(archive) as tar:
-    members = tar.getmembers()
-    bad = [m.name for m in members
-           if not m.isfile() or not re.fullmatch(r"[A-Za-z0-9_.=,+-]+/[A-Za-z0-9_.=,+-]+", m.name)]
-    if bad:
-      raise app.UsageError(f"--import_from {archive}: unexpected members {bad[:3]}")
-    staging = publish.with_name(publish.name + f".import-{os.getpid()}")
-    shutil.rmtree(staging, ignore_errors=True)
-    tar.extractall(staging, filter="data")
-  publish.mkdir(parents=True, exist_ok=True)
-  taken = 0
-  for folder in sorted(staging.iterdir()):
-    target = publish / folder.name
-    if folder.name != "vocab":
-      kept = published_fingerprint(target)
-      if kept == published_fingerprint(folder):
-        continue  # the same run, published before (a later call took it, never retrained it)
-      if kept is not None:
-        log(f"{folder.name}: the imported run (fingerprint {published_fingerprint(folder)[:12]}) "
-            f"replaces the one published under {kept[:12]}")
-      shutil.rmtree(target, ignore_errors=True)  # another fingerprint, or failed or stopped
-    target.mkdir(exist_ok=True)
-    for path in folder.iterdir():
-      os.replace(path, target / path.name)
-    taken += folder.name != "vocab"
-  shutil.rmtree(staging)
-  record = summary.read_text()
-  call = hashlib.sha256(record.encode("utf-8")).hexdigest()
-  calls_path = publish / "gpu_calls.jsonl"
-  known = {json.loads(line).get("summary_sha256") for line in
-           (calls_path.read_text().splitlines() if calls_path.exists() else []) if line.strip()}
-  if call in known:
-    log(f"{summary}: this call is in {calls_path.name} already; its GPU time is not counted again")
-  else:
-    with open(calls_path, "a", encoding="utf-8") as f:
-      f.write(json.dumps({**json.loads(record), "summary_sha256": call}) + "\n")
-  log(f"{taken} runs imported into {publish}")
-  if finished_runs(publish):  # a call that finished no run leaves its GPU time and no report
-    subprocess.run([sys.executable, "-m", "tfm.cli", "sweep", "--report", f"--root={publish}"],
-                   cwd=ROOT, check=True, stdout=subprocess.DEVNULL)
 
 
 def main(argv):
