@@ -60,3 +60,13 @@ def test_one_row_of_a_table_is_a_run_named_after_the_row(tmp_path, capsys):
     out = capsys.readouterr().out
     assert f"--config=configs/table3.py:{row} " in out
     assert f"tfm eval --workdir={tmp_path}/{row}-s0 --split=dev --limit=0" in out
+
+
+def test_stacks_are_groups_of_seeds_at_most_a_cap():
+  runs = [Run("configs/table3_mini.py", row, (), seed) for row in ("base", "A1") for seed in range(3)]
+  assert [[r.name for r in g] for g in execute.groups(runs, stack=False)] == [[r.name] for r in runs]
+  assert [[r.name for r in g] for g in execute.groups(runs, stack=True)] == [
+      ["base-s0", "base-s1", "base-s2"], ["A1-s0", "A1-s1", "A1-s2"]]
+  assert [[r.name for r in g] for g in execute.groups(runs, stack=True, most=2)] == [
+      ["base-s0", "base-s1"], ["base-s2"], ["A1-s0", "A1-s1"], ["A1-s2"]]
+  assert execute.groups([], stack=True) == []  # every run finished before: nothing to stack

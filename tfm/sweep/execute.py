@@ -260,7 +260,7 @@ def groups(runs: Sequence[Run], stack: bool, most: int = 0) -> list[list[Run]]:
   by_group: dict[str, list[Run]] = {}
   for r in runs:
     by_group.setdefault(r.group, []).append(r)
-  size = most or max(len(g) for g in by_group.values())
+  size = most or max((len(g) for g in by_group.values()), default=1)
   return [g[i:i + size] for g in by_group.values() for i in range(0, len(g), size)]
 
 
