@@ -113,3 +113,14 @@ def node_bundle(node_python, tmp_path_factory):
       cwd=node.ROOT, capture_output=True, text=True, check=False, timeout=300)
   assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
   return root / "bundle"
+
+
+def command_lines():
+  """(pid, argv as bytes) of every process on this machine whose command line can be read: the
+  tests find the children they signal (a sweep's eval, launch.sh's workers) by their arguments."""
+  for pid in filter(str.isdigit, os.listdir("/proc")):
+    try:
+      with open(f"/proc/{pid}/cmdline", "rb") as f:
+        yield int(pid), f.read().split(b"\0")
+    except OSError:
+      continue

@@ -12,7 +12,7 @@ import sys
 import pytest
 
 from experiments import soak
-from tests.integration.conftest import tiny_flags
+from tests.integration.conftest import command_lines, tiny_flags
 
 pytestmark = pytest.mark.long  # outside the README's fast command; CI runs it after
 
@@ -31,16 +31,8 @@ def _attempt(corpus, workdir, log, choices, *extra):
 
 def _workers_of(workdir) -> list[int]:
   """The pids of the `tfm train` processes training into `workdir`."""
-  pids = []
-  for pid in filter(str.isdigit, os.listdir("/proc")):
-    try:
-      with open(f"/proc/{pid}/cmdline", "rb") as f:
-        words = f.read().split(b"\0")
-    except OSError:
-      continue
-    if b"train" in words and f"--workdir={workdir}".encode() in words:
-      pids.append(int(pid))
-  return pids
+  return [pid for pid, words in command_lines()
+          if b"train" in words and f"--workdir={workdir}".encode() in words]
 
 
 @pytest.mark.slow

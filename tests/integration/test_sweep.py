@@ -5,7 +5,7 @@ import os
 
 import pytest
 
-from tests.integration.conftest import sweep_overrides
+from tests.integration.conftest import command_lines, sweep_overrides
 from tfm import cli
 from tfm.config import load_config
 from tfm.model.params import count_params
@@ -94,14 +94,9 @@ def _term_eval_children(root, stop):
   import signal  # pylint: disable=import-outside-toplevel
   import time  # pylint: disable=import-outside-toplevel
   while not stop.is_set():
-    for pid in filter(str.isdigit, os.listdir("/proc")):
-      try:
-        with open(f"/proc/{pid}/cmdline", "rb") as f:
-          words = f.read().split(b"\0")
-      except OSError:
-        continue
+    for pid, words in command_lines():
       if b"eval" in words and any(w.startswith(f"--workdir={root}".encode()) for w in words):
-        os.kill(int(pid), signal.SIGTERM)
+        os.kill(pid, signal.SIGTERM)
         return
     time.sleep(0.05)
 

@@ -1,6 +1,8 @@
 """Stacked runs (tfm/train/stack.py): K runs of one model differing in their seeds, one vmapped step,
 each member's numbers its solo run's."""
 
+from typing import Any
+
 import jax
 import numpy as np
 import pytest
@@ -37,6 +39,32 @@ def _max_diff(a, b, key_biases: bool = True) -> float:
   return max(jax.tree.leaves(diffs))
 
 
+def _solo_runs(setups) -> tuple[list, list]:
+  """Each setup's STEPS steps alone on its own batches: ([(loss, grad_norm)] a step, final state)
+  a member."""
+  losses, states = [], []
+  for k, setup in enumerate(setups):
+    state, figures = setup.fresh_state(), []
+    for batch in _batches(setup, k):
+      state, metrics = setup.step(state, to_device(batch, batch_sharding(setup.mesh, setup.rules)))
+      figures.append((float(metrics["loss"]), float(metrics["grad_norm"])))
+    losses.append(figures)
+    states.append(jax.device_get(state))
+  return losses, states
+
+
+def _stacked_run(step, state, setups) -> tuple[list, Any]:
+  """STEPS stacked steps on every member's own batches: ([(loss, grad_norm)] a step a member, the
+  stacked state)."""
+  losses = [[] for _ in setups]
+  sharding = member_sharding(batch_sharding(setups[0].mesh, setups[0].rules))
+  for batches in zip(*(_batches(s, k) for k, s in enumerate(setups))):
+    state, metrics = step(state, to_device(stack.stack_batches(batches), sharding))
+    for k, figures in enumerate(losses):
+      figures.append((float(metrics["loss"][k]), float(metrics["grad_norm"][k])))
+  return losses, state
+
+
 @pytest.mark.parametrize("guard", ["branch", "select"])
 def test_each_member_trains_as_its_solo_run(guard):
   """Two seeds, each with batches of its own and dropout on: 3 stacked steps give each member the
@@ -44,26 +72,12 @@ def test_each_member_trains_as_its_solo_run(guard):
   difference is asserted below 1e-6; the test prints it), and the stacked state is laid out with
   an unsharded member axis."""
   setups = _setups((0, 1), guard=guard)
-  solo_losses, solo_states = [], []
-  for k, setup in enumerate(setups):
-    state, losses = setup.fresh_state(), []
-    for batch in _batches(setup, k):
-      state, metrics = setup.step(state, to_device(batch, batch_sharding(setup.mesh, setup.rules)))
-      losses.append((float(metrics["loss"]), float(metrics["grad_norm"])))
-    solo_losses.append(losses)
-    solo_states.append(jax.device_get(state))
-
+  solo_losses, solo_states = _solo_runs(setups)
   exp = setups[0].experiment
   state = stack.stack_states([s.fresh_state() for s in setups], exp.state_shardings)
   assert jax.tree.leaves(state)[0].sharding == member_sharding(jax.tree.leaves(
       exp.state_shardings)[0])
-  step = exp.stacked_train_step(2)
-  stacked_losses = [[], []]
-  sharding = member_sharding(batch_sharding(setups[0].mesh, setups[0].rules))
-  for batches in zip(*(_batches(s, k) for k, s in enumerate(setups))):
-    state, metrics = step(state, to_device(stack.stack_batches(batches), sharding))
-    for k in range(2):
-      stacked_losses[k].append((float(metrics["loss"][k]), float(metrics["grad_norm"][k])))
+  stacked_losses, state = _stacked_run(exp.stacked_train_step(2), state, setups)
   diffs = []
   for k in range(2):
     member = jax.device_get(stack.member_state(state, k, exp.state_shardings))
@@ -131,25 +145,13 @@ def test_members_with_their_own_dropout_and_smoothing_train_as_their_solo_runs()
                           helpers.train_cfg(label_smoothing=smoothing), helpers.mesh_cfg(),
                           jax.devices()[:1], seed=k) for k, (rate, smoothing) in enumerate(rows)]
   configs = [s.experiment.config for s in setups]
-  solo_losses, solo_states = [], []
-  for k, setup in enumerate(setups):
-    state, losses = setup.fresh_state(), []
-    for batch in _batches(setup, k):
-      state, metrics = setup.step(state, to_device(batch, batch_sharding(setup.mesh, setup.rules)))
-      losses.append((float(metrics["loss"]), float(metrics["grad_norm"])))
-    solo_losses.append(losses)
-    solo_states.append(jax.device_get(state))
+  solo_losses, solo_states = _solo_runs(setups)
   structure = stack.structure_config(configs)
   exp = helpers.Setup(Transformer(structure.model), structure.train, helpers.mesh_cfg(),
                       jax.devices()[:1]).experiment
-  step = exp.stacked_train_step(3, stack.MemberScalars.of(configs))
   state = stack.stack_states([s.fresh_state() for s in setups], exp.state_shardings)
-  sharding = member_sharding(batch_sharding(setups[0].mesh, setups[0].rules))
-  stacked_losses = [[], [], []]
-  for batches in zip(*(_batches(s, k) for k, s in enumerate(setups))):
-    state, metrics = step(state, to_device(stack.stack_batches(batches), sharding))
-    for k in range(3):
-      stacked_losses[k].append((float(metrics["loss"][k]), float(metrics["grad_norm"][k])))
+  stacked_losses, state = _stacked_run(exp.stacked_train_step(3, stack.MemberScalars.of(configs)),
+                                       state, setups)
   differences = []
   for k in range(3):
     np.testing.assert_allclose(stacked_losses[k], solo_losses[k], rtol=2e-6, atol=0)
