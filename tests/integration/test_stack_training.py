@@ -87,10 +87,11 @@ def test_members_at_different_steps_are_refused_in_one_line(experiment, tmp_path
   assert not (tmp_path / "run-s1").exists()  # nothing left behind
 
 
-def test_configs_that_differ_in_more_than_seeds_are_refused(experiment, tmp_path):
-  with pytest.raises(ValueError, match=r"differs from member 0 in model\.dropout_rate"):
-    loop.train_stack([_member(experiment, 0), _member(experiment, 1, "model.dropout_rate=0.3")],
+def test_configs_that_differ_in_more_than_seeds_and_scalars_are_refused(experiment, tmp_path):
+  with pytest.raises(ValueError, match=r"differs from member 0 in model\.d_ff"):
+    loop.train_stack([_member(experiment, 0), _member(experiment, 1, "model.d_ff=96")],
                      [str(tmp_path / "a"), str(tmp_path / "b")], stream=io.StringIO())
+  assert not (tmp_path / "a").exists() and not (tmp_path / "b").exists()
 
 
 
