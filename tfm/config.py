@@ -81,6 +81,18 @@ class Config:
     return out
 
 
+def flatten(values: Mapping[str, Any]) -> dict[str, Any]:
+  """A config dict (Config.to_dict(), a config.json) as {'section.key': value}; the extras (rows,
+  row, paper) stay whole under their own names."""
+  out = {}
+  for section, value in values.items():
+    if isinstance(value, dict) and section in SECTIONS:
+      out.update({f"{section}.{k}": v for k, v in value.items()})
+    else:
+      out[section] = value
+  return out
+
+
 def default_config() -> ml_collections.ConfigDict:
   """Every section with every key at its default: the starting point of every config file."""
   c = ml_collections.ConfigDict()

@@ -5,11 +5,11 @@ solo run's numbers."""
 import io
 import re
 
-import jax
 import numpy as np
 import pytest
 
 from tests.integration.conftest import run_train
+from tests.train import helpers
 from tfm import loop
 from tfm.train import checkpoint as ckpt_lib
 
@@ -29,17 +29,6 @@ def _figures(log: str, prefix: str, name: str, tag: str | None) -> dict[int, flo
       head + r"(\d+)\S* .*?\| " + re.escape(name) + r" ([-\d.e+]+)", log)}
 
 
-def _max_diff(a, b, key_biases: bool = True) -> float:
-  """Largest |a - b| over the leaves; key_biases=False leaves out the attention key biases:
-  softmax is invariant to q.b_k, their true gradient is 0, and Adam (eps 1e-9) turns the rounding
-  noise of their gradient into steps of the learning rate's size (tests/train/multidevice.py)."""
-  diffs = jax.tree_util.tree_map_with_path(
-      lambda path, x, y: 0.0 if not key_biases and jax.tree_util.keystr(path).endswith(
-          "['key']['bias']") else float(np.max(np.abs(np.asarray(x) - np.asarray(y)))),
-      jax.device_get(a), jax.device_get(b))
-  return max(jax.tree.leaves(diffs))
-
-
 @pytest.mark.slow
 def test_each_member_is_its_solo_run_and_the_stack_resumes_bit_exact(experiment, tmp_path):
   solo = {s: run_train(_member(experiment, s), tmp_path / f"solo-s{s}") for s in SEEDS}
@@ -57,13 +46,13 @@ def test_each_member_is_its_solo_run_and_the_stack_resumes_bit_exact(experiment,
       assert sorted(got) == sorted(want) and got, (prefix, name, got, want)
       np.testing.assert_allclose([got[k] for k in sorted(got)], [want[k] for k in sorted(want)],
                                  rtol=1e-5)
-    differences.append(_max_diff(state.params, solo_state.params, key_biases=False))
+    differences.append(helpers.max_diff(state.params, solo_state.params, key_biases=False))
     assert ckpt_lib.available_steps(workdir) == [3, 6]
     assert ckpt_lib.read_config(workdir)["train"]["seed"] == s
     assert (workdir / "tensorboard").is_dir() and list((workdir / "logs").iterdir())
   print(f"largest parameter difference, member against its solo run: {max(differences):.3g}")
   assert max(differences) < 1e-4  # float rounding of a vmapped step, at learning rate 4
-  assert _max_diff(states[0].params, states[1].params) > 1e-3  # two seeds, two runs
+  assert helpers.max_diff(states[0].params, states[1].params) > 1e-3  # two seeds, two runs
 
   # Stopped at step 3 (train.steps=3: a shorter run, which a resume may lengthen), then resumed
   # to 6: every member's checkpoint is the uninterrupted stack's, to the bit.
@@ -75,7 +64,7 @@ def test_each_member_is_its_solo_run_and_the_stack_resumes_bit_exact(experiment,
                            stream=out)
   assert out.getvalue().count("resumed from step 3 in") == 2
   for state, other in zip(states, again):
-    assert _max_diff(state, other) == 0.0
+    assert helpers.max_diff(state, other) == 0.0
 
 
 def test_members_at_different_steps_are_refused_in_one_line(experiment, tmp_path):
@@ -144,7 +133,7 @@ def test_a_sigterm_saves_every_member_at_one_step_and_the_stack_resumes_bit_exac
                               [str(tmp_path / f"straight-s{s}") for s in SEEDS],
                               stream=io.StringIO())
   for a, b in zip(resumed, straight):
-    assert int(a.step) == step + 3 and _max_diff(a, b) == 0.0
+    assert int(a.step) == step + 3 and helpers.max_diff(a, b) == 0.0
 
 
 def test_members_of_other_dropout_and_smoothing_are_their_solo_runs(experiment, tmp_path):

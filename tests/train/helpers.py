@@ -69,3 +69,14 @@ class Setup:
   def fresh_state(self):
     """The initial state again, on device (a train step donates the state it is given)."""
     return jax.device_put(self.initial, self.shardings)
+
+
+def max_diff(a, b, key_biases: bool = True) -> float:
+  """Largest |a - b| over the leaves of two trees (host or device arrays). key_biases=False leaves
+  out the attention key biases: softmax is invariant to q.b_k, so their true gradient is 0 and
+  Adam (eps 1e-9) turns the rounding noise of their gradient into O(lr) steps."""
+  diffs = jax.tree_util.tree_map_with_path(
+      lambda path, x, y: 0.0 if not key_biases and jax.tree_util.keystr(path).endswith(
+          "['key']['bias']") else float(np.max(np.abs(np.asarray(x) - np.asarray(y)))),
+      jax.device_get(a), jax.device_get(b))
+  return max(jax.tree.leaves(diffs))

@@ -79,12 +79,8 @@ def leaf(tree, path):
 
 
 def max_diff(a, b) -> float:
-  """Largest |a - b| over the leaves, attention key biases excepted: softmax is invariant to q.b_k,
-  so their true gradient is 0 and Adam (eps 1e-9) turns the rounding noise into O(lr) steps."""
-  diffs = jax.tree_util.tree_map_with_path(
-      lambda path, x, y: 0.0 if jax.tree_util.keystr(path).endswith("['key']['bias']")
-      else float(np.max(np.abs(np.asarray(x) - np.asarray(y)))), a, b)
-  return max(jax.tree_util.tree_leaves(diffs))
+  """Largest |a - b| over the leaves, attention key biases excepted (helpers.max_diff)."""
+  return helpers.max_diff(a, b, key_biases=False)
 
 
 def shard_shape(x) -> list[int]:

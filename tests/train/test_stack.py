@@ -29,16 +29,6 @@ def _batches(setup, member):
           for i in range(STEPS)]
 
 
-def _max_diff(a, b, key_biases: bool = True) -> float:
-  """Largest |a - b| over the leaves; key_biases=False leaves out the attention key biases:
-  softmax is invariant to q.b_k, their true gradient is 0, and Adam turns the rounding noise of
-  their gradient into steps of the learning rate's size (tests/train/multidevice.py)."""
-  diffs = jax.tree_util.tree_map_with_path(
-      lambda path, x, y: 0.0 if not key_biases and jax.tree_util.keystr(path).endswith(
-          "['key']['bias']") else float(np.max(np.abs(np.asarray(x) - np.asarray(y)))), a, b)
-  return max(jax.tree.leaves(diffs))
-
-
 def _solo_runs(setups) -> tuple[list, list]:
   """Each setup's STEPS steps alone on its own batches: ([(loss, grad_norm)] a step, final state)
   a member."""
@@ -81,7 +71,7 @@ def test_each_member_trains_as_its_solo_run(guard):
   diffs = []
   for k in range(2):
     member = jax.device_get(stack.member_state(state, k, exp.state_shardings))
-    diffs.append(_max_diff(member, solo_states[k]))
+    diffs.append(helpers.max_diff(member, solo_states[k]))
     np.testing.assert_allclose(stacked_losses[k], solo_losses[k], rtol=1e-6, atol=0)
     assert int(member.step) == STEPS
   print(f"largest state difference, stacked against solo ({guard}): {max(diffs):.3g}")
@@ -106,7 +96,7 @@ def test_a_members_nonfinite_update_skips_only_its_own():
   after = [jax.device_get(stack.member_state(state, k, exp.state_shardings)) for k in range(2)]
   assert np.isnan(jax.tree.leaves(after[1].params)[0].flat[0])  # the NaN kept, nothing applied
   assert int(after[1].nonfinite_count) == 1 and int(after[0].nonfinite_count) == 0
-  assert _max_diff(after[0].params, jax.device_get(setups[0].fresh_state()).params) > 0
+  assert helpers.max_diff(after[0].params, jax.device_get(setups[0].fresh_state()).params) > 0
 
 
 def test_members_may_differ_in_their_seeds_dropout_and_smoothing_only():
@@ -115,6 +105,9 @@ def test_members_may_differ_in_their_seeds_dropout_and_smoothing_only():
                                                   "model.dropout_rate=0.0",
                                                   "train.label_smoothing=0.2"]) for s in (1, 2)]
   stack.check_members([base, *others])
+  # Rows of one table: base and D1 differ in their name and paper figures, and may stack.
+  stack.check_members([load_config("configs/table3_v3.py:base"),
+                       load_config("configs/table3_v3.py:D1")])
   other = load_config("configs/quickstart.py", ["model.d_ff=1024"])
   with pytest.raises(ValueError, match=r"^stack member 1 differs from member 0 in "
                      r"model\.d_ff \(1024 against 512\): members may differ only in "
@@ -156,6 +149,6 @@ def test_members_with_their_own_dropout_and_smoothing_train_as_their_solo_runs()
   for k in range(3):
     np.testing.assert_allclose(stacked_losses[k], solo_losses[k], rtol=2e-6, atol=0)
     member = jax.device_get(stack.member_state(state, k, exp.state_shardings))
-    differences.append(_max_diff(member.params, solo_states[k].params, key_biases=False))
+    differences.append(helpers.max_diff(member.params, solo_states[k].params, key_biases=False))
   print(f"largest parameter difference, member against its solo run: {max(differences):.3g}")
   assert max(differences) < 1e-4  # Adam's steps on near-zero gradients carry their rounding

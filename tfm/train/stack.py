@@ -80,26 +80,17 @@ def structure_config(configs: Sequence[config_lib.Config]) -> config_lib.Config:
   return first.replace(model=dataclasses.replace(first.model, **rates))
 
 
-def _flat(config: config_lib.Config) -> dict[str, Any]:
-  out = {}
-  for section, values in config.to_dict().items():
-    if isinstance(values, dict):
-      out.update({f"{section}.{k}": v for k, v in values.items()})
-    else:
-      out[section] = values
-  return out
-
-
 def check_members(configs: Sequence[config_lib.Config]) -> None:
-  """Raises ValueError naming the first key, other than STACK_KEYS, in which a member differs from
+  """Raises ValueError naming the first key, other than STACK_KEYS and a table row's name and
+  figures (config_lib.EXTRAS: base and D1 are rows of one table), in which a member differs from
   the first, or why these configs cannot be stacked."""
   if len(configs) < 1:
     raise ValueError("a stack needs at least one member")
-  first = _flat(configs[0])
+  first = config_lib.flatten(configs[0].to_dict())
   for i, config in enumerate(configs[1:], start=1):
-    other = _flat(config)
+    other = config_lib.flatten(config.to_dict())
     for key in sorted(set(first) | set(other)):
-      if key not in STACK_KEYS and first.get(key) != other.get(key):
+      if key not in STACK_KEYS + config_lib.EXTRAS and first.get(key) != other.get(key):
         raise ValueError(f"stack member {i} differs from member 0 in {key} ({other.get(key)!r} "
                          f"against {first.get(key)!r}): members may differ only in "
                          f"{', '.join(STACK_KEYS)}")

@@ -18,7 +18,6 @@ import logging
 import os
 import socket
 import time
-from typing import Any
 
 import jax
 from etils import epath
@@ -37,19 +36,9 @@ RESUMABLE_PREFIXES = ("train.", "eval.", "mesh.", "data.num_workers", "data.cach
                       "data.vocab_dir", "model.layer_norm_grad", "rows", "row", "paper")
 
 
-def _flatten(config: dict) -> dict[str, Any]:
-  out = {}
-  for section, values in config.items():
-    if isinstance(values, dict) and section != "paper":
-      out.update({f"{section}.{k}": v for k, v in values.items()})
-    else:
-      out[section] = values
-  return out
-
-
 def incompatible_keys(saved: dict, new: dict) -> list[str]:
   """Keys whose values differ between two config dicts and that a resume may not change."""
-  a, b = ({**config_lib.ADDED_LATER, **_flatten(c)} for c in (saved, new))
+  a, b = ({**config_lib.ADDED_LATER, **config_lib.flatten(c)} for c in (saved, new))
   normal = lambda v: json.loads(json.dumps(v))  # tuples vs lists
   return sorted(k for k in set(a) | set(b) if normal(a.get(k)) != normal(b.get(k))
                 and not k.startswith(RESUMABLE_PREFIXES))
