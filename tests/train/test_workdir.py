@@ -31,3 +31,18 @@ def test_the_model_and_the_data_are_not_resumable():
   assert incompatible_keys(new, other_data) == ["data.max_length"]
   assert incompatible_keys(new, load_config("configs/quickstart.py",
                                             ["train.steps=9", "data.cache=False"]).to_dict()) == []
+
+
+def test_a_resume_of_another_model_names_the_keys_and_their_values(tmp_path):
+  """Workdir.check_config against the config.json a run wrote: one line naming each key that may
+  not change, with the saved value and the new one."""
+  import json  # pylint: disable=import-outside-toplevel
+  import pytest  # pylint: disable=import-outside-toplevel
+  from tfm.train.workdir import Workdir  # pylint: disable=import-outside-toplevel
+  (tmp_path / "config.json").write_text(json.dumps(load_config("configs/quickstart.py").to_dict()))
+  wider = load_config("configs/quickstart.py", ["model.d_ff=1024", "train.steps=9"]).to_dict()
+  with Workdir(str(tmp_path)) as held:
+    held.check_config(load_config("configs/quickstart.py", ["train.steps=9"]).to_dict())
+    with pytest.raises(ValueError, match=r"was trained with another model or data \(model\.d_ff: "
+                       r"512 -> 1024\); its checkpoints cannot continue"):
+      held.check_config(wider)

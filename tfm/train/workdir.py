@@ -132,7 +132,7 @@ class Workdir:
                        "the workdir aside or train into a new --workdir") from None
     bad = incompatible_keys(saved, config)
     if bad:
-      flat_saved, flat_new = _flatten(saved), _flatten(config)
+      flat_saved, flat_new = config_lib.flatten(saved), config_lib.flatten(config)
       shown = "; ".join(f"{k}: {flat_saved.get(k)!r} -> {flat_new.get(k)!r}" for k in bad[:6])
       raise ValueError(f"--workdir {self.path} was trained with another model or data ({shown}); "
                        "its checkpoints cannot continue with this config: use a new --workdir")
