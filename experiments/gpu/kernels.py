@@ -107,6 +107,11 @@ def tolerances(quick: bool) -> dict[int, float]:
   return dict(zip((QUICK_EVERY, QUICK_STEPS), TOLERANCE.values())) if quick else TOLERANCE
 
 
+def measured(row: dict, quick: bool = False) -> bool:
+  """Whether a probe row has its train figures at both of the rule's steps."""
+  return all(step in row["loss"] and step in row["step_s"] for step in tolerances(quick))
+
+
 def verdict(row: dict, baseline: dict, quick: bool = False) -> str | None:
   """None where the rule keeps the candidate's numbers, else why not, in words."""
   if not row.get("ok"):
@@ -165,7 +170,7 @@ def probe(env: dict[str, str], train_argv: list[str], cwd: Path, root: Path, out
                process="ok" if run.ok else run.failure())
     # The rule reads the train figures alone: a process stopped after them (in the dev
     # evaluation every run ends with) still measured its candidate.
-    row["ok"] = all(step in row["loss"] and step in row["step_s"] for step in tolerances(quick))
+    row["ok"] = measured(row, quick)
     if not row["ok"]:
       row["error"] = f"no train figures at steps {sorted(tolerances(quick))}: {run.failure()}"
   chosen = choose(rows, quick)

@@ -15,7 +15,7 @@ def _rows(text: str) -> list[dict]:
   rows = []
   for candidate, part in zip(kernels.CANDIDATES, text.split("\n# candidate ")[1::2]):
     row = {**candidate.record(), **kernels.figures(part)}
-    row["ok"] = all(s in row["loss"] and s in row["step_s"] for s in kernels.TOLERANCE)
+    row["ok"] = kernels.measured(row)
     rows.append(row)
   return rows
 
