@@ -269,7 +269,7 @@ def run_all(runs: Sequence[Run], root: str, *, shares: Sequence[Share], vocab_di
             describe: Callable[[Run, str, float], RunResult], stream: TextIO | None = None,
             on_result: Callable[[RunResult], None] | None = None,
             stack: bool = False, stack_most: int = 0) -> list[RunResult]:
-  """Runs every unfinished run, len(shares) jobs at a time; returns the results of this session.
+  """Runs every unfinished run, len(shares) jobs at a time; returns the results of the runs it ran.
   stream: where progress goes (default: sys.stdout as it is when called); on_result: called with
   each run's result as it ends (tfm sweep --publish); stack: a group's unfinished seeds train as
   one stack (tfm train --seeds) in one share, at most stack_most of them (0: all)."""
@@ -319,7 +319,7 @@ def run_all(runs: Sequence[Run], root: str, *, shares: Sequence[Share], vocab_di
           eta = eta_seconds([r.wall_s for r in results], left,
                             [time.time() - j.start for j in active.values()], len(shares))
           ppl = float("nan") if result.dev_ppl is None else result.dev_ppl
-          print(f"[sweep] {done}/{len(runs)} done ({failed} failed this session) | {result.name} "
+          print(f"[sweep] {done}/{len(runs)} done ({failed} failed so far) | {result.name} "
                 f"{result.status}" + (f": {result.error}" if result.error else
                                       f", dev PPL {ppl:.2f}")
                 + f" | elapsed {duration(elapsed)}, ETA {duration(eta)}", file=stream, flush=True)
