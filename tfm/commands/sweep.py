@@ -22,10 +22,8 @@ models that fill a GPU no better one at a time; each run keeps its workdir and i
 
 from __future__ import annotations
 
-import dataclasses
 import functools
 import glob
-import json
 import os
 import shlex
 import shutil
@@ -37,11 +35,10 @@ from ml_collections import config_flags
 from tfm import config as config_lib
 from tfm import storage
 from tfm.commands import UsageError
-from tfm.commands import eval as eval_command
-from tfm.sweep import execute, hparams, publish, report, slurm
+from tfm.commands.sweep_results import SweepResults
+from tfm.sweep import execute, publish, report, slurm
 from tfm.sweep.result import RunResult
 from tfm.sweep.runs import Run, expand, parse_grid, stack_train_argv
-from tfm.train import events
 
 COMMAND = "sweep_command.txt"  # the command that ran the sweep, for the table's header
 
@@ -127,75 +124,6 @@ def _prepare_data(configs) -> None:
         config_lib.check_vocabulary(c, tok.vocab_size)
 
 
-class _Results:
-  """What a run's sweep_result.json says: the run and its config, then its dev evaluation."""
-
-  def __init__(self, runs: list[Run], configs: dict, reference: config_lib.Config, eval_limit):
-    from tfm.model.params import count_params  # pylint: disable=import-outside-toplevel
-    self.configs, self.reference, self.eval_limit = configs, reference, eval_limit
-    self.index = {r: i for i, r in enumerate(runs)}
-    self.params = {r: count_params(c.model) for r, c in configs.items()}
-    self._fingerprints = {}
-
-  def fingerprint(self, r: Run) -> str:
-    """The run's config and vocabulary as tfm/sweep/publish.py compares them (the vocabulary must
-    exist: call this after _prepare_data)."""
-    if r not in self._fingerprints:
-      from tfm.data import tokenizer  # pylint: disable=import-outside-toplevel
-      c = self.configs[r]
-      self._fingerprints[r] = publish.fingerprint(
-          c, tokenizer.get_tokenizer(c.data).model_sha256, self.eval_limit(r))
-    return self._fingerprints[r]
-
-  @functools.cached_property
-  def varied_keys(self) -> list[str]:
-    """Every config key some run of the sweep changes from the config file (its grid's, its row's,
-    the seeds')."""
-    return sorted(set().union(*(execute.changed_keys(c, self.reference)
-                                for c in self.configs.values())))
-
-  def varied(self, r: Run) -> dict:
-    """{key: the run's value} of varied_keys: the same keys for every run of the sweep."""
-    values = self.configs[r].to_dict()
-    return {key: values[key.split(".")[0]][key.split(".", 1)[1]] for key in self.varied_keys}
-
-  def to_tensorboard(self, root: str, runs: list[Run]):
-    """What writes a run's HParams records when it ends (tfm/sweep/hparams.py)."""
-    by_name = {r.name: r for r in runs}
-    return lambda result: hparams.write(os.path.join(root, result.name), result,
-                                        self.varied(by_name[result.name]))
-
-  def static(self, r: Run, wall_s: float) -> RunResult:
-    """What the result says before its evaluation is read (also a run that never started)."""
-    c = self.configs[r]
-    return RunResult(name=r.name, group=r.group, row=r.row, seed=r.seed, index=self.index[r],
-                     steps=c.train.steps, fingerprint=self.fingerprint(r),
-                     changes=execute.changed_keys(c, self.reference), params=self.params[r],
-                     paper=c.paper or {}, wall_s=wall_s)
-
-  def describe(self, r: Run, workdir: str, wall_s: float) -> RunResult:
-    out = self.static(r, wall_s)
-    evals = [(int(m["step"]), int(m["limit"] or 0) == self.eval_limit(r),
-              os.path.getmtime(os.path.join(workdir, name)), name)
-             for name in os.listdir(workdir)
-             if (m := eval_command.RESULT.fullmatch(name)) and m["split"] == "dev"
-             and os.path.isfile(os.path.join(workdir, name))]  # a file `tfm eval` wrote
-    if evals:  # the last step's, scored as this sweep scores it (a hand-run eval may sit beside it)
-      with open(os.path.join(workdir, max(evals)[-1]), encoding="utf-8") as f:
-        out = out.with_eval(json.load(f))
-    return dataclasses.replace(out, dev_curve=dev_curve(workdir))
-
-
-def dev_curve(workdir: str) -> list | None:
-  """[[step, dev PPL]] of the run's dev evaluations during training, from its TensorBoard events
-  (None where it wrote none: no dev evaluation, or no tensorboardX)."""
-  directory = os.path.join(workdir, "tensorboard")
-  if not os.path.isdir(directory):
-    return None
-  points = events.read_scalars(directory).get("dev/perplexity")
-  return [[step, value] for step, value in points] if points else None
-
-
 def _root(fv: flags.FlagValues) -> str:
   if not fv.root:
     raise UsageError("--root is required (one workdir per run and the results go there)")
@@ -252,7 +180,7 @@ def run(fv: flags.FlagValues, config: config_lib.Config | None):
       for r, workdir in zip(group, workdirs):
         print(f"tfm eval --workdir={workdir} --split=dev --limit={eval_limit(r)}")
     return None
-  results = _Results(runs, configs, config_lib.load_config(config_lib.config_file(fv)), eval_limit)
+  results = SweepResults(runs, configs, config_lib.load_config(config_lib.config_file(fv)), eval_limit)
   if fv.slurm:
     return _submit(fv, root, sbatch_args, runs, configs, results)
   run_all = functools.partial(execute.run_all, root=root, vocab_dir=vocab_dir,
@@ -294,7 +222,7 @@ def run(fv: flags.FlagValues, config: config_lib.Config | None):
   return None
 
 
-def _publisher(runs: list[Run], configs: dict, results: _Results, root: str, published: str,
+def _publisher(runs: list[Run], configs: dict, results: SweepResults, root: str, published: str,
                vocab_dirs: list[str]):
   """--publish: takes the published runs that match into root, publishes the vocabulary and the
   command; returns what publishes each run that finishes, with the report."""
@@ -334,7 +262,7 @@ def _task_argv(fv: flags.FlagValues, root: str) -> list[str]:
 
 
 def _submit(fv: flags.FlagValues, root: str, user_args: list[str], runs: list[Run], configs: dict,
-            results: _Results) -> None:
+            results: SweepResults) -> None:
   """--slurm: the unfinished runs as one held job array, released once the data is ready."""
   steps = {r: configs[r].train.steps for r in runs}
   unfinished = [i for i, r in enumerate(runs)
