@@ -82,6 +82,16 @@ def prepare_data(config: Config, source: sources.DataSource, workdir: str):
   return tokenizer
 
 
+def _share_vocabulary(config: Config, first: str, workdir: str) -> None:
+  """A stack member's vocabulary, where it lives in its workdir (data.vocab_dir unset): the first
+  member's, which its data would train again (members share their data but the order)."""
+  if config.data.vocab_dir is None and distributed.is_lead_host():
+    name = tokenizer_lib.vocab_filename(config.data)
+    source, target = storage.path(first) / name, storage.path(workdir) / name
+    if source.exists() and not target.exists():
+      storage.write_atomically(target, source.read_bytes())
+
+
 def train(config: Config, workdir: str, stream=None):
   """Trains (or resumes) the experiment `config` in `workdir`; returns the final TrainState.
   stream: where the progress lines go (default: sys.stdout as it is when called)."""
@@ -89,8 +99,9 @@ def train(config: Config, workdir: str, stream=None):
 
 
 def train_stack(configs: Sequence[Config], workdirs: Sequence[str], stream=None) -> list:
-  """Trains (or resumes) runs that differ only in their seeds as one stack (tfm/train/stack.py),
-  each into its own workdir as its solo run would be; returns each run's final TrainState."""
+  """Trains (or resumes) runs that differ only in their seeds, dropout rates and label smoothing
+  as one stack (tfm/train/stack.py), each into its own workdir as its solo run would be; returns
+  each run's final TrainState."""
   stack.check_members(configs)
   if len(set(map(os.path.abspath, workdirs))) != len(configs):
     raise ValueError(f"a stack of {len(configs)} runs needs as many distinct workdirs, got "
@@ -155,7 +166,10 @@ def _train(configs: list[Config], held: list[Workdir], log: logs.WorkdirLog, str
   members = len(configs) if len(configs) > 1 else None  # a stack's member count
   # A stack's model and step: built from the members' largest dropout rates (tfm/train/stack.py).
   stacked = None if members is None else Experiment(stack.structure_config(configs))
-  tokenizers = [prepare_data(c, e.data_source, w) for c, e, w in zip(configs, exps, workdirs)]
+  tokenizers = [prepare_data(config, exp.data_source, workdirs[0])]
+  for c, e, w in zip(configs[1:], exps[1:], workdirs[1:]):  # a stack's other members
+    _share_vocabulary(c, workdirs[0], w)
+    tokenizers.append(prepare_data(c, e.data_source, w))
   tc = config.train
   with contextlib.ExitStack() as cleanup:  # closed in reverse order, whatever happens
     iterators = [train_batches(c, t, e) for c, t, e in zip(configs, tokenizers, exps)]
