@@ -14,6 +14,7 @@ VARIANTS = {
     "rope": dict(positions="rope"),
     "alibi": dict(positions="alibi"),
     "relative": dict(positions="relative"),
+    "none": dict(positions="none"),
     "gqa_pre_ln": dict(num_kv_heads=2, norm="pre", ffn="swiglu"),
     "mqa": dict(num_kv_heads=1, ffn="gelu"),
     "untied": dict(tie_embeddings=False),

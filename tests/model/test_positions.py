@@ -71,3 +71,18 @@ def test_every_accepted_bucket_setting_gives_buckets_in_range():
         b = np.asarray(pos.relative_buckets(rel, buckets, distance, bidirectional=both_ways))
         assert 0 <= b.min() and b.max() < buckets, (buckets, distance, both_ways)
   assert accepted >= 30
+
+
+def test_without_positions_the_encoder_sees_a_set_and_sinusoids_do_not():
+  """positions='none': permuting the source permutes the encoder's output the same way (nothing
+  tells it where a token stands); with the paper's sinusoids it does not."""
+  from tests.model.helpers import draw, tiny
+  from tfm.model.transformer import Transformer
+  inputs = jnp.array([[5, 9, 12, 7, 3, 21]], jnp.int32)
+  perm = np.array([3, 0, 5, 1, 4, 2])
+  for positions, equivariant in (("none", True), ("sinusoidal", False)):
+    model, variables = draw(tiny(positions=positions), inputs, inputs)
+    encode = jax.jit(lambda v, x: model.apply(v, x, method=Transformer.encode))
+    a = np.asarray(encode(variables, inputs))[:, perm]
+    b = np.asarray(encode(variables, inputs[:, perm]))
+    assert np.allclose(a, b, atol=1e-5) == equivariant, positions

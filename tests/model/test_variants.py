@@ -15,7 +15,7 @@ from configs.table3 import ROWS
 
 VARIANTS = [
     dict(), dict(norm="pre"), dict(positions="learned"), dict(positions="rope"),
-    dict(positions="alibi"), dict(positions="relative"), dict(num_kv_heads=1), dict(num_kv_heads=2),
+    dict(positions="alibi"), dict(positions="relative"), dict(positions="none"), dict(num_kv_heads=1), dict(num_kv_heads=2),
     dict(ffn="gelu"), dict(ffn="swiglu"), dict(architecture="decoder_only"),
     dict(architecture="encoder_only"), dict(tie_embeddings=False),
     dict(attention_dropout_rate=0.2, ffn_dropout_rate=0.2, dropout_rate=0.3),

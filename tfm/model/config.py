@@ -16,7 +16,7 @@ from tfm import sections
 
 ARCHITECTURES = ("encoder_decoder", "decoder_only", "encoder_only")
 NORMS = ("post", "pre")
-POSITIONS = ("sinusoidal", "learned", "rope", "alibi", "relative")
+POSITIONS = ("sinusoidal", "learned", "rope", "alibi", "relative", "none")
 FFNS = ("relu", "gelu", "swiglu")
 ATTENTION_IMPLS = ("auto", "einsum", "xla", "cudnn")
 DTYPES = ("float32", "bfloat16")  # no float16: it would need loss scaling, which tfm has not

@@ -6,6 +6,9 @@
 - alibi:      a per-head linear distance penalty added to attention logits (Press et al. 2022).
 - relative:   T5-style bucketed relative-position bias, one learned scalar per bucket and head
               (Raffel et al. 2020), shared by all layers of a stack.
+- none:       no positional information at all: the encoder sees its input as a set (its output
+              at a token does not depend on where the token stands), and the decoder's only cue
+              to order is its causal mask.
 All functions take explicit per-token positions, so packed segments restart at 0.
 """
 
