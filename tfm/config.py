@@ -35,7 +35,7 @@ SECTIONS = ("model", "data", "train", "mesh", "eval")
 # Keys added after runs were written and published, with the value every earlier run had: a saved
 # config.json without one reads as that value (a resume), and a sweep's fingerprint leaves the key
 # out at that value, so runs published before it keep matching (tfm/sweep/publish.py).
-ADDED_LATER = {"model.matmul_precision": "default"}
+ADDED_LATER = {"model.matmul_precision": "default", "eval.length_buckets": ()}
 # Keys a config may hold beside the sections: a table config's rows, one row's name and figures.
 EXTRAS = ("rows", "row", "paper")
 
@@ -59,12 +59,14 @@ class Config:
       raise ValueError(f"config keys data.vocab_size ({self.data.vocab_size}) and model.vocab_size "
                        f"({self.model.vocab_size}) must be equal: the model embeds the data's "
                        "vocabulary")
-    m, longest = self.model, self.data.max_length + self.eval.max_extra_length
-    if m.positions == "learned" and m.max_length < longest:
+    m, e = self.model, self.eval
+    source, name = max((self.data.max_length, "data.max_length"),
+                       (max(e.length_buckets, default=0), "eval.length_buckets' last edge"))
+    if m.positions == "learned" and m.max_length < source + e.max_extra_length:
       raise ValueError(f"config key model.max_length ({m.max_length}) must be at least "
-                       f"data.max_length + eval.max_extra_length = {longest} with learned "
-                       "positions: the table needs a row for every source position and every "
-                       "decoded one")
+                       f"{name} + eval.max_extra_length = {source + e.max_extra_length} with "
+                       "learned positions: the table needs a row for every source position and "
+                       "every decoded one")
     if self.eval.bleu_every and m.architecture != "encoder_decoder":
       raise ValueError(f"config key eval.bleu_every ({self.eval.bleu_every}) must be 0 with "
                        f"model.architecture={m.architecture!r}: dev BLEU translates, which needs "

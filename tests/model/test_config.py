@@ -67,3 +67,17 @@ def test_a_learned_position_table_covers_every_decoded_position():
     c = load_config(spec)
     assert c.model.max_length >= c.data.max_length + c.eval.max_extra_length, spec
   assert load_config("configs/table3_mini.py:base", ["model.max_length=128"])  # sinusoids: no table
+
+
+def test_length_buckets_are_checked_and_a_learned_table_covers_the_last():
+  """eval.length_buckets: increasing positive edges, named in the error; with learned positions
+  the table must hold the last edge's sources and their decoded outputs."""
+  c = load_config("configs/table3_mini.py:base", ["eval.length_buckets=(32,64,128)"])
+  assert c.eval.length_buckets == (32, 64, 128)
+  for bad in ("(64,32)", "(0,32)", "(32,32)"):
+    with pytest.raises(ValueError, match=r"config key eval\.length_buckets: expected strictly"):
+      load_config("configs/table3_mini.py:base", [f"eval.length_buckets={bad}"])
+  with pytest.raises(ValueError, match=r"model\.max_length \(178\) must be at least eval\.length_"
+                                       r"buckets' last edge \+ eval\.max_extra_length = 306"):
+    load_config("configs/table3_mini.py:E", ["eval.length_buckets=(128,256)"])
+  assert load_config("configs/table3_mini.py:E", ["eval.length_buckets=(64,128)"])

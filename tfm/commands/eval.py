@@ -1,9 +1,13 @@
-"""`tfm eval --workdir DIR [--split dev|test] [--average N] [--limit K]`: BLEU and perplexity.
+"""`tfm eval --workdir DIR [--split dev|test] [--average N] [--limit K] [--length_buckets=E1,E2,..]`:
+BLEU and perplexity, and both by source length.
 
-Prints and writes workdir/eval_<split>_<step>_avg<N>[_first<K>].json (step: the last checkpoint
-averaged; N: how many were; K: --limit) with sacreBLEU (and its signature), the paper's tokenized
-BLEU, dev perplexity per target token (no smoothing) and decoding speed. Another --average or
---limit writes another file, so no result overwrites a differently computed one. --out writes the
+Prints and writes workdir/eval_<split>_<step>_avg<N>[_first<K>][_len<E1-E2-..>].json (step: the
+last checkpoint averaged; N: how many were; K: --limit; E: the length buckets' edges) with
+sacreBLEU (and its signature), the paper's tokenized BLEU, dev perplexity per target token (no
+smoothing) and decoding speed; with length buckets (the flag, else eval.length_buckets) also
+`by_length`: perplexity and both BLEUs of every pair of the split in each bucket of source length,
+beyond data.max_length too (tfm/eval/by_length.py). Another --average, --limit or bucketing writes
+another file, so no result overwrites a differently computed one. --out writes the
 JSON elsewhere; a workdir it cannot write (read-only) gets the results printed and one line saying
 where they could not be saved.
 """
@@ -31,17 +35,43 @@ def define_flags(fv: flags.FlagValues):
   define_trained_flags(fv)
   flags.DEFINE_enum("split", "dev", ["dev", "test"], SPLIT_HELP, flag_values=fv)
   flags.DEFINE_integer("limit", None, LIMIT_HELP, lower_bound=0, flag_values=fv)
+  flags.DEFINE_list("length_buckets", None, "also score every pair of the split by source length "
+                    "in pieces: edges, e.g. 32,64,128 for 1-32, 33-64, 65-128 (default: the "
+                    "run's eval.length_buckets; 0: none)", flag_values=fv)
   flags.DEFINE_string("out", None, "the JSON to write (default: WORKDIR/eval_<split>_<step>_avg<N>"
                       "[_first<K>].json)", flag_values=fv)
 
 
 RESULT = re.compile(r"eval_(?P<split>dev|test)_(?P<step>\d+)_avg(?P<averaged>\d+)"
-                    r"(?:_first(?P<limit>\d+))?\.json")
+                    r"(?:_first(?P<limit>\d+))?(?:_len(?P<buckets>\d+(?:-\d+)*))?\.json")
 
 
-def result_name(split: str, steps: list[int], limit: int) -> str:
-  """The file `tfm eval` writes for checkpoints `steps` averaged and BLEU over `limit` pairs."""
-  return f"eval_{split}_{steps[-1]}_avg{len(steps)}" + (f"_first{limit}" if limit else "") + ".json"
+def result_name(split: str, steps: list[int], limit: int, buckets: tuple[int, ...] = ()) -> str:
+  """The file `tfm eval` writes for checkpoints `steps` averaged, BLEU over `limit` pairs and
+  length buckets of edges `buckets`."""
+  return (f"eval_{split}_{steps[-1]}_avg{len(steps)}" + (f"_first{limit}" if limit else "")
+          + (f"_len{'-'.join(map(str, buckets))}" if buckets else "") + ".json")
+
+
+def buckets_named(name: str) -> tuple[int, ...]:
+  """The length buckets' edges a result file's name records (() for none)."""
+  m = RESULT.fullmatch(name)
+  return tuple(int(e) for e in m["buckets"].split("-")) if m and m["buckets"] else ()
+
+
+def _flag_edges(fv: flags.FlagValues) -> tuple[int, ...] | None:
+  """--length_buckets checked (0: none), or None where it is not given (the run's
+  eval.length_buckets then)."""
+  from tfm.data.length_buckets import check_edges  # pylint: disable=import-outside-toplevel
+  if fv.length_buckets is None:
+    return None
+  if fv.length_buckets == ["0"]:
+    return ()
+  try:
+    edges = tuple(int(e) for e in fv.length_buckets)
+  except ValueError:
+    edges = tuple(fv.length_buckets)
+  return check_edges(edges, "--length_buckets")
 
 
 def run(fv: flags.FlagValues, config):
@@ -55,9 +85,11 @@ def run(fv: flags.FlagValues, config):
   from tfm.train import checkpoint as ckpt_lib
   from tfm.train.progress import Counter
 
+  edges = _flag_edges(fv)  # before loading anything
   t = load_trained(fv.workdir, fv.average)
   announce_backend(t.note)
   exp, c = t.experiment, t.config
+  edges = c.eval.length_buckets if edges is None else edges
   losses = DevLoss(c.data, exp.data_source, t.tokenizer, exp.eval_step, exp.batch_sharding, split=fv.split,
                    row_multiple=exp.batch_shards)(t.params)
   bleu = DevBleu(c.data, exp.data_source, t.tokenizer, exp.translate_fn(eos_id=t.tokenizer.eos_id),
@@ -72,8 +104,26 @@ def run(fv: flags.FlagValues, config):
                 target_tokens=losses["tokens"], beam_size=c.eval.beam_size,
                 length_penalty=c.eval.length_penalty, max_extra_length=c.eval.max_extra_length,
                 train_source_tokens=tokens("real_inputs"), train_target_tokens=tokens("real_targets"))
-  path = fv.out or epath.Path(fv.workdir) / result_name(fv.split, t.steps, fv.limit or 0)
+  if edges:
+    from tfm.eval.by_length import ByLength  # pylint: disable=import-outside-toplevel
+    by_length = ByLength(c, exp.data_source, t.tokenizer, exp.eval_step, exp.batch_sharding,
+                         exp.translate_fn(eos_id=t.tokenizer.eos_id), edges=edges,
+                         batch_size=exp.decode_rows(c.eval.batch_size), split=fv.split,
+                         row_multiple=exp.batch_shards)
+    total = sum(len(b.pairs) for b in by_length.buckets)
+    progress = Counter(f"[eval] {fv.split} by source length: decoding", total, "sentences",
+                       sys.stderr)
+    result.update(length_buckets=list(edges), longer_than_buckets=by_length.beyond,
+                  by_length=by_length(t.params, progress=progress if jax.process_index() == 0
+                                      else None))
+  path = fv.out or epath.Path(fv.workdir) / result_name(fv.split, t.steps, fv.limit or 0, edges)
   for key, value in result.items():
+    if key == "by_length":
+      for entry in value:
+        print(f"{'length ' + entry['bucket']:>22}: " + ", ".join(
+            f"{k} {v:.4g}" if isinstance(v, float) else f"{k} {v}" for k, v in entry.items()
+            if k not in ("bucket", "min_length", "max_length")))
+      continue
     print(f"{key:>22}: {value}")
   if jax.process_index() == 0 and save("results", path, json.dumps(result, indent=1) + "\n",
                                        given=fv.out is not None):

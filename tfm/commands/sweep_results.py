@@ -65,7 +65,9 @@ class SweepResults:
 
   def describe(self, r: Run, workdir: str, wall_s: float) -> RunResult:
     out = self.static(r, wall_s)
-    evals = [(int(m["step"]), int(m["limit"] or 0) == self.eval_limit(r),
+    buckets = self.configs[r].eval.length_buckets
+    evals = [(int(m["step"]), int(m["limit"] or 0) == self.eval_limit(r)
+              and eval_command.buckets_named(name) == buckets,
               os.path.getmtime(os.path.join(workdir, name)), name)
              for name in os.listdir(workdir)
              if (m := eval_command.RESULT.fullmatch(name)) and m["split"] == "dev"

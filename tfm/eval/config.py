@@ -9,6 +9,7 @@ from __future__ import annotations
 import dataclasses
 
 from tfm import sections
+from tfm.data.length_buckets import check_edges
 from tfm.eval.paper_tokenize import COMPOUND_MODES
 from tfm.sections import fail, is_int, is_number
 
@@ -28,6 +29,9 @@ class EvalConfig:
   # (tfm/decode/common.py)
   compounds: str = "t2t"  # tokenized BLEU's hyphen splitting: tensor2tensor's ('t2t', the
   # paper's), 'aggressive' (Moses -a, more splitting than the paper) or 'none'
+  length_buckets: tuple[int, ...] = ()  # `tfm eval` also scores the dev pairs by source length:
+  # edges in pieces, e.g. (32, 64, 128) for lengths 1-32, 33-64, 65-128, every pair of the split
+  # up to the last edge, longer than data.max_length too (tfm/data/length_buckets.py); () = not
 
   def __post_init__(self):
     for key in ("beam_size", "batch_size", "cache_phases"):
@@ -38,9 +42,15 @@ class EvalConfig:
         fail(f"eval.{key}", "a non-negative integer", getattr(self, key))
     if not is_number(self.length_penalty) or self.length_penalty < 0:
       fail("eval.length_penalty", "a non-negative finite number", self.length_penalty)
+    check_edges(self.length_buckets, "config key eval.length_buckets")
     if self.compounds not in COMPOUND_MODES:
       fail("eval.compounds", f"one of {COMPOUND_MODES}", self.compounds)
 
 
 def from_mapping(values) -> EvalConfig:
-  return sections.from_mapping(EvalConfig, "eval", values)
+  return sections.from_mapping(EvalConfig, "eval", values, length_buckets=_edges)
+
+
+def _edges(value):
+  """A JSON list or a command line's tuple as a tuple (a single int as one edge)."""
+  return (value,) if isinstance(value, int) else tuple(value)

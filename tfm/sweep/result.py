@@ -43,6 +43,9 @@ class RunResult:
   # [[step, dev PPL]] of the dev evaluations during training (its TensorBoard events): how far
   # from converged the run ended (tfm/sweep/compare.py: late_change)
   dev_curve: list | None = None
+  # the evaluation by source length (eval.length_buckets; tfm/eval/by_length.py): one dict per
+  # bucket with its sentences, perplexity and BLEUs
+  by_length: list | None = None
 
   @property
   def ok(self) -> bool:
@@ -58,7 +61,7 @@ class RunResult:
         self, dev_ppl=evaluation["perplexity"], bleu=evaluation["bleu"],
         tokenized_bleu=evaluation["tokenized_bleu"], bleu_sentences=evaluation.get("sentences"),
         compounds=evaluation.get("compounds"), tokens_seen=evaluation.get("train_target_tokens"),
-        trained_steps=evaluation["checkpoints"][-1])
+        trained_steps=evaluation["checkpoints"][-1], by_length=evaluation.get("by_length"))
 
   def ended(self, status: str, error: str | None, wall_s: float | None = None) -> "RunResult":
     if status not in STATUSES:

@@ -1,0 +1,90 @@
+"""Dev perplexity and BLEU by source length: does a model translate sentences longer than any it
+trained on? (Section 3.5 of the paper chose sinusoids because they "may allow the model to
+extrapolate to sequence lengths longer than the ones encountered during training".)
+
+The split is cut into buckets by source length (tfm/data/length_buckets.py); each bucket gets the
+figures of the whole split's evaluation: perplexity per target token without smoothing (as
+tfm/eval/dev_loss.py), and beam search with the eval section's settings scored by sacreBLEU and the
+paper's tokenized BLEU (as tfm/eval/dev_bleu.py), over every pair of the bucket.
+
+A model with a learned position table (model.positions='learned') has no position past
+model.max_length - 1: a bucket whose rows are longer gets no perplexity, and one whose sources plus
+eval.max_extra_length decoded tokens exceed the table gets no BLEU; its entry says so ("note")
+instead of reading positions the table does not have. Every other encoding computes positions of
+any length.
+"""
+
+from __future__ import annotations
+
+import jax
+
+from tfm.data import prefetch
+from tfm.data.length_buckets import split_by_length
+from tfm.decode.text import translate_texts
+from tfm.eval.bleu import score
+from tfm.train.loss import per_token
+
+
+class ByLength:
+  """Holds a split's buckets; by_length(params) -> one dict per bucket (see __call__).
+
+  eval_step, sharding, row_multiple: as tfm/eval/dev_loss.py's DevLoss; translate, batch_size,
+  compounds: as tfm/eval/dev_bleu.py's DevBleu. table: the learned position table's rows
+  (model.max_length) or None for encodings without one; max_extra_length: eval.max_extra_length.
+  """
+
+  def __init__(self, config, source, tokenizer, eval_step, sharding, translate, *, edges,
+               batch_size: int, split: str = "dev", row_multiple: int = 1):
+    data, model = config.data, config.model
+    self.eval_step, self.sharding, self.translate = eval_step, sharding, translate
+    self.tokenizer, self.batch_size, self.data = tokenizer, batch_size, data
+    self.compounds, self.extra = config.eval.compounds, config.eval.max_extra_length
+    self.table = model.max_length if model.positions == "learned" else None
+    self.buckets, self.beyond = split_by_length(
+        data, source, tokenizer, split, edges, process_index=jax.process_index(),
+        process_count=jax.process_count(), row_multiple=row_multiple)
+
+  def _loss(self, params, bucket) -> dict:
+    totals = None
+    for host_batch in bucket.batches:
+      sums = self.eval_step(params, prefetch.to_device(host_batch, self.sharding))
+      totals = sums if totals is None else jax.tree.map(lambda a, b: a + b, totals, sums)
+    values = per_token(jax.device_get(totals))
+    return dict(perplexity=float(values["perplexity"]), nll=float(values["nll"]),
+                target_tokens=int(values["tokens"]))
+
+  def __call__(self, params, progress=None) -> list[dict]:
+    """One dict per bucket: bucket ('33-64'), min_length, max_length (source pieces, EOS
+    included), sentences, and, where the model allows, perplexity, nll, target_tokens (dev
+    perplexity's), bleu, tokenized_bleu; a note where it does not. progress: called with the
+    sentences decoded so far, over all buckets."""
+    out, done = [], 0
+    for bucket in self.buckets:
+      entry = dict(bucket=bucket.label, min_length=bucket.lo + 1, max_length=bucket.hi,
+                   sentences=len(bucket.pairs))
+      notes = []
+      if not bucket.pairs:
+        out.append(entry)
+        continue
+      if self.table is not None and bucket.length > self.table:
+        notes.append(f"no perplexity: rows of {bucket.length} pieces need positions past the "
+                     f"learned table's {self.table} (model.max_length)")
+      else:
+        entry.update(self._loss(params, bucket))
+      if self.table is not None and bucket.hi + self.extra > self.table:
+        notes.append(f"no BLEU: sources of up to {bucket.hi} pieces decode up to "
+                     f"{bucket.hi + self.extra} positions, past the learned table's {self.table} "
+                     "(model.max_length)")
+      else:
+        count = (lambda n, done=done: progress(done + n)) if progress else None
+        hyps, _ = translate_texts(self.translate, params, self.tokenizer,
+                                  [s for s, _ in bucket.pairs], batch_size=self.batch_size,
+                                  max_input_length=bucket.hi, progress=count)
+        scores = score(hyps, [t for _, t in bucket.pairs], self.data.target_lang,
+                       compounds=self.compounds)
+        entry.update(bleu=scores["sacrebleu"], tokenized_bleu=scores["tokenized_bleu"])
+      done += len(bucket.pairs)
+      if notes:
+        entry["note"] = "; ".join(notes)
+      out.append(entry)
+    return out
