@@ -1,13 +1,16 @@
-"""Table 3 (configs/table3_v3.py, 40 runs) on one GPU node with no network, inside a time box.
+"""A table config's runs on one GPU node with no network, inside a time box: Table 3
+(configs/table3_v3.py, 40 runs, the default) or the positional encodings by length
+(--config=configs/positions.py, 12 runs).
 
-  python3 experiments/gpu/table3.py --out=DIR                 # on the node (docs/table3.md)
-  python3 experiments/gpu/table3.py --import_from=DIR          # here: its runs into the results
+  python3 experiments/gpu/table3.py --out=DIR [--config=C]         # on the node (docs/table3.md)
+  python3 experiments/gpu/table3.py --import_from=DIR [--config=C]  # here: its runs into the results
   python3 experiments/gpu/table3.py --quick --out=DIR --publish=P --root=R   # the plumbing on CPU
 
 On the node it runs `tfm sweep` from this checkout on the node's own Python, with the packages the
 node lacks from the bundle's wheels and the Bible corpus, vocabulary and token cache from the
-bundle (experiments/gpu/make_bundle.py --config=configs/table3_v3.py:base
---out=experiments/gpu/bundle_table3). Several runs share the GPU (--parallel at once, each with
+bundle of the config (experiments/gpu/make_bundle.py --config=configs/table3_v3.py:base
+--out=experiments/gpu/bundle_table3; --config=configs/positions.py:sinusoidal
+--out=experiments/gpu/bundle_positions). Several runs share the GPU (--parallel at once, each with
 its part of the GPU's memory: tfm sweep --runs_per_gpu), so one run's compilation, evaluation and
 host work overlap the others' steps; NVIDIA's MPS, where the node has it, lets their kernels run
 side by side. Each row's seeds train as one stack (--stack, tfm/train/stack.py: one step for all
@@ -20,8 +23,8 @@ fingerprints; the flags are in every run's log): c, cuBLAS products in TF32, whi
 chose on an H200 for all 40 runs. --probe_minutes runs the probe first instead (base for 500 steps
 under each candidate) and the sweep under the one its rule picks.
 
-Finished runs are published (tfm sweep --publish) into --publish, experiments/results/table3_v3 by
-default: a run already there, with the same fingerprint, is taken and not trained again. So a
+Finished runs are published (tfm sweep --publish) into --publish, experiments/results/<config> by
+default (table3_v3, positions): a run already there, with the same fingerprint, is taken and not trained again. So a
 second call finishes what the first left, whether it finds the first one's root (the same machine:
 stopped runs resume from their checkpoints) or a fresh machine (after --import_from here).
 
@@ -64,10 +67,13 @@ FLAGS = flags.FLAGS
 flags.DEFINE_string("out", None, "where the files that come back go")
 flags.DEFINE_string("import_from", None, "here, after a node's run: its OUT, whose runs go into "
                     "--publish")
-flags.DEFINE_string("publish", str(ROOT / "experiments" / "results" / "table3_v3"),
-                    "the published runs: taken instead of trained, and where finished runs go")
-flags.DEFINE_string("root", "/tmp/tfm_table3_v3", "the sweep's root (every run's workdir); on the "
-                    "same machine, a second call resumes the runs the first one stopped")
+flags.DEFINE_string("config", "configs/table3_v3.py", "the table config whose rows run: "
+                    "configs/table3_v3.py or configs/positions.py")
+flags.DEFINE_string("publish", None, "the published runs: taken instead of trained, and where "
+                    "finished runs go (default experiments/results/<the config's name>)")
+flags.DEFINE_string("root", None, "the sweep's root (every run's workdir; default "
+                    "/tmp/tfm_<the config's name>); on the same machine, a second call resumes the "
+                    "runs the first one stopped")
 flags.DEFINE_float("deadline", 7.0, "minutes for the whole call", lower_bound=0.5)
 flags.DEFINE_integer("parallel", 4, "runs at once on the GPU: one run's compilation, evaluation and "
                      "host work overlap the others' steps (4 base runs at once under MPS made 2x "
@@ -79,9 +85,10 @@ flags.DEFINE_bool("stack", True, "train each row's seeds as one stack (tfm sweep
 flags.DEFINE_list("rows", None, "rows to run (default: every row, longest first)")
 flags.DEFINE_enum("mps", "auto", ["auto", "off"], "auto: start NVIDIA's MPS daemon where the node "
                   "has nvidia-cuda-mps-control, and use it if a JAX process starts under it")
-flags.DEFINE_integer("pilot_steps", 2000, "the learning-rate rule's check beside the sweep: base at "
-                     "twice the rate (train.learning_rate 2 x LR_SCALE) for this many steps, seed 0, "
-                     "its log in OUT/pilot.txt (0: none)", lower_bound=0)
+flags.DEFINE_integer("pilot_steps", 0, "configs/table3_v3.py's learning-rate rule's check beside "
+                     "the sweep: base at twice the rate (train.learning_rate 2 x LR_SCALE) for this "
+                     "many steps, seed 0, its log in OUT/pilot.txt (0: none; it ran 2000 steps on "
+                     "an H200, experiments/results/gpu/2026-11-27_h200_kernels)", lower_bound=0)
 flags.DEFINE_float("probe_minutes", 0, "the kernel probe's most minutes before the sweep, which then "
                    "runs under the probe's choice (0: no probe; 3 fits its three candidates)",
                    lower_bound=0)
@@ -90,13 +97,14 @@ flags.DEFINE_enum("kernels", "c", [c.name for c in kernels.CANDIDATES], "the can
                   "choice on an H200, for every run of the table")
 flags.DEFINE_list("set", [], "config overrides (key=value) for every run, the pilot's and the "
                   "probe's too (the candidate's precision aside): e.g. a shorter protocol")
-flags.DEFINE_bool("quick", False, "on the CPU: 2 rows x 2 seeds of tens of steps (the plumbing)")
-flags.DEFINE_string("bundle", str(ROOT / "experiments" / "gpu" / "bundle_table3"),
-                    "the bundle (make_bundle.py --config=configs/table3_v3.py:base)")
+flags.DEFINE_bool("quick", False, "on the CPU: the config's 2 cheapest rows x 2 seeds of tens of "
+                  "steps (the plumbing)")
+flags.DEFINE_string("bundle", None, "the bundle (make_bundle.py --config=<the config>:<its first "
+                    "row>); default experiments/gpu/" + "bundle_<the config's name, table3 for "
+                    "table3_v3>")
 
-CONFIG = "configs/table3_v3.py"
+PILOT_CONFIG = "configs/table3_v3.py"  # the pilot checks this protocol's learning-rate rule
 STOP_MARGIN_S = 50  # before the deadline: SIGTERM, the runs save, the sweep writes its report
-QUICK_ROWS = ["C1", "C4"]  # the two smallest rows
 QUICK = ["train.steps=12", "train.warmup_steps=4", "train.log_every=6", "train.eval_every=6",
          "train.checkpoint_every=6", "data.tokens_per_batch=256", "data.eval_max_examples=16",
          "eval.batch_size=4", "eval.beam_size=2", "eval.max_extra_length=4", "data.num_workers=0"]
@@ -106,6 +114,31 @@ FAILED_FIRST = 3  # this many failed runs before any finished: a broken setup, t
 
 def log(message: str) -> None:
   print(f"[table3] {message}", flush=True)
+
+
+def config_name() -> str:
+  """The config's name: positions for configs/positions.py."""
+  return Path(FLAGS.config).stem
+
+
+def first_row() -> str:
+  """The config's first row (base in Table 3, sinusoidal in configs/positions.py): the kernel
+  probe's model and the row the bundle's data settings are read from."""
+  from tfm import config as config_lib  # pylint: disable=import-outside-toplevel
+  return config_lib.load_config(str(ROOT / FLAGS.config)).rows[0]
+
+
+def publish_dir() -> Path:
+  return Path(FLAGS.publish or ROOT / "experiments" / "results" / config_name()).resolve()
+
+
+def root_dir() -> Path:
+  return Path(FLAGS.root or f"/tmp/tfm_{config_name()}").resolve()
+
+
+def bundle_dir() -> Path:
+  name = "table3" if config_name() == "table3_v3" else config_name()
+  return Path(FLAGS.bundle or ROOT / "experiments" / "gpu" / f"bundle_{name}").resolve()
 
 
 def child_env(site: Path | None, quick: bool) -> dict[str, str]:
@@ -120,10 +153,10 @@ def rows_longest_first(rows: list[str] | None) -> list[str]:
   first: the longest runs start first."""
   from tfm import config as config_lib  # pylint: disable=import-outside-toplevel
   from tfm.train import flops  # pylint: disable=import-outside-toplevel
-  names = rows or list(config_lib.load_config(str(ROOT / CONFIG)).rows)
+  names = rows or list(config_lib.load_config(str(ROOT / FLAGS.config)).rows)
   cost = {}
   for row in names:
-    c = config_lib.load_config(f"{ROOT / CONFIG}:{row}")
+    c = config_lib.load_config(f"{ROOT / FLAGS.config}:{row}")
     cost[row] = flops.train_flops(c.model, 128, 128) * c.train.steps
   return sorted(names, key=lambda r: -cost[r])
 
@@ -135,13 +168,13 @@ def bundle_data(bundle: Path) -> list[str]:
   manifest = bundle / "manifest.json"
   if not manifest.exists():
     raise app.UsageError(f"--bundle {bundle}: no manifest.json; build it with python "
-                         "experiments/gpu/make_bundle.py --config=configs/table3_v3.py:base "
+                         f"experiments/gpu/make_bundle.py --config={FLAGS.config}:{first_row()} "
                          f"--out={bundle}")
   data = json.loads(manifest.read_text())["data"]
-  wanted = config_lib.load_config(f"{ROOT / CONFIG}:base").data
+  wanted = config_lib.load_config(f"{ROOT / FLAGS.config}:{first_row()}").data
   wrong = {k: v for k, v in data.items() if getattr(wanted, k) != v}
   if wrong and not FLAGS.quick:
-    raise app.UsageError(f"--bundle {bundle}: its data {wrong} is not {CONFIG}'s; rebuild it")
+    raise app.UsageError(f"--bundle {bundle}: its data {wrong} is not {FLAGS.config}'s; rebuild it")
   overrides = [f"data.data_dir={bundle / 'data'}", f"data.vocab_dir={bundle / 'data' / 'vocab'}"]
   if wrong:
     overrides += [f"data.{k}={v}" for k, v in wrong.items()]
@@ -160,7 +193,7 @@ def versions(env: dict[str, str]) -> str:
 def sweep_argv(data: list[str], root: Path, publish: Path, rows: list[str]) -> list[str]:
   """tfm sweep over `rows` (data: the overrides of every run: the bundle's, --quick's, the
   kernels' precision, --set), every row's seed 0 first."""
-  argv = [sys.executable, "-m", "tfm.cli", "sweep", f"--config={CONFIG}", f"--root={root}",
+  argv = [sys.executable, "-m", "tfm.cli", "sweep", f"--config={FLAGS.config}", f"--root={root}",
           f"--publish={publish}", f"--seeds={FLAGS.seeds}", f"--rows={','.join(rows)}",
           *(["--stack"] if FLAGS.stack else ["--order=seeds"]), *(f"--config.{o}" for o in data),
           f"--config.train.compilation_cache_dir={root / 'jax_cache'}"]
@@ -220,7 +253,7 @@ def start_pilot(env: dict[str, str], data: list[str], root: Path, out: Path
   from configs import table3_v3  # pylint: disable=import-outside-toplevel
   from tfm.sweep import execute  # pylint: disable=import-outside-toplevel
   steps = min(FLAGS.pilot_steps, 12) if FLAGS.quick else FLAGS.pilot_steps
-  argv = [sys.executable, "-m", "tfm.cli", "train", f"--config={CONFIG}:base",
+  argv = [sys.executable, "-m", "tfm.cli", "train", f"--config={PILOT_CONFIG}:base",
           f"--workdir={root / 'pilot-lr2x'}", *(f"--config.{o}" for o in data),
           f"--config.train.compilation_cache_dir={root / 'jax_cache'}",
           f"--config.train.learning_rate={2 * table3_v3.LR_SCALE}", f"--config.train.steps={steps}",
@@ -271,7 +304,7 @@ def choose_kernels(env: dict[str, str], data: list[str], root: Path, out: Path,
   """The kernel probe's choice (or --kernels' without a probe), recorded in summary and written to
   OUT/summary.json at once, so that the probe's figures come back whatever follows."""
   if FLAGS.probe_minutes:
-    train = [sys.executable, "-m", "tfm.cli", "train", f"--config={CONFIG}:base",
+    train = [sys.executable, "-m", "tfm.cli", "train", f"--config={FLAGS.config}:{first_row()}",
              *(f"--config.{o}" for o in data + FLAGS.set),
              f"--config.train.compilation_cache_dir={root / 'jax_cache'}"]
     ends_at = min(time.monotonic() + 60 * FLAGS.probe_minutes, deadline_at - 2 * STOP_MARGIN_S)
@@ -288,7 +321,7 @@ def choose_kernels(env: dict[str, str], data: list[str], root: Path, out: Path,
 
 def on_node(out: Path) -> int:
   deadline_at = START + 60 * FLAGS.deadline
-  bundle = Path(FLAGS.bundle).resolve()
+  bundle = bundle_dir()
   try:
     site = carried_site(bundle)
   except ValueError as e:
@@ -298,17 +331,17 @@ def on_node(out: Path) -> int:
   data = bundle_data(bundle) + (QUICK if FLAGS.quick else [])
   out.mkdir(parents=True, exist_ok=True)
   env = child_env(site, FLAGS.quick)
-  root, publish = Path(FLAGS.root).resolve(), Path(FLAGS.publish).resolve()
+  root, publish = root_dir(), publish_dir()
   root.mkdir(parents=True, exist_ok=True)
   summary = {"device": "CPU (--quick)" if FLAGS.quick else device_name(),
-             "versions": versions(env), "config": CONFIG, "parallel": FLAGS.parallel,
+             "versions": versions(env), "config": FLAGS.config, "parallel": FLAGS.parallel,
              "published_before": len(finished_runs(publish))}
   summary["mps"] = ("off: --quick" if FLAGS.quick else "off: --mps=off" if FLAGS.mps == "off"
                     else start_mps(env))
   log(f"{summary['device']}; {summary['versions']}; MPS {summary['mps']}")
   chosen = choose_kernels(env, data, root, out, deadline_at, summary)
   env, data = chosen.env(env), data + chosen.overrides() + FLAGS.set
-  rows = QUICK_ROWS if FLAGS.quick else rows_longest_first(FLAGS.rows)
+  rows = rows_longest_first(FLAGS.rows)[-2:] if FLAGS.quick else rows_longest_first(FLAGS.rows)
   argv = sweep_argv(data, root, publish, rows)
   pilot = start_pilot(env, data, root, out)
   try:
@@ -337,13 +370,15 @@ def on_node(out: Path) -> int:
 def main(argv):
   del argv
   if FLAGS.import_from:
-    import_runs(Path(FLAGS.import_from).resolve(), Path(FLAGS.publish).resolve())
+    import_runs(Path(FLAGS.import_from).resolve(), publish_dir())
     return 0
   if not FLAGS.out:
     raise app.UsageError("--out=DIR is required (or --import_from=DIR)")
-  if FLAGS.quick and Path(FLAGS.publish).resolve() == (ROOT / "experiments" / "results" /
-                                                      "table3_v3"):
+  if FLAGS.quick and not FLAGS.publish:
     raise app.UsageError("--quick: give --publish (its runs are no results)")
+  if FLAGS.pilot_steps and FLAGS.config != PILOT_CONFIG:
+    raise app.UsageError(f"--pilot_steps checks {PILOT_CONFIG}'s learning-rate rule; with "
+                         f"--config={FLAGS.config} give --pilot_steps=0")
   return on_node(Path(FLAGS.out).resolve())
 
 

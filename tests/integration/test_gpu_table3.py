@@ -120,3 +120,30 @@ def test_quick_sweep_stops_inside_its_deadline_and_resumes_on_the_same_root(node
   for name, step in saved.items():
     log = (tmp_path / "root" / name / "sweep.log").read_text()
     assert f"tfm: resumed from step {step} " in log, (name, log[-2000:])
+
+
+@pytest.mark.slow
+def test_quick_positions_table_runs_by_length_and_imports(node_python, node_bundle, tmp_path):
+  """--config=configs/positions.py: the driver runs that table's two cheapest rows, every run is
+  evaluated by source length on the node, and the import here gives the report by length."""
+  published, here = tmp_path / "published", tmp_path / "here"
+  ran = _driver(node_python, "--config=configs/positions.py", "--quick", f"--bundle={node_bundle}",
+                f"--publish={published}", f"--root={tmp_path / 'root'}", "--deadline=10",
+                f"--out={tmp_path / 'out'}")
+  assert ran.returncode == 0, ran.stdout[-3000:] + ran.stderr[-3000:]
+  summary = json.loads((tmp_path / "out" / "summary.json").read_text())
+  assert summary["config"] == "configs/positions.py" and summary["published_after"] == 4
+  results = _results(published)
+  assert len(results) == 4 and {n.rsplit("-", 1)[0] for n in results} <= {
+      "sinusoidal", "learned", "relative", "rope", "alibi", "none"}
+  for r in results.values():
+    assert [b["bucket"] for b in r["by_length"]] == ["1-32", "33-48", "49-64", "65-128"]
+  refused = _driver(node_python, "--config=configs/positions.py", "--quick",
+                    f"--bundle={node_bundle}", f"--publish={published}", "--pilot_steps=12",
+                    f"--out={tmp_path / 'out2'}")
+  assert refused.returncode != 0 and "give --pilot_steps=0" in refused.stderr, refused.stderr[-500:]
+  done = _driver(sys.executable, "--config=configs/positions.py",
+                 f"--import_from={tmp_path / 'out'}", f"--publish={here}")
+  assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+  table = (here / "table.md").read_text()
+  assert "## By source length" in table and (here / "by_length.png").exists()

@@ -1,4 +1,6 @@
-"""A sweep's results at a glance: results.jsonl, table.md (ours beside the paper's) and a figure.
+"""A sweep's results at a glance: results.jsonl, table.md (ours beside the paper's) and a figure;
+for runs evaluated by source length also their table by length (tfm/sweep/by_length.py) and
+by_length.png.
 
 The statistics are tfm/sweep/compare.py's: per group the mean over its finished seeds with the
 sample standard deviation; for rows of configs/table3*.py, the paper's figures beside ours, each
@@ -17,7 +19,7 @@ import textwrap
 from typing import Sequence
 
 from tfm import storage
-from tfm.sweep import compare
+from tfm.sweep import by_length, compare
 from tfm.sweep.result import RunResult
 
 def _fmt(mean: float, std: float, digits: int) -> str:
@@ -73,7 +75,7 @@ def table_markdown(results: Sequence[RunResult], command: str | None = None,
   common = _common(rows)
   rows = [dataclasses.replace(g, changes={k: v for k, v in g.changes.items() if k not in common})
           for g in rows]
-  has_paper = any(g.paper for g in rows)
+  has_paper = any(g.paper.get("ppl") is not None for g in rows)  # a row of the paper's Table 3
   head = ["row", "changes", "seeds", "dev PPL", "last fifth", "BLEU", "tok. BLEU", "params (M)"]
   if has_paper:
     head = ["row", "changes", "seeds", "dev PPL", "last fifth", "paper PPL", "ours vs base",
@@ -122,6 +124,9 @@ def table_markdown(results: Sequence[RunResult], command: str | None = None,
     out += [""] + _comparison_lines(c)
     glance = _glance(rows, c)
     out += ["", "## At a glance (the README's copy)", "", glance.rstrip("\n")] if glance else []
+  lengths = by_length.table(results)
+  if lengths:
+    out += [""] + by_length.markdown(lengths)
   failed = [r for r in results if not r.ok]
   if failed:
     out += ["", "Failed runs:"] + [f"- {r.name}: {r.error}" for r in failed]
@@ -247,7 +252,9 @@ def _along_lines(c: compare.Comparison) -> list[str]:
 
 def write_report(results: Sequence[RunResult], root: str, command: str | None = None) -> list[str]:
   """Writes ROOT/results.jsonl, ROOT/table.md and the figure; returns their paths."""
-  from tfm.figures import sweep as sweep_figure  # pylint: disable=import-outside-toplevel
+  # pylint: disable=import-outside-toplevel
+  from tfm.figures import by_length as length_figure
+  from tfm.figures import sweep as sweep_figure
   paths = [os.path.join(root, "results.jsonl"), os.path.join(root, "table.md")]
   storage.write_atomically(paths[0], "".join(json.dumps(r.to_json(), sort_keys=True) + "\n"
                                              for r in results))
@@ -258,8 +265,12 @@ def write_report(results: Sequence[RunResult], root: str, command: str | None = 
       calls = [json.loads(line) for line in f if line.strip()]
   storage.write_atomically(paths[1], table_markdown(results, command, calls))
   # A table's rows beside the paper's: table3.png; any grid (over a table's rows too): sweep.png.
-  table = any(r.paper for r in results) and all(r.group == r.row for r in results)
+  table = (any(r.paper.get("ppl") is not None for r in results)
+           and all(r.group == r.row for r in results))
   figure = os.path.join(root, "table3.png" if table else "sweep.png")
   if sweep_figure.plot(compare.groups(results), figure) is not None:
     paths.append(figure)
+  lengths = by_length.table(results)
+  if lengths and length_figure.plot(lengths, os.path.join(root, "by_length.png")):
+    paths.append(os.path.join(root, "by_length.png"))
   return paths
