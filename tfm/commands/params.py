@@ -29,7 +29,8 @@ def run(fv: flags.FlagValues, config: config_lib.Config):
   if fv.json:
     print(json.dumps(results, indent=1))
     return
-  print(f"{'row':<6} {'params':>14} {'(M)':>8} {'paper (M)':>10}")
+  width = max([6] + [len(str(r["row"])) for r in results])  # the rows' names line up
+  print(f"{'row':<{width}} {'params':>14} {'(M)':>8} {'paper (M)':>10}")
   for r in results:
     paper = "" if r["paper_params"] is None else f"{r['paper_params'] / 1e6:.0f}"
-    print(f"{r['row']:<6} {r['params']:>14,} {r['params'] / 1e6:>8.1f} {paper:>10}")
+    print(f"{str(r['row']):<{width}} {r['params']:>14,} {r['params'] / 1e6:>8.1f} {paper:>10}")
