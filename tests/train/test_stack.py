@@ -123,20 +123,23 @@ def test_members_may_differ_in_their_seeds_dropout_and_smoothing_only():
   assert stack.structure_config([others[0], base]).model.dropout_rate == 0.1
 
 
-def test_members_with_their_own_dropout_and_smoothing_train_as_their_solo_runs():
-  """Table 3's base and D rows as one stack: three members of the Transformer with dropout rates
-  0.1, 0 and 0.2 and label smoothing 0.1, 0.1 and 0: each member's 3 stacked steps give its solo
-  run's losses, gradient norms and state (the model built for the stack with the largest rate,
-  each member's keep probability and smoothing traced)."""
+def test_members_with_their_own_dropout_smoothing_and_rate_train_as_their_solo_runs():
+  """Table 3's base and D rows, and a learning-rate sweep's point, as one stack: four members of
+  the Transformer with dropout rates 0.1, 0, 0.2 and 0.1, label smoothing 0.1, 0.1, 0 and 0.1 and
+  learning-rate scales 1, 1, 1 and 3: each member's 3 stacked steps give its solo run's losses,
+  gradient norms and state (the model built for the stack with the largest rate, each member's
+  keep probability, smoothing and learning-rate ratio traced)."""
   import dataclasses  # pylint: disable=import-outside-toplevel
   from tfm.model.config import ModelConfig  # pylint: disable=import-outside-toplevel
   from tfm.model.transformer import Transformer  # pylint: disable=import-outside-toplevel
   base = ModelConfig(vocab_size=64, d_model=32, d_ff=64, num_heads=4, d_k=8, d_v=8,
                      num_encoder_layers=1, num_decoder_layers=1, max_length=32)
-  rows = [(0.1, 0.1), (0.0, 0.1), (0.2, 0.0)]  # (model.dropout_rate, train.label_smoothing)
+  # (model.dropout_rate, train.label_smoothing, train.learning_rate)
+  rows = [(0.1, 0.1, 1.0), (0.0, 0.1, 1.0), (0.2, 0.0, 1.0), (0.1, 0.1, 3.0)]
   setups = [helpers.Setup(Transformer(dataclasses.replace(base, dropout_rate=rate)),
-                          helpers.train_cfg(label_smoothing=smoothing), helpers.mesh_cfg(),
-                          jax.devices()[:1], seed=k) for k, (rate, smoothing) in enumerate(rows)]
+                          helpers.train_cfg(label_smoothing=smoothing, learning_rate=scale),
+                          helpers.mesh_cfg(), jax.devices()[:1], seed=k)
+            for k, (rate, smoothing, scale) in enumerate(rows)]
   configs = [s.experiment.config for s in setups]
   solo_losses, solo_states = _solo_runs(setups)
   structure = stack.structure_config(configs)
@@ -145,8 +148,9 @@ def test_members_with_their_own_dropout_and_smoothing_train_as_their_solo_runs()
   state = stack.stack_states([s.fresh_state() for s in setups], exp.state_shardings)
   stacked_losses, state = _stacked_run(exp.stacked_train_step(3, stack.MemberScalars.of(configs)),
                                        state, setups)
+  assert stack.MemberScalars.of(configs).learning_rate_ratio == (1.0, 1.0, 1.0, 3.0)
   differences = []
-  for k in range(3):
+  for k in range(len(rows)):
     np.testing.assert_allclose(stacked_losses[k], solo_losses[k], rtol=2e-6, atol=0)
     member = jax.device_get(stack.member_state(state, k, exp.state_shardings))
     differences.append(helpers.max_diff(member.params, solo_states[k].params, key_biases=False))

@@ -9,11 +9,15 @@ non-finite guard included: a member whose update is not finite skips its own).
 
 Members are runs whose configs differ only in STACK_KEYS: train.seed (parameter init, dropout
 masks) and data.shuffle_seed (data order), as a sweep's seeds of one row, and the scalars that
-change no shape or program: the dropout rates and the label smoothing (Table 3's base and D1-D4).
+change no shape or program: the dropout rates and the label smoothing (Table 3's base and D1-D4),
+and the learning rate's scale (train.learning_rate: a learning-rate sweep).
 A scalar the members share stays the Python float the solo step compiles; one they differ in is
 each member's array (MemberScalars): the dropout's keep probability (tfm/model/dropout.py) and the
 loss's smoothing, traced, and the model is built for the stack from the largest rate of each
-dropout (structure_config), so that a member with rate 0 keeps every value. Each member starts from
+dropout (structure_config), so that a member with rate 0 keeps every value. A member's learning
+rate is the structure's times its ratio to the first member's: its updates are the optimizer's
+scaled by that ratio (every part of tfm's optimizer before the rate is independent of it:
+tfm/train/optimizer.py), equal to its solo run's to float rounding (the first member's exactly). Each member starts from
 the state its solo run starts from, reads the batches its solo run reads, and is saved into a
 workdir of its own as a solo run's checkpoint (member_state): `tfm eval`, `translate`, `plot` and
 a solo resume read a member's workdir as any run's.
@@ -42,16 +46,19 @@ from tfm.train.step import member_sharding
 
 # The keys members may differ in: what a sweep's seed sets, and scalars the step takes as arrays.
 SEED_KEYS = ("train.seed", "data.shuffle_seed")
-SCALAR_KEYS = tuple(f"model.{kind}" for kind in dropout.KINDS) + ("train.label_smoothing",)
+SCALAR_KEYS = tuple(f"model.{kind}" for kind in dropout.KINDS) + ("train.label_smoothing",
+                                                                  "train.learning_rate")
 STACK_KEYS = SEED_KEYS + SCALAR_KEYS
 
 
 @dataclasses.dataclass(frozen=True)
 class MemberScalars:
   """The scalars in which members differ, a tuple a scalar with a value a member: keep: (kind,
-  keep probabilities) for each dropout kind, label_smoothing: None where they share it."""
+  keep probabilities) for each dropout kind, label_smoothing, learning_rate_ratio (each member's
+  train.learning_rate over the first's): None where they share it."""
   keep: tuple[tuple[str, tuple[float, ...]], ...] = ()
   label_smoothing: tuple[float, ...] | None = None
+  learning_rate_ratio: tuple[float, ...] | None = None
 
   @classmethod
   def of(cls, configs: Sequence[config_lib.Config]) -> "MemberScalars":
@@ -61,14 +68,16 @@ class MemberScalars:
       if len(set(rates)) > 1:  # 1 - rate in double precision, as the solo step's constant
         keep.append((kind, tuple(float(np.float32(1.0 - r)) for r in rates)))
     smoothing = [c.train.label_smoothing for c in configs]
-    return cls(tuple(keep), tuple(smoothing) if len(set(smoothing)) > 1 else None)
+    rates = [c.train.learning_rate for c in configs]
+    return cls(tuple(keep), tuple(smoothing) if len(set(smoothing)) > 1 else None,
+               tuple(r / rates[0] for r in rates) if len(set(rates)) > 1 else None)
 
-  def arrays(self) -> tuple[dict[str, jax.Array], jax.Array | None]:
-    """({kind: keep [K]}, label smoothing [K] or None), float32: what the vmapped step takes."""
+  def arrays(self) -> tuple[dict[str, jax.Array], jax.Array | None, jax.Array | None]:
+    """({kind: keep [K]}, label smoothing [K] or None, learning-rate ratio [K] or None), float32:
+    what the vmapped step takes."""
     keep = {kind: jnp.asarray(values, jnp.float32) for kind, values in self.keep}
-    smoothing = (None if self.label_smoothing is None
-                 else jnp.asarray(self.label_smoothing, jnp.float32))
-    return keep, smoothing
+    as_array = lambda values: None if values is None else jnp.asarray(values, jnp.float32)
+    return keep, as_array(self.label_smoothing), as_array(self.learning_rate_ratio)
 
 
 def structure_config(configs: Sequence[config_lib.Config]) -> config_lib.Config:

@@ -236,8 +236,8 @@ def make_train_step(model: nn.Module, tx: optax.GradientTransformation, schedule
   members: a stack of this many runs (tfm/train/stack.py): every leaf of the state and the batch
   has a leading member axis, unsharded, and the step is train_step vmapped over it, so each
   member's update is its own run's (its non-finite guard included); metrics come back [members].
-  member_scalars: the stack's stack.MemberScalars, the dropout keep probabilities and label
-  smoothing in which its members differ, each member's traced.
+  member_scalars: the stack's stack.MemberScalars, the dropout keep probabilities, label
+  smoothing and learning-rate ratios in which its members differ, each member's traced.
   """
   platform = mesh.devices.flat[0].platform
   if members is not None:
@@ -285,24 +285,36 @@ def _stacked_step(model, tx, schedule, label_smoothing, microbatches, mesh, rule
                   compiler_options, guard, prng, member_scalars) -> OnMesh:
   """make_train_step's stacked form: train_step vmapped over the leading member axis, with each
   member's dropout keep probabilities and label smoothing where they differ."""
-  settings = dict(model=model, tx=tx, schedule=schedule, microbatches=microbatches,
-                  grad_shardings=None, guard=guard, prng=prng)
-  keep, smoothing = ({}, None) if member_scalars is None else member_scalars.arrays()
+  settings = dict(model=model, microbatches=microbatches, grad_shardings=None, guard=guard,
+                  prng=prng)
+  keep, smoothing, ratio = ({}, None, None) if member_scalars is None else member_scalars.arrays()
 
-  def member(state, batch, keep, smoothing):
+  def member(state, batch, keep, smoothing, ratio):
+    member_tx, member_schedule = (tx, schedule) if ratio is None else _rate_scaled(tx, schedule,
+                                                                                   ratio)
     with dropout.member_keep(keep):
-      return train_step(state, batch, **settings,
+      return train_step(state, batch, **settings, tx=member_tx, schedule=member_schedule,
                         label_smoothing=label_smoothing if smoothing is None else smoothing)
 
   def step(state, batch):
     check_batch_size(batch["targets"].shape[1], mesh, rules, microbatches)
-    return jax.vmap(member)(state, batch, keep, smoothing)
+    return jax.vmap(member)(state, batch, keep, smoothing, ratio)
 
   stacked = jax.tree.map(member_sharding, state_shardings)
   jitted = jax.jit(step, in_shardings=(stacked, member_sharding(batch_sharding(mesh, rules))),
                    out_shardings=(stacked, NamedSharding(mesh, PartitionSpec())),
                    donate_argnums=(0,), compiler_options=compiler_options)
   return OnMesh(jitted, mesh, rules)
+
+
+def _rate_scaled(tx: optax.GradientTransformation, schedule: Schedule, ratio: jax.Array
+                 ) -> tuple[optax.GradientTransformation, Schedule]:
+  """tx and schedule at `ratio` times the learning rate: the learning rate is the optimizer's last
+  factor (tfm/train/optimizer.py), so its updates scale with it."""
+  def update(grads, state, params=None):
+    updates, state = tx.update(grads, state, params)
+    return jax.tree.map(lambda u: u * ratio.astype(u.dtype), updates), state
+  return optax.GradientTransformation(tx.init, update), lambda count: schedule(count) * ratio
 
 
 class KeptGradients(OnMesh):
