@@ -19,7 +19,7 @@ PROGRESS_COMMANDS = ("train", "sweep", "prepare-data")
 # subcommand -> (module under tfm.commands, one-line help, whether --config is required)
 COMMANDS = {
     "params": ("params", "parameter counts of a config or of every Table 3 row", True),
-    "train": ("train", "train a model into --workdir (resumes if the workdir has checkpoints)", True),
+    "train": ("train", "train a model into --workdir (resumes if the workdir has checkpoints)", False),
     "eval": ("eval", "BLEU and perplexity of the checkpoints in --workdir", False),
     "translate": ("translate", "translate lines from stdin or --input with the model in --workdir", False),
     "plan": ("plan", "compile the train step for a TPU topology ahead of time: memory, FLOPs, "

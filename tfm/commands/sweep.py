@@ -15,9 +15,11 @@ per run), DIR/table.md and DIR/table3.png (tfm/sweep/report.py); every run that 
 hyperparameters and final figures for TensorBoard's HParams dashboard, so `tensorboard --logdir
 DIR` compares the runs (tfm/sweep/hparams.py). --slurm submits the unfinished
 runs as one SLURM job array instead, one task per run, each running `tfm sweep ... --run_index=I`
-(tfm/sweep/slurm.py, docs/cluster.md). --stack trains each group's unfinished seeds (a row's or a
-grid point's) as one stack, `tfm train --seeds` (tfm/train/stack.py), in one share: for small
-models that fill a GPU no better one at a time; each run keeps its workdir and its result.
+(tfm/sweep/slurm.py, docs/cluster.md). --stack trains the unfinished runs that differ only in their
+seeds and in scalars that change no shape (dropout rates, label smoothing, the learning rate: a
+row's seeds, Table 3's base with D1-D4, a grid over a rate) as one stack, `tfm train --seeds` or
+`--members` (tfm/train/stack.py), in one share: for small models that fill a GPU no better one at
+a time; each run keeps its workdir and its result.
 """
 
 from __future__ import annotations
@@ -57,11 +59,12 @@ def define_flags(fv: flags.FlagValues):
                     "short has every row once)", flag_values=fv)
   flags.DEFINE_integer("parallel", 1, "runs (with --stack: stacks) at once, each on its share of "
                        "the devices", lower_bound=1, flag_values=fv)
-  flags.DEFINE_boolean("stack", False, "train each group's unfinished seeds as one stack (tfm "
-                       "train --seeds: one step for all, each run in its own workdir)",
+  flags.DEFINE_boolean("stack", False, "train the unfinished runs that differ only in seeds, "
+                       "dropout rates, label smoothing and learning rate as one stack (tfm train "
+                       "--seeds or --members: one step for all, each run in its own workdir)",
                        flag_values=fv)
   flags.DEFINE_integer("stack_most", 0, "with --stack: at most this many runs a stack (a stack "
-                       "of K holds about K runs' memory); 0: a group's unfinished seeds, all",
+                       "of K holds about K runs' memory); 0: all the runs that may stack",
                        lower_bound=0, flag_values=fv)
   flags.DEFINE_integer("runs_per_gpu", 1, "with GPUs: up to this many runs on each GPU at once, "
                        "each with its part of the GPU's memory (small models; docs/table3.md)",
@@ -171,10 +174,12 @@ def run(fv: flags.FlagValues, config: config_lib.Config | None):
   vocab_dir = os.path.join(root, "vocab") if config.data.vocab_dir is None else None
   configs = {r: r.load(vocab_dir) for r in runs}  # every config validated before anything runs
   eval_limit = lambda r: configs[r].eval.bleu_examples if fv.eval_limit is None else fv.eval_limit
+  from tfm.train.stack import stack_class  # pylint: disable=import-outside-toplevel
+  stack_key = lambda r: stack_class(configs[r])  # runs that may train as one stack
   if fv.dry_run and not fv.slurm:
-    for group in execute.groups(runs, fv.stack, fv.stack_most):
+    for group in execute.groups(runs, fv.stack, fv.stack_most, stack_key):
       workdirs = [os.path.join(root, r.name) for r in group]
-      train = (stack_train_argv(group, root, vocab_dir) if fv.stack
+      train = (stack_train_argv(group, root, vocab_dir, write=False) if fv.stack
                else group[0].train_argv(workdirs[0], vocab_dir))
       print(f"# {', '.join(r.name for r in group)}\ntfm {' '.join(train)}")
       for r, workdir in zip(group, workdirs):
@@ -205,7 +210,8 @@ def run(fv: flags.FlagValues, config: config_lib.Config | None):
     publish_run = _publisher(runs, configs, results, root, published, vocab_dirs)
     on_result = lambda result: (to_tensorboard(result), publish_run(result))
   try:
-    run_all(runs, shares=shares, on_result=on_result, stack=fv.stack, stack_most=fv.stack_most)
+    run_all(runs, shares=shares, on_result=on_result, stack=fv.stack, stack_most=fv.stack_most,
+            stack_key=stack_key)
   finally:
     gathered = execute.collect(root)
     if gathered:

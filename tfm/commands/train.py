@@ -2,10 +2,19 @@
 
 `--seeds=0,1,2` trains a stack instead (tfm/train/stack.py): one run a seed (train.seed and
 data.shuffle_seed set to it, as a sweep's seeds), each into DIR-sSEED as its run alone would be,
-all of them in one step on the same devices.
+all of them in one step on the same devices. `--members=FILE` (no --config, no --workdir) trains
+the runs FILE names as one stack, runs of different configs that may stack (Table 3's base and D
+rows; `tfm sweep --stack` writes such files):
+
+  {"members": [{"config": "configs/table3_v3.py:base", "overrides": ["train.seed=0"],
+                "workdir": "runs/base-s0"},
+               {"config": "configs/table3_v3.py:D1", "overrides": ["train.seed=0"],
+                "workdir": "runs/D1-s0"}]}
 """
 
 from __future__ import annotations
+
+import json
 
 from absl import flags
 
@@ -23,6 +32,9 @@ def define_flags(fv: flags.FlagValues):
                       flag_values=fv)
   flags.DEFINE_list("seeds", None, "train a stack of runs, one a seed (train.seed and "
                     "data.shuffle_seed), in one step: each into WORKDIR-sSEED", flag_values=fv)
+  flags.DEFINE_string("members", None, "train the runs this JSON file names (each its config, "
+                      "overrides and workdir) as one stack; instead of --config and --workdir",
+                      flag_values=fv)
 
 
 def member_seeds(values: list[str] | None) -> list[int] | None:
@@ -39,7 +51,43 @@ def member_seeds(values: list[str] | None) -> list[int] | None:
   return seeds
 
 
+def read_members(path: str) -> tuple[list, list[str]]:
+  """--members=FILE: (each member's validated config, its workdir); one ValueError naming the file
+  and the member where FILE is not as the module docstring shows."""
+  from tfm import config as config_lib  # pylint: disable=import-outside-toplevel
+  try:
+    with open(path, encoding="utf-8") as f:
+      members = json.load(f)["members"]
+    assert isinstance(members, list) and members
+  except (OSError, ValueError, KeyError, TypeError, AssertionError) as e:
+    raise ValueError(f"--members={path}: expected a JSON file {{\"members\": [{{\"config\": "
+                     f"FILE[:ROW], \"overrides\": [KEY=VALUE, ...], \"workdir\": DIR}}, ...]}} "
+                     f"({type(e).__name__}: {e})") from None
+  configs, workdirs = [], []
+  for i, member in enumerate(members):
+    if not (isinstance(member, dict) and isinstance(member.get("config"), str)
+            and isinstance(member.get("workdir"), str)
+            and all(isinstance(o, str) for o in member.get("overrides", []))):
+      raise ValueError(f"--members={path}: member {i} needs \"config\" and \"workdir\" strings "
+                       f"and \"overrides\" a list of KEY=VALUE strings, got {member!r}")
+    try:
+      configs.append(config_lib.load_config(member["config"], member.get("overrides", [])))
+    except ValueError as e:
+      raise ValueError(f"--members={path}: member {i} ({member['workdir']}): {e}") from None
+    workdirs.append(member["workdir"])
+  return configs, workdirs
+
+
 def run(fv: flags.FlagValues, config):
+  if fv.members is not None:
+    if config is not None or fv.workdir or fv.seeds:
+      raise UsageError("--members=FILE names every run's config and workdir: give it alone, "
+                       "without --config, --workdir or --seeds")
+    from tfm.loop import train_stack  # pylint: disable=import-outside-toplevel
+    train_stack(*read_members(fv.members))
+    return
+  if config is None:
+    raise UsageError("--config=FILE[:ARG] is required")
   one_row(config, fv)
   if not fv.workdir:
     raise UsageError("--workdir is required (checkpoints, vocabulary and metrics go there)")

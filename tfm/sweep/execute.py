@@ -252,31 +252,36 @@ class Job:
       self.proc.send_signal(signal.SIGTERM)
 
 
-def groups(runs: Sequence[Run], stack: bool, most: int = 0) -> list[list[Run]]:
-  """The runs a Job takes: one each, or with `stack` each group's runs together (at most `most` a
-  stack; 0: no cap), in the order of each group's first run."""
+def groups(runs: Sequence[Run], stack: bool, most: int = 0,
+           key: Callable[[Run], str] | None = None) -> list[list[Run]]:
+  """The runs a Job takes: one each, or with `stack` the runs of equal `key` together (default:
+  each group's seeds; the sweep's key is tfm/train/stack.py's stack_class, so Table 3's base and
+  D1-D4 stack too), at most `most` a stack (0: no cap), in the order of each stack's first run."""
   if not stack:
     return [[r] for r in runs]
-  by_group: dict[str, list[Run]] = {}
+  key = key or (lambda r: r.group)
+  by_key: dict[str, list[Run]] = {}
   for r in runs:
-    by_group.setdefault(r.group, []).append(r)
-  size = most or max((len(g) for g in by_group.values()), default=1)
-  return [g[i:i + size] for g in by_group.values() for i in range(0, len(g), size)]
+    by_key.setdefault(key(r), []).append(r)
+  size = most or max((len(g) for g in by_key.values()), default=1)
+  return [g[i:i + size] for g in by_key.values() for i in range(0, len(g), size)]
 
 
 def run_all(runs: Sequence[Run], root: str, *, shares: Sequence[Share], vocab_dir: str | None,
             eval_limit_of: Callable[[Run], int], steps_of: Callable[[Run], int],
             describe: Callable[[Run, str, float], RunResult], stream: TextIO | None = None,
             on_result: Callable[[RunResult], None] | None = None,
-            stack: bool = False, stack_most: int = 0) -> list[RunResult]:
+            stack: bool = False, stack_most: int = 0,
+            stack_key: Callable[[Run], str] | None = None) -> list[RunResult]:
   """Runs every unfinished run, len(shares) jobs at a time; returns the results of the runs it ran.
   stream: where progress goes (default: sys.stdout as it is when called); on_result: called with
   each run's result as it ends (tfm sweep --publish); stack: a group's unfinished seeds train as
-  one stack (tfm train --seeds) in one share, at most stack_most of them (0: all)."""
+  one stack (tfm train --seeds) in one share, at most stack_most of them (0: all); stack_key: which
+  runs may stack (groups' key; default: a group's seeds)."""
   stream = stream or sys.stdout
   workdir = lambda run: os.path.join(root, run.name)
   pending_runs = [r for r in runs if not is_finished(workdir(r), steps_of(r))]
-  pending = groups(pending_runs, stack, stack_most)
+  pending = groups(pending_runs, stack, stack_most, stack_key)
   done_before = len(runs) - len(pending_runs)
   print(f"[sweep] {len(runs)} runs under {root}: {done_before} finished before, "
         f"{len(pending_runs)} to run" + (f" in {len(pending)} stacks" if stack else "")

@@ -10,11 +10,13 @@ from __future__ import annotations
 
 import dataclasses
 import itertools
+import json
 import os
 import re
 from typing import Sequence
 
 from tfm import config as config_lib
+from tfm import storage
 
 
 @dataclasses.dataclass(frozen=True)
@@ -62,16 +64,26 @@ class Run:
             + [f"--workdir={workdir}"])
 
 
-def stack_train_argv(runs: Sequence[Run], root: str, vocab_dir: str | None = None) -> list[str]:
-  """`tfm train --seeds` arguments training `runs`, the seeds of one group, as one stack
-  (tfm/train/stack.py): each into ROOT/NAME, as each alone would be."""
+def stack_train_argv(runs: Sequence[Run], root: str, vocab_dir: str | None = None,
+                     write: bool = True) -> list[str]:
+  """`tfm train` arguments training `runs` as one stack (tfm/train/stack.py), each into ROOT/NAME
+  as each alone would be: the seeds of one group as `tfm train --seeds`; runs of several groups
+  (Table 3's base and D rows, a grid over a learning rate) as `tfm train --members=FILE`, FILE
+  (ROOT/stacks/FIRST.json, written unless `write` is False) naming each run's config and
+  workdir."""
   first = runs[0]
-  if any(r.group != first.group for r in runs):
-    raise ValueError(f"a stack is one group's seeds, got {[r.name for r in runs]}")
-  seeded = ("train.seed=", "data.shuffle_seed=")
-  overrides = [o for o in first.config_overrides(vocab_dir) if not o.startswith(seeded)]
-  return (["train", f"--config={first.spec}"] + [f"--config.{o}" for o in overrides]
-          + [f"--workdir={os.path.join(root, first.group)}", f"--seeds={','.join(str(r.seed) for r in runs)}"])
+  if all(r.group == first.group for r in runs):
+    seeded = ("train.seed=", "data.shuffle_seed=")
+    overrides = [o for o in first.config_overrides(vocab_dir) if not o.startswith(seeded)]
+    return (["train", f"--config={first.spec}"] + [f"--config.{o}" for o in overrides]
+            + [f"--workdir={os.path.join(root, first.group)}",
+               f"--seeds={','.join(str(r.seed) for r in runs)}"])
+  path = os.path.join(root, "stacks", f"{first.name}.json")
+  if write:
+    members = [dict(config=r.spec, overrides=r.config_overrides(vocab_dir),
+                    workdir=os.path.join(root, r.name)) for r in runs]
+    storage.write_atomically(path, json.dumps({"members": members}, indent=1) + "\n")
+  return ["train", f"--members={path}"]
 
 
 def parse_grid(specs: Sequence[str]) -> list[tuple[str, list[str]]]:

@@ -34,6 +34,7 @@ from __future__ import annotations
 
 import dataclasses
 import functools
+import json
 from typing import Any, Sequence
 
 import jax
@@ -106,6 +107,14 @@ def check_members(configs: Sequence[config_lib.Config]) -> None:
   if not configs[0].data.packing:
     raise ValueError("config key data.packing: a stack needs every member's batch of one shape, "
                      "packed rows (data.packing=True), not length buckets")
+
+
+def stack_class(config: config_lib.Config) -> str:
+  """What runs must share to stack (check_members): the config less STACK_KEYS and a table row's
+  name and figures, as text; runs of equal classes may train as one stack."""
+  values = config_lib.flatten(config.to_dict())
+  return json.dumps({k: v for k, v in values.items() if k not in STACK_KEYS + config_lib.EXTRAS},
+                    sort_keys=True, default=str)
 
 
 @functools.lru_cache(maxsize=None)
