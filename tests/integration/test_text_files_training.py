@@ -1,0 +1,103 @@
+"""Training on plain text files end to end: named evaluation sets in the loop's log and TensorBoard,
+an exact resume, `tfm eval` per evaluation set, and a bad file refused before anything is written."""
+
+import glob
+import json
+import os
+
+import jax
+import numpy as np
+import pytest
+
+from tests.data import tfm_data_testlib as testlib
+from tests.integration.conftest import MODEL, run_train
+from tfm import cli
+from tfm.config import load_config
+from tfm.train import checkpoint as ckpt_lib
+from tfm.train import events
+
+
+@pytest.fixture(scope="module")
+def text_corpus(tmp_path_factory):
+  """The fake Bible's verse pairs as text files: train (the rest), dev (20 pairs, a file per side)
+  and 'extra' (10 other pairs, one TSV)."""
+  root = tmp_path_factory.mktemp("text")
+  pairs = list(testlib.clean_pairs().values())
+  splits = {"dev": pairs[:20], "extra": pairs[20:30], "train": pairs[30:]}
+  for split in ("train", "dev"):
+    for side, lang in enumerate(("en", "es")):
+      (root / f"{split}.{lang}").write_text("".join(p[side] + "\n" for p in splits[split]),
+                                            encoding="utf-8")
+  (root / "extra.tsv").write_text("".join(f"{en}\t{es}\n" for en, es in splits["extra"]),
+                                  encoding="utf-8")
+  return root
+
+
+def _config(root, *extra):
+  config = load_config("configs/quickstart.py", MODEL + [
+      "data.dataset=text", f"data.train_files={root}/train.{{lang}}",
+      f"data.dev_files={root}/dev.{{lang}}", f"data.vocab_dir={root}/vocab",
+      f"data.cache_dir={root}/cache", "data.vocab_size=300", "data.max_length=32",
+      "data.tokens_per_batch=256", "data.eval_max_examples=16", "data.overlong=truncate",
+      "train.steps=6", "train.warmup_steps=4", "train.learning_rate=4.0", "train.log_every=3",
+      "train.eval_every=3", "train.checkpoint_every=3", "train.keep_checkpoints=3",
+      "train.average_checkpoints=2", "eval.bleu_every=0", "eval.beam_size=2",
+      "eval.max_extra_length=5", "eval.batch_size=4", "train.curves=False", *extra])
+  return config.replace(data=config.data.replace(
+      eval_sets={"dev": "dev", "extra": str(root / "extra.tsv")}))
+
+
+def _params(state):
+  return jax.tree.leaves(jax.device_get(state.params))
+
+
+def test_text_files_train_resume_and_evaluate_each_set(text_corpus, tmp_path, capsys):
+  config = _config(text_corpus)
+  whole, log = run_train(config, tmp_path / "a")
+  assert int(whole.step) == 6
+  for name in ("dev", "extra"):  # each evaluation set on its own, under its name
+    for step in (3, 6):
+      assert f"[{name}] step {step} | loss" in log, log
+  scalars = events.read_scalars(str(tmp_path / "a" / "tensorboard"))
+  assert [s for s, _ in scalars["dev/perplexity"]] == [3, 6]
+  assert [s for s, _ in scalars["extra/perplexity"]] == [3, 6]
+  assert scalars["dev/perplexity"] != scalars["extra/perplexity"]
+  # The train split was tokenized once into the token cache, keyed by the files.
+  assert glob.glob(f"{text_corpus}/cache/text_en-es_L32_*/host-0-of-1/meta.json")
+  # A resumed run continues from the checkpointed data position: bit for bit the same.
+  run_train(_config(text_corpus, "train.steps=3"), tmp_path / "b")
+  resumed, log = run_train(config, tmp_path / "b")
+  assert "resumed from step 3" in log
+  assert all(np.array_equal(x, y) for x, y in zip(_params(whole), _params(resumed)))
+
+  # tfm eval: every evaluation set, a result each.
+  capsys.readouterr()
+  assert cli.main(["tfm", "eval", f"--workdir={tmp_path / 'a'}"]) == 0
+  dev = json.load(open(tmp_path / "a" / "eval_dev_6_avg2.json"))
+  extra = json.load(open(tmp_path / "a" / "eval_extra_6_avg2.json"))
+  assert (dev["split"], dev["sentences"]) == ("dev", 16)  # data.eval_max_examples=16
+  assert (extra["split"], extra["sentences"]) == ("extra", 10)
+  assert dev["perplexity"] != extra["perplexity"]
+  # One set by name; the test split has no files: one line naming the key.
+  assert cli.main(["tfm", "eval", f"--workdir={tmp_path / 'a'}", "--split=extra", "--limit=3"]) == 0
+  assert json.load(open(tmp_path / "a" / "eval_extra_6_avg2_first3.json"))["sentences"] == 3
+  capsys.readouterr()
+  assert cli.main(["tfm", "eval", f"--workdir={tmp_path / 'a'}", "--split=test"]) != 0
+  err = capsys.readouterr().err
+  assert "config key data.test_files: expected the test split's text files" in err
+  assert cli.main(["tfm", "eval", f"--workdir={tmp_path / 'a'}", "--split=nope"]) != 0
+  assert "--split: expected names of dev, test, extra" in capsys.readouterr().err
+
+
+def test_a_bad_file_is_refused_before_anything_is_written(text_corpus, tmp_path):
+  bad = tmp_path / "bad"
+  bad.mkdir()
+  (bad / "train.en").write_text("one\ntwo\nthree\n")
+  (bad / "train.es").write_text("uno\ndos\n")
+  config = _config(text_corpus, f"data.train_files={bad}/train.{{lang}}",
+                   f"data.vocab_dir={tmp_path}/vocab")
+  with pytest.raises(ValueError, match=rf"^data.train_files: {bad}/train.en has 3 lines but "
+                                       rf"{bad}/train.es has 2; expected the same number"):
+    run_train(config, tmp_path / "w")
+  assert not os.path.exists(tmp_path / "w")  # the new workdir removed again
+  assert not os.path.exists(tmp_path / "vocab") or not os.listdir(tmp_path / "vocab")
