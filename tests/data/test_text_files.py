@@ -230,3 +230,18 @@ def test_cache_root_of_text_files_needs_no_tfds(tmp_path, corpus):
   assert cache.cache_root(cfg) == os.path.expanduser("~/.cache/tfm")
   assert cache.cache_root(cfg.replace(data_dir=str(tmp_path / "data"))) == str(
       tmp_path / "data" / "tfm_cache")
+
+
+def test_worker_processes_read_the_same_batches(tmp_path, corpus):
+  """The split pickles into grain's worker processes (data.num_workers), which give the batches
+  the main process gives."""
+  d, _ = corpus
+  cfg = _cfg(tmp_path, d)
+  tok = tokenizer.get_tokenizer(cfg, None, source=sources.DataSource.of(cfg))
+  want = list(pipeline.train_iterator(cfg, sources.DataSource.of(cfg), tok, num_epochs=1))
+  workers = cfg.replace(num_workers=2)
+  it = pipeline.train_iterator(workers, sources.DataSource.of(workers), tok, num_epochs=1)
+  try:
+    assert testlib.same_batches(list(it), want)
+  finally:
+    it.close()
