@@ -1,5 +1,6 @@
-"""Training on plain text files end to end: named evaluation sets in the loop's log and TensorBoard,
-an exact resume, `tfm eval` per evaluation set, and a bad file refused before anything is written."""
+"""Training on data tfm names nowhere, end to end: plain text files (named evaluation sets in the
+loop's log and TensorBoard, an exact resume, `tfm eval` per evaluation set, a bad file refused
+before anything is written) and a TFDS translation builder under tfds.testing.mock_data."""
 
 import glob
 import json
@@ -101,3 +102,22 @@ def test_a_bad_file_is_refused_before_anything_is_written(text_corpus, tmp_path)
     run_train(config, tmp_path / "w")
   assert not os.path.exists(tmp_path / "w")  # the new workdir removed again
   assert not os.path.exists(tmp_path / "vocab") or not os.listdir(tmp_path / "vocab")
+
+
+def test_an_unlisted_tfds_builder_trains_with_a_test_split_evaluation_set(tmp_path):
+  import tensorflow_datasets as tfds  # pylint: disable=import-outside-toplevel
+  model = [m for m in MODEL if not m.startswith("model.vocab_size")]
+  (tmp_path / "tfds").mkdir()
+  with tfds.testing.mock_data(num_examples=64, policy=tfds.testing.MockPolicy.USE_CODE):
+    config = load_config("configs/quickstart.py", model + [
+        "model.vocab_size=40", "data.vocab_size=40", "data.dataset=ted_hrlr_translate/pt_to_en",
+        "data.source_lang=pt", "data.target_lang=en", f"data.data_dir={tmp_path}/tfds",
+        f"data.vocab_dir={tmp_path}/vocab", "data.max_length=32", "data.tokens_per_batch=256",
+        "data.eval_max_examples=16", "data.overlong=truncate", "data.eval_sets={'dev': 'dev', "
+        "'held': 'test'}", "train.steps=4", "train.warmup_steps=2", "train.log_every=2",
+        "train.eval_every=4", "train.checkpoint_every=4", "eval.bleu_every=0",
+        "train.curves=False"])
+    state, log = run_train(config, tmp_path / "w")
+  assert int(state.step) == 4
+  assert "[dev] step 4 | loss" in log and "[held] step 4 | loss" in log, log
+  assert glob.glob(f"{tmp_path}/tfds/tfm_cache/ted-hrlr-translate-pt-to-en_pt-en_L32_*")
