@@ -3,6 +3,7 @@ tfds.testing.mock_data, and the one-line errors for a name TFDS lacks or a langu
 one of the builder's feature keys."""
 
 import collections
+import dataclasses
 
 import pytest
 import tensorflow_datasets as tfds
@@ -84,3 +85,17 @@ def test_names_tfds_lacks_are_one_line(tmp_path):
   # The known datasets still check their languages when the config is built.
   with pytest.raises(ValueError, match=r"data.target_lang='pt' is not a language of"):
     DataConfig(target_lang="pt")
+
+
+def test_a_split_the_builder_lacks_is_one_line(cfg):
+  """The fake Bible (prepared) has train, validation and test; a source asking for another split
+  is told which it has."""
+  source = sources.DataSource.of(cfg)
+  lacking = dataclasses.replace(source, splits=(("train", "train"), ("dev", "dev2023"),
+                                                ("test", "test")))
+  with pytest.raises(ValueError, match=r"^TFDS dataset 'bible_translate/web-sparv' has no split "
+                                       r"'dev2023' \(tfm's 'dev'\): Unknown split 'dev2023'. Should "
+                                       r"be one of \['train', 'validation', 'test'\]. Evaluate other "
+                                       r"sets with data.eval_sets"):
+    lacking.open("dev")
+  assert len(source.open("dev")) > 0

@@ -124,7 +124,11 @@ class DataSource:
           f"TFDS dataset {self.name!r} is not prepared in data.data_dir={self.data_dir!r} (None = "
           "TFDS default) in array_record format; run tfm.data.prepare(source) "
           f"(`tfm prepare-data`) first. TFDS said: {e}") from e
-    except ValueError as e:  # an unknown builder or config
+    except ValueError as e:  # an unknown builder, config or split
+      if str(e).startswith("Unknown split"):
+        raise ValueError(
+            f"TFDS dataset {self.name!r} has no split {name!r} (tfm's {split!r}): {e} Evaluate "
+            "other sets with data.eval_sets (e.g. text files of held-out pairs)") from None
       raise ValueError(_not_found(self.name, e)) from None
     info = getattr(data_source, "dataset_info", None)
     check_features(self.name, info.features if info is not None else
@@ -259,9 +263,9 @@ def prepare(source: DataSource, create_data_dir: bool = False):
   array_record.
 
   Idempotent: an already prepared dataset is left as is. Returns the tfds builder, or None where
-  the source is an export or text files (which are ready as they are). A data.data_dir that does not exist is an
-  error unless create_data_dir (`tfm prepare-data`): training never silently builds a second copy
-  of a dataset in a mistyped directory.
+  the source is an export or text files (which are ready as they are). A data.data_dir that does
+  not exist is an error unless create_data_dir (`tfm prepare-data`): training never silently
+  builds a second copy of a dataset in a mistyped directory.
   """
   if source.export is not None or source.is_text:
     return None
