@@ -14,6 +14,7 @@ from tests.data import tfm_data_testlib as testlib
 from tests.integration.conftest import MODEL, run_train
 from tfm import cli
 from tfm.config import load_config
+from tfm.figures import curves
 from tfm.train import checkpoint as ckpt_lib
 from tfm.train import events
 
@@ -63,6 +64,11 @@ def test_text_files_train_resume_and_evaluate_each_set(text_corpus, tmp_path, ca
   assert [s for s, _ in scalars["dev/perplexity"]] == [3, 6]
   assert [s for s, _ in scalars["extra/perplexity"]] == [3, 6]
   assert scalars["dev/perplexity"] != scalars["extra/perplexity"]
+  # The curves figure draws the other set beside dev.
+  assert curves.eval_sets(scalars) == ["extra"]
+  ppl = curves.draw({"a": scalars}).axes[1]  # the perplexity panel
+  assert [line.get_label() for line in ppl.lines] == ["a", "a extra"]
+  assert list(ppl.lines[1].get_xdata()) == [3, 6]
   # The train split was tokenized once into the token cache, keyed by the files.
   assert glob.glob(f"{text_corpus}/cache/text_en-es_L32_*/host-0-of-1/meta.json")
   # A resumed run continues from the checkpointed data position: bit for bit the same.
