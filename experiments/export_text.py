@@ -1,4 +1,4 @@
-"""Writes a TFDS translation dataset's splits as plain text files, the form data.dataset='text' reads.
+"""Writes a TFDS translation dataset's splits as text files, the form data.dataset='text' reads.
 
   .venv/bin/python experiments/export_text.py --out corpus
       -> corpus/{train,dev,test}.{en,es}: the offline Bible (bible_translate/web-sparv), a file per

@@ -93,9 +93,9 @@ def test_a_split_the_builder_lacks_is_one_line(cfg):
   source = sources.DataSource.of(cfg)
   lacking = dataclasses.replace(source, splits=(("train", "train"), ("dev", "dev2023"),
                                                 ("test", "test")))
-  with pytest.raises(ValueError, match=r"^TFDS dataset 'bible_translate/web-sparv' has no split "
-                                       r"'dev2023' \(tfm's 'dev'\): Unknown split 'dev2023'. Should "
-                                       r"be one of \['train', 'validation', 'test'\]. Evaluate other "
-                                       r"sets with data.eval_sets"):
+  with pytest.raises(ValueError, match=(
+      r"^TFDS dataset 'bible_translate/web-sparv' has no split 'dev2023' \(tfm's 'dev'\): Unknown "
+      r"split 'dev2023'. Should be one of \['train', 'validation', 'test'\]. Evaluate other sets "
+      r"with data.eval_sets")):
     lacking.open("dev")
   assert len(source.open("dev")) > 0

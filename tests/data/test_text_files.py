@@ -74,7 +74,8 @@ def test_batches_hold_exactly_the_lines_of_the_files(tmp_path, corpus):
   assert ids == collections.Counter(tuple(tok.encode(en)) for en, _ in pairs["train"])
   # The other direction reads the same files.
   back = cfg.replace(source_lang="xx", target_lang="en")
-  got = _segments(pipeline.train_iterator(back, sources.DataSource.of(back), tok, num_epochs=1), tok)
+  it = pipeline.train_iterator(back, sources.DataSource.of(back), tok, num_epochs=1)
+  got = _segments(it, tok)
   assert got == collections.Counter((x, e) for e, x in pairs["train"])
   # The dev split, in file order, for the dev loss and BLEU.
   assert pipeline.eval_text_pairs(cfg, source, "dev") == pairs["dev"]
@@ -221,7 +222,8 @@ def test_eval_sets_open_splits_and_files(tmp_path, corpus):
     with pytest.raises(ValueError, match="^" + message):
       _cfg(tmp_path, d, eval_sets=bad)
   with pytest.raises(ValueError, match=r"^data.eval_sets.gone: .*/gone.en does not exist"):
-    sources.DataSource.of(_cfg(tmp_path, d, eval_sets={"gone": str(d / "gone.{lang}")})).open("gone")
+    gone = _cfg(tmp_path, d, eval_sets={"gone": str(d / "gone.{lang}")})
+    sources.DataSource.of(gone).open("gone")
 
 
 def test_cache_root_of_text_files_needs_no_tfds(tmp_path, corpus):
