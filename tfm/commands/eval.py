@@ -56,25 +56,25 @@ def run(fv: flags.FlagValues, config):
   import jax
   from tfm.eval.dev_bleu import DevBleu
   from tfm.eval.dev_loss import DevLoss
-  from tfm.eval.restore import load_trained
+  from tfm.eval.restore import load_trained, read_workdir_config
   from tfm.train import checkpoint as ckpt_lib
   from tfm.train.progress import Counter
 
+  names = _eval_sets(fv, read_workdir_config(fv.workdir).data.eval_set_names)  # before loading
   t = load_trained(fv.workdir, fv.average)
-  names = _eval_sets(fv, t.experiment.data_source)
   announce_backend(t.note)
   exp, c = t.experiment, t.config
+  translate = exp.translate_fn(eos_id=t.tokenizer.eos_id)
+  hosts = ckpt_lib.read_data_state(fv.workdir, t.steps[-1])["hosts"]  # every host's pipeline
+  tokens = lambda key: sum(h.get("efficiency", {}).get(key, 0) for h in hosts) or None
   for name in names:
     losses = DevLoss(c.data, exp.data_source, t.tokenizer, exp.eval_step, exp.batch_sharding,
                      split=name, row_multiple=exp.batch_shards)(t.params)
-    bleu = DevBleu(c.data, exp.data_source, t.tokenizer,
-                   exp.translate_fn(eos_id=t.tokenizer.eos_id),
+    bleu = DevBleu(c.data, exp.data_source, t.tokenizer, translate,
                    batch_size=exp.decode_rows(c.eval.batch_size), split=name,
                    limit=fv.limit or 0, compounds=c.eval.compounds)
     progress = Counter(f"[eval] {name}: decoding", len(bleu.pairs), "sentences", sys.stderr)
     bleu = bleu(t.params, progress=progress if jax.process_index() == 0 else None)
-    hosts = ckpt_lib.read_data_state(fv.workdir, t.steps[-1])["hosts"]  # every host's pipeline
-    tokens = lambda key: sum(h.get("efficiency", {}).get(key, 0) for h in hosts) or None
     result = dict(split=name, checkpoints=t.steps, averaged=len(t.steps), **bleu,
                   perplexity=losses["perplexity"], nll=losses["nll"], loss=losses["loss"],
                   target_tokens=losses["tokens"], beam_size=c.eval.beam_size,
@@ -89,11 +89,11 @@ def run(fv: flags.FlagValues, config):
       print(f"{'written':>22}: {path}")
 
 
-def _eval_sets(fv: flags.FlagValues, source) -> list[str]:
-  """The names --split gives (default: the run's evaluation sets), each checked."""
-  names = source.eval_set_names if fv.split is None else [
+def _eval_sets(fv: flags.FlagValues, eval_sets: tuple[str, ...]) -> list[str]:
+  """The names --split gives (default: the run's evaluation sets, data.eval_sets), each checked."""
+  names = list(eval_sets) if fv.split is None else [
       n.strip() for n in fv.split.split(",") if n.strip()]
-  known = ["dev", "test"] + [n for n in source.eval_set_names if n not in ("dev", "test")]
+  known = ["dev", "test"] + [n for n in eval_sets if n not in ("dev", "test")]
   unknown = [n for n in names if n not in known]
   if not names or unknown:
     raise UsageError(f"--split: expected names of {', '.join(known)} (the splits dev and test, and "
