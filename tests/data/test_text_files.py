@@ -247,3 +247,17 @@ def test_worker_processes_read_the_same_batches(tmp_path, corpus):
     assert testlib.same_batches(list(it), want)
   finally:
     it.close()
+
+
+def test_two_hosts_read_disjoint_halves_that_make_the_whole(tmp_path, corpus):
+  """Each host of two reads (and caches) its own half of the lines; together, every line once."""
+  d, pairs = corpus
+  cfg = _cfg(tmp_path, d, cache=True)
+  source = sources.DataSource.of(cfg)
+  tok = tokenizer.get_tokenizer(cfg, None, source=source)
+  halves = [_segments(pipeline.train_iterator(cfg, source, tok, process_index=i, process_count=2,
+                                              num_epochs=1), tok) for i in range(2)]
+  assert halves[0] == collections.Counter(pairs["train"][0::2])
+  assert halves[1] == collections.Counter(pairs["train"][1::2])
+  assert sorted(p.parent.name for p in (tmp_path / "cache").glob("*/host-*/meta.json")) == [
+      "host-0-of-2", "host-1-of-2"]
