@@ -47,10 +47,11 @@ class DataConfig:
       for eval). True tokenizes this host's share of the train split once into a token cache
       (tfm/data/cache.py) and reads token ids from it, memory-mapped: the batches are identical,
       and the main process no longer tokenizes. The first run builds it (with num_workers
-      processes); a cache is keyed by vocabulary, max_length, overlong, dataset and host count,
-      so changing any of them builds a new one and never reads a stale one.
-    cache_dir: where caches live; None = <data_dir or TFDS's default data dir>/tfm_cache. Local
-      only (memory-mapped).
+      processes); a cache is keyed by vocabulary, max_length, overlong, dataset (text files: their
+      contents) and host count, so changing any of them builds a new one and never reads a stale
+      one.
+    cache_dir: where caches live; None = <data_dir or TFDS's default data dir>/tfm_cache (text
+      files without a data_dir: ~/.cache/tfm). Local only (memory-mapped).
     num_workers: processes that produce chunks of encoded examples (tfm/data/workers.py): they
       read records and tokenize (cache=False) or gather cached ids (cache=True); packing or
       bucketing stays in the main process. 0 = grain read-ahead threads in the main process.
