@@ -64,7 +64,8 @@ def run(tmp_path, monkeypatch, *, steps, log_every, eval_every, checkpoint_every
                        nonfinite_count=np.int32(sum(s in skipped for s in steps_run)))
 
   def evaluation(name):
-    def evaluate(params, k):
+    def evaluate(params, k, eval_set):
+      assert eval_set == "dev"
       rec.events.append(name)
       time.sleep(EVAL_S)
       return {"nll": 1.0}

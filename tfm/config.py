@@ -35,7 +35,9 @@ SECTIONS = ("model", "data", "train", "mesh", "eval")
 # Keys added after runs were written and published, with the value every earlier run had: a saved
 # config.json without one reads as that value (a resume), and a sweep's fingerprint leaves the key
 # out at that value, so runs published before it keep matching (tfm/sweep/publish.py).
-ADDED_LATER = {"model.matmul_precision": "default", "eval.length_buckets": ()}
+ADDED_LATER = {"model.matmul_precision": "default", "eval.length_buckets": (),
+               "data.train_files": None, "data.dev_files": None, "data.test_files": None,
+               "data.eval_sets": None}
 # Keys a config may hold beside the sections: a table config's rows, one row's name and figures.
 EXTRAS = ("rows", "row", "paper")
 

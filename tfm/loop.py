@@ -9,7 +9,8 @@
           train.log_every steps the only host sync: metrics fetched, non-finite updates checked,
           a console line (step/total, ETA, MFU on accelerators) and TensorBoard scalars;
           every train.eval_every the input pipeline's packing efficiency and dropped-example
-          counts, dev loss / perplexity (and dev BLEU every eval.bleu_every);
+          counts, dev loss / perplexity (and dev BLEU every eval.bleu_every), for each
+          evaluation set of data.eval_sets under its name (the dev split as 'dev' by default);
           every train.checkpoint_every and at the end an Orbax checkpoint, its collectives on this
           thread in step order, its write to storage in the background (train.saves=sync: waited
           for);
@@ -219,26 +220,29 @@ def _train(configs: list[Config], held: list[Workdir], log: logs.WorkdirLog, str
                else prefetch.prefetch_to_device(stack.MemberBatches(iterators),
                                                 member_sharding(exp.batch_sharding)))
     cleanup.callback(batches.close)
-    # The members share the dev set and the model; a member's dev loss is smoothed as its own.
+    # The members share the evaluation sets and the model; a member's loss is smoothed as its own.
     tokenizer = tokenizers[0]
-    evaluate_dev = [DevLoss(config.data, exp.data_source, tokenizer, e.eval_step, exp.batch_sharding,
-                            row_multiple=exp.batch_shards) for e in exps]
+    eval_sets = exp.data_source.eval_set_names  # data.eval_sets; ('dev',) by default
+    evaluate_dev = [{name: DevLoss(config.data, exp.data_source, tokenizer, e.eval_step,
+                                   exp.batch_sharding, split=name, row_multiple=exp.batch_shards)
+                     for name in eval_sets} for e in exps]
     decode = None
     if config.eval.bleu_every:
-      decode = DevBleu(config.data, exp.data_source, tokenizer,
-                       exp.translate_fn(eos_id=tokenizer.eos_id),
-                       batch_size=exp.decode_rows(config.eval.batch_size),
-                       limit=config.eval.bleu_examples, compounds=config.eval.compounds)
+      translate = exp.translate_fn(eos_id=tokenizer.eos_id)
+      decode = {name: DevBleu(config.data, exp.data_source, tokenizer, translate,
+                              batch_size=exp.decode_rows(config.eval.batch_size), split=name,
+                              limit=config.eval.bleu_examples, compounds=config.eval.compounds)
+                for name in eval_sets}
     runs = [Run(w, wr, ck) for w, wr, ck in zip(workdirs, writers, checkpointers)]
     state = run_steps(StepRunner(
         config=config, train_step=(exp.train_step if members is None else
                                    stacked.stacked_train_step(
                                        members, stack.MemberScalars.of(configs))),
         batches=batches, runs=runs, state_shardings=exp.state_shardings,
-        evaluate_dev=lambda params, k: evaluate_dev[k](params),
-        evaluate_bleu=None if decode is None else lambda params, k: decode(params),
+        evaluate_dev=lambda params, k, name: evaluate_dev[k][name](params),
+        evaluate_bleu=None if decode is None else lambda params, k, name: decode[name](params),
         preemption=preemption,
-        progress=progress), state, start)
+        progress=progress, eval_sets=eval_sets), state, start)
     return [state] if members is None else [
         stack.member_state(state, k, exp.state_shardings) for k in range(members)]
 
@@ -270,9 +274,10 @@ class StepRunner:
   runs: one Run, or a stack's members (tfm/train/stack.py): then the state, the batch and the
   metrics have a leading member axis, and get_state() and stats() are lists, a member each.
   state_shardings: a run's own (a member's slice of a stacked state is laid out so).
-  evaluate_dev, evaluate_bleu: (run k's params, k) -> a dict of figures (evaluate_bleu None when
-  eval.bleu_every is 0). preemption: stop() is True once a SIGTERM came. The first run's workdir
-  takes the profiles.
+  evaluate_dev, evaluate_bleu: (run k's params, k, evaluation set) -> a dict of figures
+  (evaluate_bleu None when eval.bleu_every is 0). eval_sets: the evaluation sets' names
+  (data.eval_sets), each evaluated in turn and written under its name ('dev': `dev/perplexity`).
+  preemption: stop() is True once a SIGTERM came. The first run's workdir takes the profiles.
   """
   config: Any
   train_step: Callable
@@ -283,6 +288,7 @@ class StepRunner:
   evaluate_bleu: Callable | None
   preemption: Preemption
   progress: Progress
+  eval_sets: tuple[str, ...] = ("dev",)
 
   @property
   def stacked(self) -> bool:
@@ -346,14 +352,16 @@ def run_steps(runner: StepRunner, state, step: int):
         for k, run in enumerate(r.runs):
           run.writer.write(step, {s: stats[k][s] for s in DATA_STATS if s in stats[k]},
                            prefix="data")
-          with r.progress.timed("evaluating dev loss", evaluation=True) as timed:
-            dev = r.evaluate_dev(r.member_params(state.params, k), k)
-          run.writer.write(step, {**dev, "eval_s": timed["seconds"]}, prefix="dev")
+          for name in r.eval_sets:
+            with r.progress.timed(f"evaluating {name} loss", evaluation=True) as timed:
+              dev = r.evaluate_dev(r.member_params(state.params, k), k, name)
+            run.writer.write(step, {**dev, "eval_s": timed["seconds"]}, prefix=name)
       if due.decode:
         for k, run in enumerate(r.runs):
-          with r.progress.timed("decoding dev BLEU", evaluation=True) as timed:
-            bleu = r.evaluate_bleu(r.member_params(state.params, k), k)
-          run.writer.write(step, {**bleu, "eval_s": timed["seconds"]}, prefix="dev")
+          for name in r.eval_sets:
+            with r.progress.timed(f"decoding {name} BLEU", evaluation=True) as timed:
+              bleu = r.evaluate_bleu(r.member_params(state.params, k), k, name)
+            run.writer.write(step, {**bleu, "eval_s": timed["seconds"]}, prefix=name)
       if tc.curves and (due.evaluate or due.decode):
         for run in r.runs:
           _draw_curves(run.writer, run.workdir)

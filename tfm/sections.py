@@ -36,11 +36,16 @@ def is_number(x) -> bool:
 
 
 def _optional_type(hint) -> type | None:
-  """`int | None` -> int; None for any hint that is not Optional of one type."""
+  """`int | None` -> int; `Mapping[str, str] | None` (Optional of a parametrized type) -> object,
+  whose placeholder takes a Python literal on the command line (`--config.data.eval_sets="{'a':
+  'dev'}"`) and any value in a config file; None for any hint that is not Optional of one type."""
   if typing.get_origin(hint) in (typing.Union, types.UnionType):
     args = [a for a in typing.get_args(hint) if a is not type(None)]
-    if len(args) == 1 and len(typing.get_args(hint)) == 2 and isinstance(args[0], type):
-      return args[0]
+    if len(args) == 1 and len(typing.get_args(hint)) == 2:
+      if isinstance(args[0], type):
+        return args[0]
+      if typing.get_origin(args[0]) is not None:
+        return object
   return None
 
 

@@ -76,8 +76,15 @@ def test_encode_pair_marks_status(tok):
 
 
 def test_unknown_dataset_names_key(cfg):
-  with pytest.raises(ValueError, match=r"data\.dataset='wmt99_translate/xx-yy'.*expected one of"):
-    cfg.replace(dataset="wmt99_translate/xx-yy")
+  # Any TFDS name may be configured (builders are not known in advance); one TFDS lacks is refused
+  # in one line when it is prepared, before anything is downloaded.
+  unknown = cfg.replace(dataset="wmt99_translate/xx-yy")
+  with pytest.raises(ValueError, match=r"^config key data\.dataset: expected a TFDS translation "
+                                       r"builder .*, got 'wmt99_translate/xx-yy'; TFDS said: "):
+    sources.prepare(sources.DataSource.of(unknown))
+  with pytest.raises(ValueError, match=r"^config key data\.dataset: expected a TFDS translation "
+                                       r"builder .*, got 'not a name'$"):
+    cfg.replace(dataset="not a name")
 
 
 def test_wrong_language_names_key(cfg):

@@ -84,7 +84,16 @@ CASES = {
     "vocab_sizes_differ": Case(["train", QS, "--config.model.vocab_size=100", "--workdir=WORK"], 1,
                                "data.vocab_size (2000) and model.vocab_size (100) must be equal"),
     "unknown_dataset": Case(["train", QS, "--config.data.dataset=wmt99/xx", "--workdir=WORK"], 1,
-                            "data.dataset='wmt99/xx' is not a known dataset"),
+                            "config key data.dataset: expected a TFDS translation builder "
+                            "('builder' or 'builder/config') or 'text', got 'wmt99/xx'; TFDS said: "
+                            "Dataset wmt99 not found."),
+    "malformed_dataset": Case(["train", QS, "--config.data.dataset=Not A Name", "--workdir=WORK"],
+                              1, "config key data.dataset: expected a TFDS translation builder"),
+    "language_not_a_feature_key": Case(
+        ["train", QS, "--config.data.dataset=ted_hrlr_translate/pt_to_en",
+         "--config.data.source_lang=de", "--config.data.target_lang=en", "--workdir=WORK"], 1,
+        "config key data.source_lang: expected a feature key of "
+        "data.dataset='ted_hrlr_translate/pt_to_en', one of ['en', 'pt'], got 'de'"),
     "eval_batch_size_zero": Case(["train", QS, "--config.eval.batch_size=0", "--workdir=WORK"], 1,
                                  "config key eval.batch_size: expected a positive integer, got 0"),
     "keep_fewer_than_averaged": Case(["train", QS, "--config.train.keep_checkpoints=2",
@@ -112,6 +121,30 @@ CASES = {
                                "data.manual_dir='/nonexistent' does not exist", corpus=True),
     "missing_data_dir": Case(["train", "--workdir=WORK", "--config.data.data_dir=/nonexistent/tfds"],
                              1, "data.data_dir='/nonexistent/tfds' does not exist", corpus=True),
+    "text_without_train_files": Case(["train", QS, "--config.data.dataset=text", "--workdir=WORK"],
+                                     1, "config key data.train_files: expected the train split's "
+                                     "text files with data.dataset='text'"),
+    "text_without_dev_files": Case(["train", QS, "--config.data.dataset=text",
+                                    "--config.data.train_files=WORK/train.{lang}", "--workdir=WORK"],
+                                   1, "config key data.dev_files: expected the dev split's text "
+                                   "files: data.eval_sets evaluates the dev split as 'dev', got "
+                                   "None"),
+    "text_line_counts_differ": Case(
+        ["train", QS, "--config.data.dataset=text", "--config.data.train_files=WORK/t.{lang}",
+         "--config.data.dev_files=WORK/t.{lang}", "--workdir=WORK"], 1,
+        "data.train_files: WORK/t.en has 3 lines but WORK/t.es has 2; expected the same number",
+        lambda work: (_write("t.en", "one\ntwo\nthree\n")(work), _write("t.es", "uno\ndos\n")(work))),
+    "text_empty_file": Case(
+        ["train", QS, "--config.data.dataset=text", "--config.data.train_files=WORK/t.{lang}",
+         "--config.data.dev_files=WORK/t.{lang}", "--workdir=WORK"], 1,
+        "data.train_files: WORK/t.es is empty; expected a text file, one sentence a line",
+        lambda work: (_write("t.en", "one\n")(work), _write("t.es", "")(work))),
+    "text_missing_file": Case(
+        ["train", QS, "--config.data.dataset=text", "--config.data.train_files=WORK/t.tsv",
+         "--config.data.dev_files=WORK/t.tsv", "--workdir=WORK"], 1,
+        "data.train_files: WORK/t.tsv does not exist or is not a file"),
+    "eval_sets_not_a_mapping": Case(["train", QS, "--config.data.eval_sets=dev", "--workdir=WORK"],
+                                    1, "config key data.eval_sets: expected a mapping of names"),
     # eval
     "eval_without_workdir": Case(["eval"], 2, "--workdir is required"),
     "eval_empty_workdir": Case(["eval", "--workdir=WORK"], 1, "config.json not found",
@@ -129,7 +162,8 @@ CASES = {
     "eval_zero_average": Case(["eval", "--workdir=TRAINED", "--average=0"], 2,
                               "flag --average=0: 0 is not a positive integer"),
     "eval_unknown_split": Case(["eval", "--workdir=TRAINED", "--split=valid"], 2,
-                               "flag --split=valid: value should be one of <dev|test>"),
+                               "--split: expected names of dev, test (the splits dev and test, and "
+                               "the run's data.eval_sets), got 'valid'"),
     # translate
     "translate_non_utf8_stdin": Case(["translate", "--workdir=TRAINED"], 1, "stdin: not UTF-8 text",
                                      stdin=b"caf\xe9\n"),
@@ -267,7 +301,8 @@ def test_bad_input(name, trained, corpus, tmp_path, monkeypatch, capsys):
   code = cli.main(["tfm"] + args)
   err = [line for line in capsys.readouterr().err.splitlines() if line.strip()]
   assert code == case.code, (name, err)
-  assert len(err) == 1 and case.message in err[0] and "Traceback" not in err[0], (name, err)
+  message = case.message.replace("WORK", str(work))
+  assert len(err) == 1 and message in err[0] and "Traceback" not in err[0], (name, err)
   assert err[0].startswith(("tfm: ", f"tfm {args[0]}: ")), err
   assert [snapshot(p) for p in watched] == before, f"{name} changed a workdir"
 

@@ -1,15 +1,18 @@
-"""`tfm eval --workdir DIR [--split dev|test] [--average N] [--limit K] [--length_buckets=E1,E2,..]`:
-BLEU and perplexity, and both by source length.
+"""`tfm eval --workdir DIR [--split NAME[,NAME...]] [--average N] [--limit K]
+[--length_buckets=E1,E2,..]`: BLEU and perplexity, and both by source length.
 
-Prints and writes workdir/eval_<split>_<step>_avg<N>[_first<K>][_len<E1-E2-..>].json (step: the
-last checkpoint averaged; N: how many were; K: --limit; E: the length buckets' edges) with
-sacreBLEU (and its signature), the paper's tokenized BLEU, dev perplexity per target token (no
-smoothing) and decoding speed; with length buckets (the flag, else eval.length_buckets) also
-`by_length`: perplexity and both BLEUs of every pair of the split in each bucket of source length,
-beyond data.max_length too (tfm/eval/by_length.py). Another --average, --limit or bucketing writes
-another file, so no result overwrites a differently computed one. --out writes the
-JSON elsewhere; a workdir it cannot write (read-only) gets the results printed and one line saying
-where they could not be saved.
+--split names what is evaluated: 'dev', 'test', or evaluation sets of the run's data.eval_sets;
+without it, every evaluation set of data.eval_sets (by default only 'dev', the dataset's dev
+split). Each is evaluated on its own and prints and writes
+workdir/eval_<name>_<step>_avg<N>[_first<K>][_len<E1-E2-..>].json (step: the last checkpoint
+averaged; N: how many were; K: --limit; E: the length buckets' edges) with sacreBLEU (and its
+signature), the paper's tokenized BLEU, perplexity per target token (no smoothing) and decoding
+speed; with length buckets (the flag, else eval.length_buckets) also `by_length`: perplexity and
+both BLEUs of every pair of the set in each bucket of source length, beyond data.max_length too
+(tfm/eval/by_length.py). Another --average, --limit or bucketing writes another file, so no
+result overwrites a differently computed one. --out writes the JSON elsewhere (one set only); a
+workdir it cannot write (read-only) gets the results printed and one line saying where they could
+not be saved.
 """
 
 from __future__ import annotations
@@ -21,19 +24,21 @@ import sys
 from absl import flags
 from etils import epath
 
-from tfm.commands import (announce_backend, define_trained_flags, refuse_config, require_workdir,
-                          save)
+from tfm.commands import (UsageError, announce_backend, define_trained_flags, refuse_config,
+                          require_workdir, save)
 
 
-SPLIT_HELP = ("the workdir's dataset's dev or test split (data.dataset: for WMT'14 newstest2013 and "
-              "newstest2014; for the Bible corpora their own held-out verses, ~1000 each)")
+SPLIT_HELP = ("what to evaluate, comma-separated: the workdir's dataset's dev or test split "
+              "(data.dataset: for WMT'14 newstest2013 and newstest2014; for the Bible corpora "
+              "their own held-out verses, ~1000 each) or evaluation sets of its data.eval_sets; "
+              "default: every evaluation set (the dev split when data.eval_sets is not set)")
 LIMIT_HELP = ("BLEU over only the first K sentence pairs (0 = all); BLEU and perplexity both cover "
               "at most the first data.eval_max_examples examples of the split when that is set")
 
 
 def define_flags(fv: flags.FlagValues):
   define_trained_flags(fv)
-  flags.DEFINE_enum("split", "dev", ["dev", "test"], SPLIT_HELP, flag_values=fv)
+  flags.DEFINE_string("split", None, SPLIT_HELP, flag_values=fv)
   flags.DEFINE_integer("limit", None, LIMIT_HELP, lower_bound=0, flag_values=fv)
   flags.DEFINE_list("length_buckets", None, "also score every pair of the split by source length "
                     "in pieces: edges, e.g. 32,64,128 for 1-32, 33-64, 65-128 (default: the "
@@ -42,7 +47,7 @@ def define_flags(fv: flags.FlagValues):
                       "[_first<K>].json)", flag_values=fv)
 
 
-RESULT = re.compile(r"eval_(?P<split>dev|test)_(?P<step>\d+)_avg(?P<averaged>\d+)"
+RESULT = re.compile(r"eval_(?P<split>[A-Za-z0-9][A-Za-z0-9_.-]*?)_(?P<step>\d+)_avg(?P<averaged>\d+)"
                     r"(?:_first(?P<limit>\d+))?(?:_len(?P<buckets>\d+(?:-\d+)*))?\.json")
 
 
@@ -81,50 +86,77 @@ def run(fv: flags.FlagValues, config):
   import jax
   from tfm.eval.dev_bleu import DevBleu
   from tfm.eval.dev_loss import DevLoss
-  from tfm.eval.restore import load_trained
+  from tfm.eval.restore import load_trained, read_workdir_config
   from tfm.train import checkpoint as ckpt_lib
   from tfm.train.progress import Counter
 
   edges = _flag_edges(fv)  # before loading anything
+  names = _eval_sets(fv, read_workdir_config(fv.workdir).data.eval_set_names)
   t = load_trained(fv.workdir, fv.average)
   announce_backend(t.note)
   exp, c = t.experiment, t.config
   edges = c.eval.length_buckets if edges is None else edges
-  losses = DevLoss(c.data, exp.data_source, t.tokenizer, exp.eval_step, exp.batch_sharding, split=fv.split,
-                   row_multiple=exp.batch_shards)(t.params)
-  bleu = DevBleu(c.data, exp.data_source, t.tokenizer, exp.translate_fn(eos_id=t.tokenizer.eos_id),
-                 batch_size=exp.decode_rows(c.eval.batch_size), split=fv.split,
-                 limit=fv.limit or 0, compounds=c.eval.compounds)
-  progress = Counter(f"[eval] {fv.split}: decoding", len(bleu.pairs), "sentences", sys.stderr)
-  bleu = bleu(t.params, progress=progress if jax.process_index() == 0 else None)
+  translate = exp.translate_fn(eos_id=t.tokenizer.eos_id)
   hosts = ckpt_lib.read_data_state(fv.workdir, t.steps[-1])["hosts"]  # every host's pipeline
   tokens = lambda key: sum(h.get("efficiency", {}).get(key, 0) for h in hosts) or None
-  result = dict(split=fv.split, checkpoints=t.steps, averaged=len(t.steps), **bleu,
-                perplexity=losses["perplexity"], nll=losses["nll"], loss=losses["loss"],
-                target_tokens=losses["tokens"], beam_size=c.eval.beam_size,
-                length_penalty=c.eval.length_penalty, max_extra_length=c.eval.max_extra_length,
-                train_source_tokens=tokens("real_inputs"), train_target_tokens=tokens("real_targets"))
-  if edges:
-    from tfm.eval.by_length import ByLength  # pylint: disable=import-outside-toplevel
-    by_length = ByLength(c, exp.data_source, t.tokenizer, exp.eval_step, exp.batch_sharding,
-                         exp.translate_fn(eos_id=t.tokenizer.eos_id), edges=edges,
-                         batch_size=exp.decode_rows(c.eval.batch_size), split=fv.split,
-                         row_multiple=exp.batch_shards)
-    total = sum(len(b.pairs) for b in by_length.buckets)
-    progress = Counter(f"[eval] {fv.split} by source length: decoding", total, "sentences",
-                       sys.stderr)
-    result.update(length_buckets=list(edges), longer_than_buckets=by_length.beyond,
-                  by_length=by_length(t.params, progress=progress if jax.process_index() == 0
-                                      else None))
-  path = fv.out or epath.Path(fv.workdir) / result_name(fv.split, t.steps, fv.limit or 0, edges)
-  for key, value in result.items():
-    if key == "by_length":
-      for entry in value:
-        print(f"{'length ' + entry['bucket']:>22}: " + ", ".join(
-            f"{k} {v:.4g}" if isinstance(v, float) else f"{k} {v}" for k, v in entry.items()
-            if k not in ("bucket", "min_length", "max_length")))
-      continue
-    print(f"{key:>22}: {value}")
-  if jax.process_index() == 0 and save("results", path, json.dumps(result, indent=1) + "\n",
-                                       given=fv.out is not None):
-    print(f"{'written':>22}: {path}")
+  for name in names:
+    losses = DevLoss(c.data, exp.data_source, t.tokenizer, exp.eval_step, exp.batch_sharding,
+                     split=name, row_multiple=exp.batch_shards)(t.params)
+    bleu = DevBleu(c.data, exp.data_source, t.tokenizer, translate,
+                   batch_size=exp.decode_rows(c.eval.batch_size), split=name,
+                   limit=fv.limit or 0, compounds=c.eval.compounds)
+    progress = Counter(f"[eval] {name}: decoding", len(bleu.pairs), "sentences", sys.stderr)
+    bleu = bleu(t.params, progress=progress if jax.process_index() == 0 else None)
+    result = dict(split=name, checkpoints=t.steps, averaged=len(t.steps), **bleu,
+                  perplexity=losses["perplexity"], nll=losses["nll"], loss=losses["loss"],
+                  target_tokens=losses["tokens"], beam_size=c.eval.beam_size,
+                  length_penalty=c.eval.length_penalty, max_extra_length=c.eval.max_extra_length,
+                  train_source_tokens=tokens("real_inputs"),
+                  train_target_tokens=tokens("real_targets"))
+    if edges:
+      result.update(_by_length(t, translate, name, edges))
+    path = fv.out or epath.Path(fv.workdir) / result_name(name, t.steps, fv.limit or 0, edges)
+    for key, value in result.items():
+      if key == "by_length":
+        for entry in value:
+          print(f"{'length ' + entry['bucket']:>22}: " + ", ".join(
+              f"{k} {v:.4g}" if isinstance(v, float) else f"{k} {v}" for k, v in entry.items()
+              if k not in ("bucket", "min_length", "max_length")))
+        continue
+      print(f"{key:>22}: {value}")
+    if jax.process_index() == 0 and save("results", path, json.dumps(result, indent=1) + "\n",
+                                         given=fv.out is not None):
+      print(f"{'written':>22}: {path}")
+
+
+def _by_length(t, translate, name: str, edges: tuple[int, ...]) -> dict:
+  """The evaluation by source length of set `name` (tfm/eval/by_length.py): the result's
+  length_buckets, longer_than_buckets and by_length."""
+  # pylint: disable=import-outside-toplevel
+  import jax
+  from tfm.eval.by_length import ByLength
+  from tfm.train.progress import Counter
+  exp, c = t.experiment, t.config
+  by_length = ByLength(c, exp.data_source, t.tokenizer, exp.eval_step, exp.batch_sharding,
+                       translate, edges=edges, batch_size=exp.decode_rows(c.eval.batch_size),
+                       split=name, row_multiple=exp.batch_shards)
+  total = sum(len(b.pairs) for b in by_length.buckets)
+  progress = Counter(f"[eval] {name} by source length: decoding", total, "sentences", sys.stderr)
+  return dict(length_buckets=list(edges), longer_than_buckets=by_length.beyond,
+              by_length=by_length(t.params, progress=progress if jax.process_index() == 0
+                                  else None))
+
+
+def _eval_sets(fv: flags.FlagValues, eval_sets: tuple[str, ...]) -> list[str]:
+  """The names --split gives (default: the run's evaluation sets, data.eval_sets), each checked."""
+  names = list(eval_sets) if fv.split is None else [
+      n.strip() for n in fv.split.split(",") if n.strip()]
+  known = ["dev", "test"] + [n for n in eval_sets if n not in ("dev", "test")]
+  unknown = [n for n in names if n not in known]
+  if not names or unknown:
+    raise UsageError(f"--split: expected names of {', '.join(known)} (the splits dev and test, and "
+                     f"the run's data.eval_sets), got {fv.split!r}")
+  if fv.out is not None and len(names) > 1:
+    raise UsageError(f"--out writes one result; --split names {len(names)} ({', '.join(names)}): "
+                     "name one")
+  return list(dict.fromkeys(names))

@@ -14,7 +14,9 @@ def run(fv: flags.FlagValues, config):
   from tfm.data import sources, tokenizer  # pylint: disable=import-outside-toplevel
   source = sources.DataSource.of(config.data)
   builder = sources.prepare(source, create_data_dir=True)
-  if builder is None:
+  if source.is_text:
+    print(f"text files ready: {source.open('train')!r}")
+  elif builder is None:
     print(f"dataset {config.data.dataset} ready: its export in {config.data.data_dir}")
   else:
     print(f"dataset {builder.info.full_name} ready in {builder.data_dir}")

@@ -1,5 +1,6 @@
-"""Input pipeline: TFDS sources (WMT'14, offline Bible) or their text-pair exports
-(tfm.data.exported, read without TFDS), SentencePiece vocab, packed batches.
+"""Input pipeline: TFDS translation builders (WMT'14, the offline Bible, any other) or their
+text-pair exports (tfm.data.exported), or plain parallel text files (tfm.data.text_files; both
+read without TFDS), SentencePiece vocab, packed batches.
 
 Public interface:
   DataConfig (the `data` section, validated when built)   -- tfm.data.config

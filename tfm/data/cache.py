@@ -6,9 +6,10 @@ processes) and writes them under
 
   <data.cache_dir>/<dataset>_<src>-<tgt>_L<max_length>_<fingerprint>/host-<i>-of-<n>/
 
-(data.cache_dir None -> <data.data_dir or TFDS's default data dir>/tfm_cache). The fingerprint is
-a hash of everything the cached ids depend on: the dataset, the languages, the split's record
-count and TFDS version, the SentencePiece model's bytes (so a new vocabulary never reads old ids),
+(data.cache_dir None -> <data.data_dir or TFDS's default data dir>/tfm_cache; for text files
+without a data.data_dir, ~/.cache/tfm). The fingerprint is a hash of everything the cached ids
+depend on: the dataset, the languages, the split's record count and TFDS version (for text files:
+a SHA-256 of their contents, so an edited file is tokenized again), the SentencePiece model's bytes (so a new vocabulary never reads old ids),
 data.max_length and data.overlong, the host count and the format version. Packing, batch size
 and shuffling are applied when reading, after the cache (as without it), so changing them never
 meets a stale cache and needs no rebuild. The directory is built under a temporary name and
@@ -46,6 +47,7 @@ from tfm import storage
 from tfm.data import examples as examples_lib
 from tfm.data import sources
 from tfm.data import workers
+from tfm.data.datasets import TEXT
 
 log = logging.getLogger(__name__)
 
@@ -55,9 +57,12 @@ SIDES = ("inputs", "targets")
 
 
 def cache_root(cfg) -> str:
-  """data.cache_dir, or <data.data_dir or TFDS's default data dir>/tfm_cache; must be local."""
+  """data.cache_dir, or <data.data_dir or TFDS's default data dir>/tfm_cache (text files without
+  a data.data_dir: ~/.cache/tfm, TFDS is not imported for them); must be local."""
   if cfg.cache_dir is not None:  # validated local by DataConfig
     root = cfg.cache_dir
+  elif cfg.dataset == TEXT and cfg.data_dir is None:
+    root = os.path.join("~", ".cache", "tfm")
   else:
     root = os.path.join(cfg.data_dir or sources.tfds_module().core.constants.DATA_DIR,
                         "tfm_cache")

@@ -6,6 +6,15 @@ tokens). The offline Bible corpus is e.g.::
 
   dataset='bible_translate/web-sparv', source_lang='en', target_lang='es', vocab_size=8000
 
+any other TFDS translation builder names its two feature keys::
+
+  dataset='ted_hrlr_translate/pt_to_en', source_lang='pt', target_lang='en'
+
+and plain parallel text files, one sentence a line (tfm/data/text_files.py)::
+
+  dataset='text', source_lang='en', target_lang='es',
+  train_files='corpus/train.{lang}', dev_files='corpus/dev.{lang}', test_files='corpus/test.tsv'
+
 Every check raises `ValueError` naming the offending key as `data.<key>`, so a bad command-line
 override is easy to trace.
 """
@@ -13,11 +22,20 @@ override is easy to trace.
 from __future__ import annotations
 
 import dataclasses
+import re
+from typing import Mapping
 
 from tfm import sections
-from tfm.data.datasets import resolve_dataset
+from tfm.data.datasets import TEXT, resolve_dataset
 
 OVERLONG_POLICIES = ("filter", "truncate")
+SPLITS = ("train", "dev", "test")
+FILES_KEYS = {split: f"{split}_files" for split in SPLITS}  # data.train_files, ...
+DEFAULT_EVAL_SETS = (("dev", "dev"),)  # data.eval_sets=None: the dataset's dev split, as 'dev'
+# Eval set names are TensorBoard prefixes (`<name>/perplexity`) and file names (eval_<name>_...):
+# 'train' and 'data' are the train metrics' and the pipeline figures' prefixes.
+_EVAL_SET_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]*")
+_RESERVED_NAMES = ("train", "data")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -29,15 +47,31 @@ class DataConfig:
       for eval). True tokenizes this host's share of the train split once into a token cache
       (tfm/data/cache.py) and reads token ids from it, memory-mapped: the batches are identical,
       and the main process no longer tokenizes. The first run builds it (with num_workers
-      processes); a cache is keyed by vocabulary, max_length, overlong, dataset and host count,
-      so changing any of them builds a new one and never reads a stale one.
-    cache_dir: where caches live; None = <data_dir or TFDS's default data dir>/tfm_cache. Local
-      only (memory-mapped).
+      processes); a cache is keyed by vocabulary, max_length, overlong, dataset (text files: their
+      contents) and host count, so changing any of them builds a new one and never reads a stale
+      one.
+    cache_dir: where caches live; None = <data_dir or TFDS's default data dir>/tfm_cache (text
+      files without a data_dir: ~/.cache/tfm). Local only (memory-mapped).
     num_workers: processes that produce chunks of encoded examples (tfm/data/workers.py): they
       read records and tokenize (cache=False) or gather cached ids (cache=True); packing or
       bucketing stays in the main process. 0 = grain read-ahead threads in the main process.
       The batches, and the checkpointed data position, are the same for every value, so a
       resumed run may change it.
+
+  Plain text files (data.dataset='text'; tfm/data/text_files.py): train_files, dev_files and
+    test_files name a split's files as one string each, either 'dir/train.{lang}' (a file per
+    side, '{lang}' replaced by source_lang and by target_lang) or 'dir/train.tsv' (no '{lang}':
+    one file, source<TAB>target a line). train_files is required; dev_files where a dev
+    evaluation reads the dev split (the default eval_sets), test_files for `tfm eval --split test`.
+    They go through the vocabulary, the token cache (keyed by the files' contents), packing,
+    resume and host sharding as a TFDS split does.
+
+  Evaluation sets (the training loop's loss/perplexity and BLEU, and `tfm eval`): eval_sets maps
+    a name to a split of the dataset ('dev', 'test', 'train') or to text files (a spec as above),
+    e.g. {'dev': 'dev', 'news': 'corpus/newstest.{lang}'}; each is evaluated and reported on its
+    own, under its name (TensorBoard `<name>/perplexity`, `tfm eval`'s eval_<name>_*.json). None
+    means {'dev': 'dev'}: the dataset's own dev split, named 'dev'. A name that is a split's
+    ('dev', 'test') can only name that split.
   """
 
   dataset: str = "wmt14_translate/de-en"  # TFDS name/config, see tfm.data.datasets.DATASETS
@@ -56,9 +90,29 @@ class DataConfig:
   cache: bool = False  # True: tokenize the train split once into a token cache, read ids back
   cache_dir: str | None = None  # token caches; None = <data_dir or TFDS default>/tfm_cache
   eval_max_examples: int | None = None  # dev/test subset size; None = the whole split
+  train_files: str | None = None  # dataset='text': 'dir/train.{lang}' or 'dir/train.tsv'
+  dev_files: str | None = None  # dataset='text': the dev split's files, as train_files
+  test_files: str | None = None  # dataset='text': the test split's files, as train_files
+  eval_sets: Mapping[str, str] | None = None  # name -> split or files; None = {'dev': 'dev'}
 
   def __post_init__(self):
+    # Held as ((name, spec), ...): a frozen config is hashable (a sweep groups runs by their data).
+    if self.eval_sets is not None and not isinstance(self.eval_sets, (str, bytes)):
+      items = self.eval_sets.items() if hasattr(self.eval_sets, "items") else self.eval_sets
+      try:
+        object.__setattr__(self, "eval_sets", tuple((name, spec) for name, spec in items))
+      except (TypeError, ValueError):
+        _fail("eval_sets", "a mapping of names to a split or text files, or None", self.eval_sets)
     validate_data_config(self)
+
+  @property
+  def eval_set_items(self) -> tuple[tuple[str, str], ...]:
+    """(name, split or text files spec) of every evaluation set, in order."""
+    return DEFAULT_EVAL_SETS if self.eval_sets is None else self.eval_sets
+
+  @property
+  def eval_set_names(self) -> tuple[str, ...]:
+    return tuple(name for name, _ in self.eval_set_items)
 
   def replace(self, **changes) -> "DataConfig":
     """A copy with `changes` (validated again)."""
@@ -107,4 +161,41 @@ def validate_data_config(cfg: DataConfig) -> None:
   if cfg.eval_max_examples is not None and (not sections.is_int(cfg.eval_max_examples)
                                             or cfg.eval_max_examples < 1):
     _fail("eval_max_examples", "a positive integer or None", cfg.eval_max_examples)
+  _validate_files(cfg)
+  _validate_eval_sets(cfg)
   resolve_dataset(cfg)
+
+
+def _validate_files(cfg: DataConfig) -> None:
+  for key in FILES_KEYS.values():
+    value = getattr(cfg, key)
+    if value is not None and (not isinstance(value, str) or not value.strip()):
+      _fail(key, "a path string ('dir/train.{lang}', or a .tsv) or None", value)
+    if value is not None and cfg.dataset != TEXT:
+      _fail(key, f"None with data.dataset={cfg.dataset!r} (text files are read with "
+            f"data.dataset={TEXT!r})", value)
+  if cfg.dataset == TEXT and cfg.train_files is None:
+    _fail("train_files", "the train split's text files with data.dataset='text' "
+          "('dir/train.{lang}': a file per side, or 'dir/train.tsv')", None)
+
+
+def _validate_eval_sets(cfg: DataConfig) -> None:
+  if cfg.eval_sets is not None and not isinstance(cfg.eval_sets, tuple):
+    _fail("eval_sets", "a mapping of names to a split or text files, or None", cfg.eval_sets)
+  if cfg.eval_sets is not None and not cfg.eval_sets:
+    _fail("eval_sets", "at least one evaluation set, or None (the dev split)", {})
+  names = [name for name, _ in cfg.eval_set_items]
+  for name, spec in cfg.eval_set_items:
+    if not isinstance(name, str) or not _EVAL_SET_NAME.fullmatch(name) or name in _RESERVED_NAMES:
+      _fail("eval_sets", "names of letters, digits, '_', '-' or '.', not 'train' or 'data'", name)
+    if names.count(name) > 1:
+      _fail("eval_sets", "distinct names", name)
+    if not isinstance(spec, str) or not spec.strip():
+      _fail(f"eval_sets.{name}", f"a split ({', '.join(SPLITS)}) or text files "
+            "('dir/dev.{lang}' or a .tsv)", spec)
+    if name in SPLITS and spec != name:
+      _fail(f"eval_sets.{name}", f"{name!r}: the name of a split can only name that split",
+            spec)
+    if spec in SPLITS and cfg.dataset == TEXT and getattr(cfg, FILES_KEYS[spec]) is None:
+      _fail(FILES_KEYS[spec], f"the {spec} split's text files: data.eval_sets evaluates the "
+            f"{spec} split as {name!r}", None)

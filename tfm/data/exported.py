@@ -58,6 +58,10 @@ class ExportedSplit:
     if split not in meta["splits"]:
       raise FileNotFoundError(f"{directory}: the export has no split {split!r}; it has "
                               f"{sorted(meta['splits'])}")
+    for key, value in (("source_lang", source_key), ("target_lang", target_key)):
+      if value not in meta["languages"]:
+        raise ValueError(f"config key data.{key}: expected a language of the export {directory}, "
+                         f"one of {meta['languages']}, got {value!r}")
     self.source_key, self.target_key = source_key, target_key
     self.version = meta["tfds_version"]
     path = os.path.join(directory, f"{split}.jsonl.gz")

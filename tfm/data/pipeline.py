@@ -197,9 +197,10 @@ def train_iterator(cfg: DataConfig, source: sources.DataSource, tokenizer, *, pr
 def eval_batches(cfg: DataConfig, source: sources.DataSource, tokenizer, split: str = "dev", *,
                  process_index: int = 0, process_count: int = 1,
                  row_multiple: int = 1) -> list[dict[str, Any]]:
-  """This host's share of `split` (first data.eval_max_examples examples) as unpacked, padded
-  [rows, max_length] batches in dataset order, rows = batching.host_rows (tokens_per_batch //
-  max_length rounded up to a multiple of the hosts and of row_multiple, the batch shards) // hosts.
+  """This host's share of `split` ('dev', 'test' or an evaluation set of data.eval_sets; its first
+  data.eval_max_examples examples) as unpacked, padded [rows, max_length] batches in dataset
+  order, rows = batching.host_rows (tokens_per_batch // max_length rounded up to a multiple of the
+  hosts and of row_multiple, the batch shards) // hosts.
 
   Over-long examples follow data.overlong. Every host returns the same number of batches
   (padded with all-zero batches), so collective eval steps stay in lockstep.

@@ -3,18 +3,21 @@
 `DataSource.of(config.data)` (built once, by the Experiment: tfm/experiment.py) checks
 data.dataset and the languages and finds where the dataset lives: an export of it in
 data.data_dir (tfm/data/exported.py: the splits as text pairs, made where TFDS is installed), or
-else TFDS's array_record files in data.data_dir (None = TFDS's default). The loop, the sweep, the
-tokenizer, the token cache and the pipeline read through it and never work that out again.
+else TFDS's array_record files in data.data_dir (None = TFDS's default); or plain text files
+(data.dataset='text': tfm/data/text_files.py). The loop, the sweep, the tokenizer, the token cache
+and the pipeline read through it and never work that out again.
 
 The paper's splits map to TFDS splits as train -> 'train', dev (newstest2013 for WMT'14) ->
 'validation', test (newstest2014) -> 'test'. Either direction works: `data.source_lang` /
 `data.target_lang` pick the feature keys.
 
-`DataSource.open(split)` returns a `TextPairSource` (or an export's ExportedSplit): `len(src)` and
-`src[i] -> (source_text, target_text)` (bytes from array_record, or str under
-`tfds.testing.mock_data`), picklable so grain worker processes can use it. Reading never
-downloads: `prepare(source)` does that once. An export is read without TFDS: TensorFlow and TFDS
-are imported on the first use of a TFDS split, not with this module.
+`DataSource.open(split)` returns a `TextPairSource` (or an export's ExportedSplit, or a
+text_files.TextFileSplit): `len(src)` and `src[i] -> (source_text, target_text)` (bytes from
+array_record and text files, or str under `tfds.testing.mock_data`), picklable so grain worker
+processes can use it. `split` is 'train' | 'dev' | 'test' or the name of an evaluation set
+(data.eval_sets), which is one of those splits or text files. Reading never downloads:
+`prepare(source)` does that once. An export and text files are read without TFDS: TensorFlow and
+TFDS are imported on the first use of a TFDS split, not with this module.
 """
 
 from __future__ import annotations
@@ -29,8 +32,9 @@ from etils import epath
 
 from tfm import storage
 from tfm.data import exported
-from tfm.data.config import DataConfig
-from tfm.data.datasets import resolve_dataset
+from tfm.data import text_files
+from tfm.data.config import FILES_KEYS, DataConfig
+from tfm.data.datasets import TEXT, check_features, resolve_dataset
 
 log = logging.getLogger(__name__)
 
@@ -39,12 +43,15 @@ SPLITS = {"train": "train", "dev": "validation", "test": "test"}
 
 @dataclasses.dataclass(frozen=True)
 class DataSource:
-  """data.dataset resolved: its TFDS name and language keys, where it lives, and its splits.
+  """data.dataset resolved: its TFDS name (or 'text') and language keys, where it lives, its splits
+  and evaluation sets.
 
   export: the directory of an export of the dataset in data.data_dir (read instead of TFDS), or
   None; data_dir: the TFDS directory (None = TFDS's default); manual_dir: the dataset's manually
   downloaded files, for building it (data.manual_dir); splits: ('train' | 'dev' | 'test', the
-  TFDS (and export) split name) pairs.
+  TFDS (and export) split name) pairs; files: for data.dataset='text', ('train' | 'dev' |
+  'test', its data.<split>_files) for the splits given; eval_sets: (name, split or text files)
+  of data.eval_sets ((('dev', 'dev'),) by default).
   """
   name: str
   source_lang: str
@@ -53,14 +60,30 @@ class DataSource:
   manual_dir: str | None
   export: str | None
   splits: tuple[tuple[str, str], ...] = tuple(SPLITS.items())
+  files: tuple[tuple[str, str], ...] = ()
+  eval_sets: tuple[tuple[str, str], ...] = (("dev", "dev"),)
 
   @classmethod
   def of(cls, cfg: DataConfig) -> DataSource:
     """Resolves the data section (data.dataset, data.source_lang / target_lang, data.data_dir,
-    data.manual_dir): the one place that does."""
+    data.manual_dir, the text files, data.eval_sets): the one place that does."""
     spec = resolve_dataset(cfg)
+    text = spec.name == TEXT
+    files = tuple((split, getattr(cfg, key)) for split, key in FILES_KEYS.items()
+                  if text and getattr(cfg, key) is not None)
     return cls(name=spec.name, source_lang=cfg.source_lang, target_lang=cfg.target_lang,
-               data_dir=cfg.data_dir, manual_dir=cfg.manual_dir, export=exported.find(cfg))
+               data_dir=cfg.data_dir, manual_dir=cfg.manual_dir,
+               export=None if text else exported.find(cfg), files=files,
+               eval_sets=cfg.eval_set_items)
+
+  @property
+  def is_text(self) -> bool:
+    """True for plain text files (data.dataset='text'), read without TFDS."""
+    return self.name == TEXT
+
+  @property
+  def eval_set_names(self) -> tuple[str, ...]:
+    return tuple(name for name, _ in self.eval_sets)
 
   def split_name(self, split: str) -> str:
     """The TFDS (and export) name of split 'train' | 'dev' | 'test'."""
@@ -69,8 +92,26 @@ class DataSource:
       raise ValueError(f"split must be one of {sorted(names)}, got {split!r}")
     return names[split]
 
-  def open(self, split: str) -> TextPairSource:
-    """Opens split 'train' | 'dev' | 'test' for random access (no download)."""
+  def open(self, split: str):
+    """Opens split 'train' | 'dev' | 'test', or evaluation set `split` (data.eval_sets), for
+    random access (no download)."""
+    sets = dict(self.eval_sets)
+    if split not in SPLITS and split in sets:
+      if sets[split] not in SPLITS:
+        return text_files.TextFileSplit(sets[split], self.source_lang, self.target_lang,
+                                        f"data.eval_sets.{split}")
+      split = sets[split]
+    if split not in SPLITS:
+      raise ValueError(f"{split!r} is neither a split ({', '.join(SPLITS)}) nor an evaluation set "
+                       f"of data.eval_sets ({', '.join(sets)})")
+    if self.is_text:
+      files = dict(self.files)
+      if split not in files:
+        raise ValueError(f"config key data.{FILES_KEYS[split]}: expected the {split} split's text "
+                         f"files ('dir/{split}.{{lang}}' or a .tsv) to read that split from, got "
+                         "None")
+      return text_files.TextFileSplit(files[split], self.source_lang, self.target_lang,
+                                      f"data.{FILES_KEYS[split]}")
     name = self.split_name(split)
     if self.export is not None:
       return exported.ExportedSplit(self.export, name, self.source_lang, self.target_lang)
@@ -83,7 +124,24 @@ class DataSource:
           f"TFDS dataset {self.name!r} is not prepared in data.data_dir={self.data_dir!r} (None = "
           "TFDS default) in array_record format; run tfm.data.prepare(source) "
           f"(`tfm prepare-data`) first. TFDS said: {e}") from e
+    except ValueError as e:  # an unknown builder, config or split
+      if str(e).startswith("Unknown split"):
+        raise ValueError(
+            f"TFDS dataset {self.name!r} has no split {name!r} (tfm's {split!r}): {e} Evaluate "
+            "other sets with data.eval_sets (e.g. text files of held-out pairs)") from None
+      raise ValueError(_not_found(self.name, e)) from None
+    info = getattr(data_source, "dataset_info", None)
+    check_features(self.name, info.features if info is not None else
+                   (data_source[0] if len(data_source) else ()),
+                   self.source_lang, self.target_lang)
     return TextPairSource(data_source, self.source_lang, self.target_lang)
+
+
+def _not_found(name: str, error: Exception) -> str:
+  """One line for TFDS's error on a name it cannot build (its own lists every dataset it has)."""
+  said = str(error).strip().splitlines()[0] if str(error).strip() else type(error).__name__
+  return (f"config key data.dataset: expected a TFDS translation builder ('builder' or "
+          f"'builder/config') or 'text', got {name!r}; TFDS said: {said}")
 
 
 def tfds_module():
@@ -201,14 +259,15 @@ def _one_builder_at_a_time(builder):
 
 
 def prepare(source: DataSource, create_data_dir: bool = False):
-  """Downloads (WMT) or builds (Bible, from SWORD modules) the dataset as array_record.
+  """Downloads (WMT, any TFDS builder) or builds (Bible, from SWORD modules) the dataset as
+  array_record.
 
   Idempotent: an already prepared dataset is left as is. Returns the tfds builder, or None where
-  the source is an export (which is ready as it is). A data.data_dir that does not exist is an
-  error unless create_data_dir (`tfm prepare-data`): training never silently builds a second copy
-  of a dataset in a mistyped directory.
+  the source is an export or text files (which are ready as they are). A data.data_dir that does
+  not exist is an error unless create_data_dir (`tfm prepare-data`): training never silently
+  builds a second copy of a dataset in a mistyped directory.
   """
-  if source.export is not None:
+  if source.export is not None or source.is_text:
     return None
   _check_manual_dir(source)
   name, data_dir = source.name, source.data_dir
@@ -218,7 +277,12 @@ def prepare(source: DataSource, create_data_dir: bool = False):
         "is prepared in (None = TFDS's default, ~/tensorflow_datasets); `tfm prepare-data` builds "
         "it in a new directory")
   tfds = tfds_module()
-  builder = tfds.builder(name, data_dir=data_dir, file_format="array_record")
+  try:
+    builder = tfds.builder(name, data_dir=data_dir, file_format="array_record")
+  except ValueError as e:  # an unknown builder or config
+    raise ValueError(_not_found(name, e)) from None
+  # Before anything is downloaded: the languages must be two of the builder's feature keys.
+  check_features(name, builder.info.features, source.source_lang, source.target_lang)
   download_config = tfds.download.DownloadConfig(manual_dir=source.manual_dir)
   try:
     with _one_builder_at_a_time(builder):

@@ -6,8 +6,9 @@ Token id contract (used by the model and the decoder):
 
 The vocabulary is trained on the training split, both languages, at most `max_sentences`
 sentences (a fixed-seed sample of the pairs), and cached as
-`<vocab_dir>/spm_<dataset>_<lang1>-<lang2>_<size>.model`, so a different corpus or size never
-reuses a wrong file. The directory may be any epath (a local path, gs://...). Training writes
+`<vocab_dir>/spm_<dataset>_<lang1>-<lang2>_<size>.model` (for text files, <dataset> is 'text-'
+and a hash of data.train_files as written), so a different corpus or size never reuses a wrong
+file. The directory may be any epath (a local path, gs://...). Training writes
 a local temporary file, copies it next to the target and renames it there, so a reader never
 sees a half-written model.
 """
@@ -25,6 +26,7 @@ from etils import epath
 
 from tfm import storage
 from tfm.data import sources
+from tfm.data.datasets import TEXT
 
 PAD_ID, EOS_ID, UNK_ID = 0, 1, 2
 DEFAULT_MAX_SENTENCES = 1_000_000  # sentences (both languages together) used to train the vocab
@@ -91,8 +93,14 @@ class Tokenizer:
 
 
 def vocab_filename(cfg) -> str:
-  """Cache file name keyed by dataset, language pair (unordered) and size."""
+  """Cache file name keyed by dataset (text files: their data.train_files), language pair
+  (unordered) and size.
+
+  Text files are named by the string, not their contents: the vocabulary a model learned stays
+  its own (and `tfm eval` finds it) even where a file changes later."""
   slug = re.sub(r"[^A-Za-z0-9]+", "-", cfg.dataset).strip("-")
+  if cfg.dataset == TEXT:
+    slug += "-" + hashlib.sha256(cfg.train_files.encode("utf-8")).hexdigest()[:12]
   langs = "-".join(sorted((cfg.source_lang, cfg.target_lang)))
   return f"spm_{slug}_{langs}_{cfg.vocab_size}.model"
 

@@ -1,4 +1,5 @@
-"""BLEU on (a subset of) a split: the eval section's beam search, then sacreBLEU and tokenized BLEU."""
+"""BLEU on (a subset of) a split or evaluation set: the eval section's beam search, then sacreBLEU
+and tokenized BLEU."""
 
 from __future__ import annotations
 

@@ -15,8 +15,8 @@ from tfm.train.loss import per_token
 
 
 class DevLoss:
-  """Holds this host's batches of a split on the devices; dev_loss(params) -> {loss, nll,
-  perplexity, accuracy, tokens}.
+  """Holds this host's batches of a split or evaluation set (data.eval_sets: DataSource.open) on
+  the devices; dev_loss(params) -> {loss, nll, perplexity, accuracy, tokens}.
 
   source: the run's DataSource (Experiment.data_source); eval_step: params, batch -> loss sums (Experiment.eval_step); sharding: the batch sharding;
   row_multiple: the batch shards (Experiment.batch_shards), which every batch's rows must split over.

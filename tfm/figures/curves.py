@@ -3,6 +3,8 @@
 Panels, each workdir a line with its name: train and dev loss against steps, dev perplexity, dev
 BLEU (sacreBLEU), the learning rate, and train loss against target tokens seen. The train loss is
 label-smoothed (the objective); dev loss and perplexity are the unsmoothed NLL per word-piece.
+A run's other evaluation sets (data.eval_sets: tags `<name>/perplexity`) are dotted lines named
+'<run> <set>' in the perplexity and BLEU panels.
 """
 
 from __future__ import annotations
@@ -26,6 +28,12 @@ def tokens_seen(scalars: Scalars) -> list[tuple[int, float]]:
   """(step, target tokens seen by that step): the running sum of each window's train/tokens."""
   windows = scalars.get("train/tokens", [])
   return list(zip([s for s, _ in windows], np.cumsum([t for _, t in windows]).tolist()))
+
+
+def eval_sets(scalars: Scalars) -> list[str]:
+  """The evaluation sets besides 'dev' that a run's scalars hold (`<name>/perplexity`)."""
+  return sorted({tag.split("/")[0] for tag in scalars if tag.endswith("/perplexity")}
+                - {"dev", "train"})
 
 
 def _series(ax, points, label, **kwargs) -> bool:
@@ -53,6 +61,11 @@ def draw(runs: dict[str, Scalars]):
     _series(loss, s.get("dev/nll"), f"{name} dev", color=color, linestyle="--", marker="o", ms=3)
     _series(ppl, s.get("dev/perplexity"), name, color=color, marker="o", ms=3)
     _series(bleu, s.get("dev/bleu"), name, color=color, marker="o", ms=3)
+    for other in eval_sets(s):
+      _series(ppl, s.get(f"{other}/perplexity"), f"{name} {other}", color=color, linestyle=":",
+              marker="s", ms=3)
+      _series(bleu, s.get(f"{other}/bleu"), f"{name} {other}", color=color, linestyle=":",
+              marker="s", ms=3)
     _series(lr, s.get("train/learning_rate"), name, color=color)
     steps_to_tokens = dict(tokens_seen(s))
     _series(by_tokens, [(steps_to_tokens[step], v) for step, v in s.get("train/loss", [])

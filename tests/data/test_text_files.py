@@ -1,0 +1,263 @@
+"""Plain parallel text files (data.dataset='text', tfm/data/text_files.py): the pairs the files
+hold reach the batches exactly, through the vocabulary, the token cache and host sharding; every
+bad input stops with one line naming the config key and the file."""
+
+import collections
+import os
+import pickle
+
+import numpy as np
+import pytest
+
+import tfm_data_testlib as testlib
+from tfm.data import cache, pipeline, sources, text_files, tokenizer
+from tfm.data.config import DataConfig
+
+WORDS = "alpha beta gamma delta epsilon zeta eta theta iota kappa lambda mu nu xi".split()
+
+
+def _lines(n, seed, words=WORDS):
+  rng = np.random.default_rng(seed)
+  return [" ".join(rng.choice(words, int(rng.integers(1, 8)))) for _ in range(n)]
+
+
+def _write(path, lines, ending="\n"):
+  with open(path, "wb") as f:
+    f.write(ending.join(lines).encode("utf-8") + ending.encode())
+
+
+@pytest.fixture
+def corpus(tmp_path):
+  """train (200 pairs), dev (20) and test (15) as a file per side (en, xx): xx is en upper-cased
+  and reversed, so a pair's two sides are recognizably each other's."""
+  d = tmp_path / "corpus"
+  d.mkdir()
+  out = {}
+  for split, n, seed in (("train", 200, 0), ("dev", 20, 1), ("test", 15, 2)):
+    en = _lines(n, seed)
+    xx = [" ".join(reversed(s.upper().split())) for s in en]
+    _write(d / f"{split}.en", en)
+    _write(d / f"{split}.xx", xx)
+    out[split] = list(zip(en, xx))
+  return d, out
+
+
+def _cfg(tmp_path, d, **changes):
+  values = dict(dataset="text", source_lang="en", target_lang="xx",
+                train_files=str(d / "train.{lang}"), dev_files=str(d / "dev.{lang}"),
+                vocab_size=120, vocab_dir=str(tmp_path / "vocab"), max_length=64,
+                tokens_per_batch=64 * 4, overlong="truncate", cache_dir=str(tmp_path / "cache"))
+  values.update(changes)
+  return DataConfig(**values)
+
+
+def _segments(batches, tok):
+  return collections.Counter(
+      (tok.decode(s), tok.decode(t)) for b in batches
+      for s, t in zip(testlib.segments(b, "inputs"), testlib.segments(b, "targets")))
+
+
+def test_batches_hold_exactly_the_lines_of_the_files(tmp_path, corpus):
+  d, pairs = corpus
+  cfg = _cfg(tmp_path, d)
+  source = sources.DataSource.of(cfg)
+  assert sources.prepare(source) is None  # nothing to build
+  tok = tokenizer.get_tokenizer(cfg, None, source=source)
+  it = pipeline.train_iterator(cfg, source, tok, num_epochs=1)
+  batches = list(it)
+  assert all(b["inputs"].shape == (4, 64) for b in batches)
+  assert _segments(batches, tok) == collections.Counter(pairs["train"])
+  assert it.stats()["examples_read"] == 200 and it.stats()["examples_kept"] == 200
+  assert it.stats()["truncated"] == 0
+  # And as token ids: each segment is the line's encoding, EOS-terminated.
+  ids = collections.Counter(s for b in batches for s in testlib.segments(b, "inputs"))
+  assert ids == collections.Counter(tuple(tok.encode(en)) for en, _ in pairs["train"])
+  # The other direction reads the same files.
+  back = cfg.replace(source_lang="xx", target_lang="en")
+  it = pipeline.train_iterator(back, sources.DataSource.of(back), tok, num_epochs=1)
+  got = _segments(it, tok)
+  assert got == collections.Counter((x, e) for e, x in pairs["train"])
+  # The dev split, in file order, for the dev loss and BLEU.
+  assert pipeline.eval_text_pairs(cfg, source, "dev") == pairs["dev"]
+  dev = pipeline.eval_batches(cfg, source, tok, "dev")
+  assert [tok.decode(s) for b in dev for s in testlib.segments(b, "inputs")] == [
+      e for e, _ in pairs["dev"]]
+
+
+def test_tsv_crlf_empty_and_non_utf8_lines(tmp_path, corpus):
+  d, pairs = corpus
+  rows = [f"{e}\t{x}" for e, x in pairs["train"]]
+  rows[3] = "\t" + pairs["train"][3][1]  # an empty source: skipped, counted
+  _write(d / "train.tsv", rows, ending="\r\n")
+  with open(d / "train.tsv", "ab") as f:
+    f.write(b"caf\xe9\tCAFE")  # Latin-1, not UTF-8; and the last line without its newline
+  cfg = _cfg(tmp_path, d, train_files=str(d / "train.tsv"))
+  split = sources.DataSource.of(cfg).open("train")
+  assert len(split) == 201 and split[0] == tuple(s.encode() for s in pairs["train"][0])
+  assert split[200] == (b"caf\xe9", b"CAFE")
+  assert split[-1] == split[200]
+  tok = tokenizer.get_tokenizer(cfg, None, source=sources.DataSource.of(cfg))
+  it = pipeline.train_iterator(cfg, sources.DataSource.of(cfg), tok, num_epochs=1)
+  got = _segments(list(it), tok)
+  assert got == collections.Counter(p for i, p in enumerate(pairs["train"]) if i != 3)
+  stats = it.stats()
+  assert (stats["examples_read"], stats["skipped_empty"], stats["skipped_non_utf8"]) == (201, 1, 1)
+
+
+def test_split_pickles_and_host_shards_partition_it(tmp_path, corpus):
+  d, pairs = corpus
+  split = text_files.TextFileSplit(str(d / "train.{lang}"), "en", "xx", "data.train_files")
+  copy = pickle.loads(pickle.dumps(split))
+  assert [copy[i] for i in range(len(copy))] == [split[i] for i in range(len(split))]
+  hosts = [sources.HostShard(split, i, 3) for i in range(3)]
+  assert sorted(p for h in hosts for p in h._getitems(range(len(h)))) == sorted(
+      (e.encode(), x.encode()) for e, x in pairs["train"])
+  assert hosts[1][0] == split[1] and hosts[1][1] == split[4]
+
+
+def test_cache_gives_the_same_batches_and_an_edited_file_a_new_cache(tmp_path, corpus):
+  d, _ = corpus
+  cfg = _cfg(tmp_path, d)
+  tok = tokenizer.get_tokenizer(cfg, None, source=sources.DataSource.of(cfg))
+  want = list(pipeline.train_iterator(cfg, sources.DataSource.of(cfg), tok, num_epochs=2))
+  cached = cfg.replace(cache=True)
+  got = list(pipeline.train_iterator(cached, sources.DataSource.of(cached), tok, num_epochs=2))
+  assert testlib.same_batches(got, want)
+  (first,) = (tmp_path / "cache").glob("text_en-xx_L64_*")
+  # The same number of lines, the same size, one word changed: another cache, the new text.
+  # Even with its old modification time: the cache is keyed by the contents.
+  en, stat = (d / "train.en").read_text(), os.stat(d / "train.en")
+  assert "alpha" in en
+  (d / "train.en").write_text(en.replace("alpha", "omega", 1))
+  os.utime(d / "train.en", ns=(stat.st_atime_ns, stat.st_mtime_ns))
+  assert os.stat(d / "train.en").st_size == stat.st_size
+  edited = list(pipeline.train_iterator(cached, sources.DataSource.of(cached), tok, num_epochs=1))
+  assert len(list((tmp_path / "cache").glob("text_en-xx_L64_*"))) == 2
+  assert any("omega" in src for src, _ in _segments(edited, tok))
+  assert not any("omega" in src for src, _ in _segments(got, tok))
+  assert first.exists()
+
+
+def test_vocabulary_file_is_named_by_the_train_files(tmp_path, corpus):
+  d, _ = corpus
+  a, b = _cfg(tmp_path, d), _cfg(tmp_path, d, train_files=str(d / "dev.{lang}"))
+  assert tokenizer.vocab_filename(a) != tokenizer.vocab_filename(b)
+  assert tokenizer.vocab_filename(a).startswith("spm_text-")
+  assert tokenizer.vocab_filename(a) == tokenizer.vocab_filename(a.replace(source_lang="xx",
+                                                                            target_lang="en"))
+
+
+def test_mismatched_line_counts_name_both_files(tmp_path, corpus):
+  d, pairs = corpus
+  _write(d / "train.xx", [x for _, x in pairs["train"]][:-2])
+  cfg = _cfg(tmp_path, d)
+  with pytest.raises(ValueError) as e:
+    tokenizer.get_tokenizer(cfg, None, source=sources.DataSource.of(cfg))
+  assert str(e.value) == (
+      f"data.train_files: {d}/train.en has 200 lines but {d}/train.xx has 198; expected the same "
+      "number, line i of one the translation of line i of the other")
+  assert not (tmp_path / "vocab").exists() or not os.listdir(tmp_path / "vocab")  # nothing written
+
+
+@pytest.mark.parametrize("content", [b"", b"\n \n\r\n"])
+def test_an_empty_file_is_named(tmp_path, corpus, content):
+  d, _ = corpus
+  (d / "dev.xx").write_bytes(content)
+  cfg = _cfg(tmp_path, d)
+  with pytest.raises(ValueError, match=rf"^data.dev_files: {d}/dev.xx is empty; expected a text "
+                                       "file, one sentence a line$"):
+    sources.DataSource.of(cfg).open("dev")
+
+
+def test_missing_files_and_tsv_lines_without_one_tab(tmp_path, corpus):
+  d, _ = corpus
+  cfg = _cfg(tmp_path, d, train_files=str(d / "nope.{lang}"))
+  with pytest.raises(ValueError, match=rf"^data.train_files: {d}/nope.en does not exist"):
+    sources.DataSource.of(cfg).open("train")
+  _write(d / "bad.tsv", ["a\tA", "b\tB\tC", "c"])
+  cfg = _cfg(tmp_path, d, train_files=str(d / "bad.tsv"))
+  with pytest.raises(ValueError, match=rf"^data.train_files: {d}/bad.tsv line 2 has 2 tabs; "
+                                       "expected one a line"):
+    sources.DataSource.of(cfg).open("train")
+
+
+def test_missing_splits_are_named(tmp_path, corpus):
+  d, _ = corpus
+  # The default evaluation set is the dev split: without dev files the config is refused.
+  with pytest.raises(ValueError, match=r"^config key data.dev_files: expected the dev split's text "
+                                       r"files: data.eval_sets evaluates the dev split as 'dev', "
+                                       r"got None$"):
+    _cfg(tmp_path, d, dev_files=None)
+  with pytest.raises(ValueError, match=r"^config key data.train_files: expected the train split's"):
+    _cfg(tmp_path, d, train_files=None)
+  # A test evaluation (tfm eval --split test) without test files: named when asked for.
+  with pytest.raises(ValueError, match=r"^config key data.test_files: expected the test split's "
+                                       "text files"):
+    sources.DataSource.of(_cfg(tmp_path, d)).open("test")
+  # Text files are read with dataset='text' only: not silently ignored beside a TFDS dataset.
+  with pytest.raises(ValueError, match=r"^config key data.train_files: expected None with "
+                                       r"data.dataset='wmt14_translate/de-en'"):
+    DataConfig(train_files=str(d / "train.{lang}"))
+
+
+def test_eval_sets_open_splits_and_files(tmp_path, corpus):
+  d, pairs = corpus
+  _write(d / "extra.tsv", [f"{e}\t{x}" for e, x in pairs["test"][:5]])
+  cfg = _cfg(tmp_path, d, test_files=str(d / "test.{lang}"),
+             eval_sets={"dev": "dev", "held": "test", "extra": str(d / "extra.tsv")})
+  assert cfg.eval_sets == (("dev", "dev"), ("held", "test"), ("extra", str(d / "extra.tsv")))
+  assert hash(cfg) == hash(cfg.replace())  # hashable: a sweep groups runs by their data
+  source = sources.DataSource.of(cfg)
+  assert source.eval_set_names == ("dev", "held", "extra")
+  assert pipeline.eval_text_pairs(cfg, source, "held") == pairs["test"]
+  assert pipeline.eval_text_pairs(cfg, source, "extra") == pairs["test"][:5]
+  with pytest.raises(ValueError, match=r"'other' is neither a split \(train, dev, test\) nor an "
+                                       r"evaluation set of data.eval_sets \(dev, held, extra\)"):
+    source.open("other")
+  for bad, message in (({"dev": "test"}, r"config key data.eval_sets.dev: expected 'dev': the "
+                                         r"name of a split can only name that split"),
+                       ({"train": "dev"}, r"config key data.eval_sets: expected names of"),
+                       ({}, r"config key data.eval_sets: expected at least one"),
+                       ({"x": ""}, r"config key data.eval_sets.x: expected a split")):
+    with pytest.raises(ValueError, match="^" + message):
+      _cfg(tmp_path, d, eval_sets=bad)
+  with pytest.raises(ValueError, match=r"^data.eval_sets.gone: .*/gone.en does not exist"):
+    gone = _cfg(tmp_path, d, eval_sets={"gone": str(d / "gone.{lang}")})
+    sources.DataSource.of(gone).open("gone")
+
+
+def test_cache_root_of_text_files_needs_no_tfds(tmp_path, corpus):
+  d, _ = corpus
+  cfg = _cfg(tmp_path, d, cache_dir=None)
+  assert cache.cache_root(cfg) == os.path.expanduser("~/.cache/tfm")
+  assert cache.cache_root(cfg.replace(data_dir=str(tmp_path / "data"))) == str(
+      tmp_path / "data" / "tfm_cache")
+
+
+def test_worker_processes_read_the_same_batches(tmp_path, corpus):
+  """The split pickles into grain's worker processes (data.num_workers), which give the batches
+  the main process gives."""
+  d, _ = corpus
+  cfg = _cfg(tmp_path, d)
+  tok = tokenizer.get_tokenizer(cfg, None, source=sources.DataSource.of(cfg))
+  want = list(pipeline.train_iterator(cfg, sources.DataSource.of(cfg), tok, num_epochs=1))
+  workers = cfg.replace(num_workers=2)
+  it = pipeline.train_iterator(workers, sources.DataSource.of(workers), tok, num_epochs=1)
+  try:
+    assert testlib.same_batches(list(it), want)
+  finally:
+    it.close()
+
+
+def test_two_hosts_read_disjoint_halves_that_make_the_whole(tmp_path, corpus):
+  """Each host of two reads (and caches) its own half of the lines; together, every line once."""
+  d, pairs = corpus
+  cfg = _cfg(tmp_path, d, cache=True)
+  source = sources.DataSource.of(cfg)
+  tok = tokenizer.get_tokenizer(cfg, None, source=source)
+  halves = [_segments(pipeline.train_iterator(cfg, source, tok, process_index=i, process_count=2,
+                                              num_epochs=1), tok) for i in range(2)]
+  assert halves[0] == collections.Counter(pairs["train"][0::2])
+  assert halves[1] == collections.Counter(pairs["train"][1::2])
+  assert sorted(p.parent.name for p in (tmp_path / "cache").glob("*/host-*/meta.json")) == [
+      "host-0-of-2", "host-1-of-2"]

@@ -1,0 +1,123 @@
+"""Plain parallel text files as a split: one sentence a line, read without TFDS.
+
+A split's files are given as one string (data.train_files, dev_files, test_files, or a value of
+data.eval_sets), in one of two forms:
+
+  'corpus/train.{lang}'   a file per side: '{lang}' is replaced by data.source_lang for the source
+                          file and by data.target_lang for the target file (corpus/train.en and
+                          corpus/train.es), so either direction reads the same files
+  'corpus/train.tsv'      (no '{lang}') one file, a pair a line: source text, a tab, target text
+
+Line i of one side is the translation of line i of the other; a line ends at '\\n' (a '\\r' before
+it is dropped); the last line may lack its '\\n'. Relative paths are relative to the working
+directory. Lines are returned as bytes, as TFDS's array_record gives them, so the pipeline treats
+them alike: an empty side or a side that is not UTF-8 is counted and skipped, not an error.
+
+Whatever would make the pairs wrong stops the run when the split is opened, in one line naming the
+config key and the file: a missing or empty file, two sides of different line counts, a TSV line
+without exactly one tab.
+
+`TextFileSplit` has the split interface of sources.TextPairSource: `len(split)`, `split[i] ->
+(source bytes, target bytes)`, batched reads, `version`; it pickles (grain worker processes get
+the bytes and line offsets). Its `version` is a SHA-256 of the files' contents, which keys the
+token cache (tfm/data/cache.py), so an edited file never reads ids cached from its old text. The
+files are held in memory whole (their bytes and int64 [lines] offsets): meant for corpora of up to
+a few million lines.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+
+import numpy as np
+
+LANG = "{lang}"
+
+
+def paths(spec: str, source_lang: str, target_lang: str) -> tuple[str, ...]:
+  """The files a spec names: (source file, target file), or (tsv file,)."""
+  spec = os.path.expanduser(spec)
+  if LANG in spec:
+    return spec.replace(LANG, source_lang), spec.replace(LANG, target_lang)
+  return (spec,)
+
+
+def _read(path: str, key: str) -> bytes:
+  if not os.path.isfile(path):
+    raise ValueError(f"{key}: {path} does not exist or is not a file; expected a text file, one "
+                     "sentence a line")
+  with open(path, "rb") as f:
+    data = f.read()
+  if not data.strip():
+    raise ValueError(f"{key}: {path} is empty; expected a text file, one sentence a line")
+  return data
+
+
+def _lines(data: bytes) -> tuple[np.ndarray, np.ndarray]:
+  """int64 [lines] starts and ends (exclusive, without '\\n' or '\\r\\n') of the lines of `data`."""
+  array = np.frombuffer(data, np.uint8)
+  newlines = np.flatnonzero(array == ord("\n"))
+  starts = np.concatenate([[0], newlines + 1]).astype(np.int64)
+  ends = np.concatenate([newlines, [len(array)]]).astype(np.int64)
+  if starts[-1] == len(array):  # the file ends with '\n': no line after it
+    starts, ends = starts[:-1], ends[:-1]
+  carriage = (ends > starts) & (array[np.maximum(ends - 1, 0)] == ord("\r"))
+  return starts, ends - carriage
+
+
+class TextFileSplit:
+  """One split read from text files (see the module docstring); `key` is the config key that named
+  them, for error messages (e.g. 'data.train_files')."""
+
+  def __init__(self, spec: str, source_lang: str, target_lang: str, key: str):
+    self.spec, self.key = spec, key
+    self.paths = paths(spec, source_lang, target_lang)
+    datas = [_read(path, key) for path in self.paths]
+    digest = hashlib.sha256()
+    for data in datas:
+      digest.update(hashlib.sha256(data).digest())
+    self.version = f"text-sha256-{digest.hexdigest()}"
+    if len(datas) == 2:
+      (src_starts, src_ends), (tgt_starts, tgt_ends) = _lines(datas[0]), _lines(datas[1])
+      if len(src_starts) != len(tgt_starts):
+        raise ValueError(
+            f"{key}: {self.paths[0]} has {len(src_starts)} lines but {self.paths[1]} has "
+            f"{len(tgt_starts)}; expected the same number, line i of one the translation of line "
+            "i of the other")
+      self._data = tuple(datas)
+    else:
+      src_starts, tgt_ends = _lines(datas[0])
+      src_ends, tgt_starts = self._tabs(datas[0], src_starts, tgt_ends)
+      self._data = (datas[0], datas[0])
+    self._offsets = (src_starts, src_ends, tgt_starts, tgt_ends)
+
+  def _tabs(self, data: bytes, starts: np.ndarray, ends: np.ndarray):
+    """(source ends, target starts) of a TSV's lines: at each line's one tab."""
+    tabs = np.flatnonzero(np.frombuffer(data, np.uint8) == ord("\t"))
+    line_of_tab = np.searchsorted(starts, tabs, side="right") - 1
+    counts = np.bincount(line_of_tab, minlength=len(starts))
+    bad = np.flatnonzero(counts != 1)
+    if len(bad):
+      raise ValueError(f"{self.key}: {self.paths[0]} line {bad[0] + 1} has {counts[bad[0]]} tabs; "
+                       "expected one a line, between the source and the target text (or give a "
+                       f"file per side: a path with {LANG})")
+    tab_of_line = np.empty(len(starts), np.int64)
+    tab_of_line[line_of_tab] = tabs
+    return tab_of_line, tab_of_line + 1
+
+  def __len__(self) -> int:
+    return len(self._offsets[0])
+
+  def __getitem__(self, index: int) -> tuple[bytes, bytes]:
+    i = int(index)
+    if not -len(self) <= i < len(self):
+      raise IndexError(f"line {i} of {len(self)}")
+    src_starts, src_ends, tgt_starts, tgt_ends = self._offsets
+    return (self._data[0][src_starts[i]:src_ends[i]], self._data[1][tgt_starts[i]:tgt_ends[i]])
+
+  def _getitems(self, indices) -> list[tuple[bytes, bytes]]:
+    return [self[i] for i in indices]
+
+  def __repr__(self) -> str:
+    return f"TextFileSplit({' | '.join(self.paths)}, {len(self)} pairs)"
