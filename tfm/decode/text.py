@@ -32,6 +32,58 @@ def _host(tokens: jax.Array) -> np.ndarray:
   return np.asarray(multihost_utils.process_allgather(tokens, tiled=True))
 
 
+def _batches(encoded: Sequence[list[int]], batch_size: int, max_input_length: int
+             ) -> list[tuple[list[int], np.ndarray]]:
+  """(indices of `encoded`, inputs int32[batch_size, padded length]) batches, by length."""
+  order = sorted(range(len(encoded)), key=lambda i: len(encoded[i]))
+  batches = []
+  for first in range(0, len(order), batch_size):
+    chunk = order[first:first + batch_size]
+    length = _padded_length(max(len(encoded[i]) for i in chunk), max_input_length)
+    inputs = np.zeros((batch_size, length), np.int32)  # a fixed batch size: one compile per length
+    for row, i in enumerate(chunk):
+      inputs[row, :len(encoded[i])] = encoded[i]
+    batches.append((chunk, inputs))
+  return batches
+
+
+def _search(translate: Callable, params, tokenizer, texts: Sequence[str], *, batch_size: int,
+            max_input_length: int, seed: int, progress: Callable[[int], None] | None
+            ) -> tuple[list[tuple[np.ndarray, np.ndarray]], dict]:
+  """translate's (tokens, scores) of each text, on the host, in the texts' order, and the stats
+  of translate_texts (output_tokens counts every hypothesis returned)."""
+  encoded = [fit_length(tokenizer.encode(t), max_input_length, "truncate")[0] for t in texts]
+  batches = _batches(encoded, batch_size, max_input_length)
+  key = jax.random.PRNGKey(seed)
+  start = time.perf_counter()
+  compiled = {}
+  for _, inputs in batches:
+    if inputs.shape not in compiled:
+      compiled[inputs.shape] = translate.lower(params, inputs, key).compile()
+  compile_seconds = time.perf_counter() - start
+
+  results: list = [None] * len(texts)
+  output_tokens, start, done = 0, time.perf_counter(), 0
+  for index, (chunk, inputs) in enumerate(batches):
+    rng = jax.random.fold_in(key, index)
+    tokens, scores = compiled[inputs.shape](params, inputs, rng)
+    tokens, scores = _host(tokens), _host(scores)
+    for row, i in enumerate(chunk):
+      results[i] = (tokens[row], scores[row])
+      output_tokens += int(np.sum(tokens[row] != 0))
+    done += len(chunk)
+    if progress is not None:
+      progress(done)
+  seconds = time.perf_counter() - start
+  return results, dict(output_tokens=output_tokens, seconds=seconds,
+                       compile_seconds=compile_seconds,
+                       tokens_per_s=output_tokens / max(seconds, 1e-9))
+
+
+def _text(tokenizer, tokens: np.ndarray) -> str:
+  return tokenizer.decode([int(t) for t in tokens if t != 0])
+
+
 def translate_texts(translate: Callable, params, tokenizer, texts: Sequence[str], *,
                     batch_size: int = 32, max_input_length: int = 256, seed: int = 0,
                     progress: Callable[[int], None] | None = None) -> tuple[list[str], dict]:
@@ -45,38 +97,39 @@ def translate_texts(translate: Callable, params, tokenizer, texts: Sequence[str]
   stats: output_tokens, seconds (decoding only), compile_seconds (one compile per padded input
   length, done ahead of the timed loop so tokens_per_s is a steady-state figure) and tokens_per_s.
   """
-  encoded = [fit_length(tokenizer.encode(t), max_input_length, "truncate")[0] for t in texts]
-  order = sorted(range(len(texts)), key=lambda i: len(encoded[i]))
-  batches = []
-  for first in range(0, len(order), batch_size):
-    chunk = order[first:first + batch_size]
-    length = _padded_length(max(len(encoded[i]) for i in chunk), max_input_length)
-    inputs = np.zeros((batch_size, length), np.int32)  # a fixed batch size: one compile per length
-    for row, i in enumerate(chunk):
-      inputs[row, :len(encoded[i])] = encoded[i]
-    batches.append((chunk, inputs))
+  results, stats = _search(translate, params, tokenizer, texts, batch_size=batch_size,
+                           max_input_length=max_input_length, seed=seed, progress=progress)
+  return [_text(tokenizer, tokens) for tokens, _ in results], stats
 
-  key = jax.random.PRNGKey(seed)
-  start = time.perf_counter()
-  compiled = {}
-  for _, inputs in batches:
-    if inputs.shape not in compiled:
-      compiled[inputs.shape] = translate.lower(params, inputs, key).compile()
-  compile_seconds = time.perf_counter() - start
 
-  outputs: list[str] = [""] * len(texts)
-  output_tokens, start, done = 0, time.perf_counter(), 0
-  for index, (chunk, inputs) in enumerate(batches):
-    rng = jax.random.fold_in(key, index)
-    tokens = _host(compiled[inputs.shape](params, inputs, rng)[0])
+def n_best_texts(translate: Callable, params, tokenizer, texts: Sequence[str], *,
+                 batch_size: int = 32, max_input_length: int = 256
+                 ) -> tuple[list[list[tuple[str, float]]], dict]:
+  """translate_texts for a search that returns several hypotheses (make_translate_fn's n_best:
+  tokens [b, n, length], scores [b, n]): each text's [(translation, score)], best first, without
+  the slots the search left empty (score -inf); and the stats."""
+  results, stats = _search(translate, params, tokenizer, texts, batch_size=batch_size,
+                           max_input_length=max_input_length, seed=0, progress=None)
+  return [[(_text(tokenizer, t), float(s)) for t, s in zip(tokens, scores) if np.isfinite(s)]
+          for tokens, scores in results], stats
+
+
+def score_texts(score: Callable, params, tokenizer, pairs: Sequence[tuple[str, str]], *,
+                batch_size: int = 32, max_input_length: int = 256) -> list[tuple[float, int]]:
+  """(log P(target | source), |target| in tokens with its EOS) of each (source, target) pair, by
+  score(params, inputs, targets) (a `tfm.decode.score.make_score_fn` result, possibly on a mesh).
+  Sources are truncated as translate_texts truncates them; targets are scored whole (a cut target
+  would not be the one given)."""
+  sources = [fit_length(tokenizer.encode(s), max_input_length, "truncate")[0] for s, _ in pairs]
+  targets = [tokenizer.encode(t) for _, t in pairs]
+  out: list = [None] * len(pairs)
+  for chunk, inputs in _batches(sources, batch_size, max_input_length):
+    length = -(-max(len(targets[i]) for i in chunk) // LENGTH_STEP) * LENGTH_STEP
+    padded = np.zeros((batch_size, length), np.int32)
     for row, i in enumerate(chunk):
-      ids = [int(t) for t in tokens[row] if t != 0]
-      output_tokens += len(ids)
-      outputs[i] = tokenizer.decode(ids)
-    done += len(chunk)
-    if progress is not None:
-      progress(done)
-  seconds = time.perf_counter() - start
-  return outputs, dict(output_tokens=output_tokens, seconds=seconds,
-                       compile_seconds=compile_seconds,
-                       tokens_per_s=output_tokens / max(seconds, 1e-9))
+      padded[row, :len(targets[i])] = targets[i]
+    logp, lengths = score(params, inputs, padded)
+    logp, lengths = _host(logp), _host(lengths)
+    for row, i in enumerate(chunk):
+      out[i] = (float(logp[row]), int(lengths[row]))
+  return out
