@@ -1,24 +1,31 @@
-"""`tfm eval --workdir DIR [--split dev|test] [--average N] [--limit K]`: BLEU and perplexity.
+"""`tfm eval --workdir DIR [--split dev|test] [--average N | --checkpoint best] [--limit K]
+[--beam_size B,... --length_penalty A,... --max_extra_length E,...]`: BLEU, chrF, TER, perplexity.
 
 Prints and writes workdir/eval_<split>_<step>_avg<N>[_first<K>].json (step: the last checkpoint
 averaged; N: how many were; K: --limit) with sacreBLEU (and its signature), the paper's tokenized
-BLEU, dev perplexity per target token (no smoothing) and decoding speed. Another --average or
---limit writes another file, so no result overwrites a differently computed one. --out writes the
-JSON elsewhere; a workdir it cannot write (read-only) gets the results printed and one line saying
-where they could not be saved.
+BLEU, chrF and TER (sacreBLEU's, with signatures), dev perplexity per target token (no smoothing)
+and decoding speed. Decoding settings other than the run's eval section's add
+_beam<B>_lp<A>_extra<E> to the name, and --checkpoint=best (the run's best checkpoint by
+train.best_metric) names it eval_<split>_best<step>...: another --average, --limit, checkpoint or
+search writes another file, so no result overwrites a differently computed one. Lists of decoding
+settings are a grid: the parameters are loaded and the perplexity computed once, every point is
+decoded (greedy once whatever alpha) and written, and a table shows the figures per point. --out
+writes the JSON elsewhere (one point); a workdir it cannot write (read-only) gets the results
+printed and one line saying where they could not be saved.
 """
 
 from __future__ import annotations
 
 import json
+import os
 import re
 import sys
 
 from absl import flags
 from etils import epath
 
-from tfm.commands import (announce_backend, define_trained_flags, refuse_config, require_workdir,
-                          save)
+from tfm.commands import (UsageError, announce_backend, define_trained_flags, refuse_config,
+                          require_workdir, save)
 
 
 SPLIT_HELP = ("the workdir's dataset's dev or test split (data.dataset: for WMT'14 newstest2013 and "
@@ -27,21 +34,55 @@ LIMIT_HELP = ("BLEU over only the first K sentence pairs (0 = all); BLEU and per
               "at most the first data.eval_max_examples examples of the split when that is set")
 
 
+GRID_HELP = ("a value or a comma-separated list (a grid over the decoding settings, every point "
+             "decoded with the same parameters: a table of the dev figures at each point)")
+
+
 def define_flags(fv: flags.FlagValues):
   define_trained_flags(fv)
   flags.DEFINE_enum("split", "dev", ["dev", "test"], SPLIT_HELP, flag_values=fv)
   flags.DEFINE_integer("limit", None, LIMIT_HELP, lower_bound=0, flag_values=fv)
   flags.DEFINE_string("out", None, "the JSON to write (default: WORKDIR/eval_<split>_<step>_avg<N>"
-                      "[_first<K>].json)", flag_values=fv)
+                      "[_first<K>][_beam<B>_lp<A>_extra<E>].json); one decoding point only",
+                      flag_values=fv)
+  flags.DEFINE_list("beam_size", None, f"override eval.beam_size (1 = greedy): {GRID_HELP}",
+                    flag_values=fv)
+  flags.DEFINE_list("length_penalty", None, f"override eval.length_penalty (alpha): {GRID_HELP}",
+                    flag_values=fv)
+  flags.DEFINE_list("max_extra_length", None, "override eval.max_extra_length (outputs of at most "
+                    f"input length + this many tokens): {GRID_HELP}", flag_values=fv)
 
 
 RESULT = re.compile(r"eval_(?P<split>dev|test)_(?P<step>\d+)_avg(?P<averaged>\d+)"
                     r"(?:_first(?P<limit>\d+))?\.json")
 
 
-def result_name(split: str, steps: list[int], limit: int) -> str:
-  """The file `tfm eval` writes for checkpoints `steps` averaged and BLEU over `limit` pairs."""
-  return f"eval_{split}_{steps[-1]}_avg{len(steps)}" + (f"_first{limit}" if limit else "") + ".json"
+def result_name(split: str, steps: list[int], limit: int, suffix: str = "",
+                best: bool = False) -> str:
+  """The file `tfm eval` writes for checkpoints `steps` averaged and BLEU over `limit` pairs.
+  suffix: the decoding settings where they are not the run's own (Decoding.suffix); best: the
+  run's best checkpoint (train.best_metric), eval_<split>_best<step>..., apart from the series'
+  (RESULT, which the sweep reads, matches only the latter)."""
+  checkpoints = f"best{steps[-1]}" if best else f"{steps[-1]}_avg{len(steps)}"
+  return (f"eval_{split}_{checkpoints}" + (f"_first{limit}" if limit else "") + suffix + ".json")
+
+
+TABLE = ("beam_size", "length_penalty", "max_extra_length", "bleu", "tokenized_bleu", "chrf", "ter")
+
+
+def table(rows: list[dict], configured) -> str:
+  """The grid's dev figures, a row a decoding point (the run's own marked with *)."""
+  head = ["beam", "alpha", "extra", "BLEU", "tok. BLEU", "chrF", "TER", ""]
+  lines = [head]
+  for r in rows:
+    own = (r["beam_size"], r["length_penalty"], r["max_extra_length"]) == (
+        configured.beam_size, configured.length_penalty, configured.max_extra_length)
+    lines.append([str(r["beam_size"]), f"{r['length_penalty']:g}", str(r["max_extra_length"]),
+                  f"{r['bleu']:.2f}", f"{r['tokenized_bleu']:.2f}", f"{r['chrf']:.2f}",
+                  f"{r['ter']:.2f}", "*" if own else ""])
+  widths = [max(len(line[i]) for line in lines) for i in range(len(head))]
+  return "\n".join("  ".join(cell.rjust(w) for cell, w in zip(line, widths)).rstrip()
+                   for line in lines)
 
 
 def run(fv: flags.FlagValues, config):
@@ -49,32 +90,66 @@ def run(fv: flags.FlagValues, config):
   require_workdir(fv)
   # pylint: disable=import-outside-toplevel
   import jax
+  from tfm.eval import decoding
   from tfm.eval.dev_bleu import DevBleu
   from tfm.eval.dev_loss import DevLoss
-  from tfm.eval.restore import load_trained
+  from tfm.eval.restore import load_trained, read_workdir_config
   from tfm.train import checkpoint as ckpt_lib
   from tfm.train.progress import Counter
 
-  t = load_trained(fv.workdir, fv.average)
+  own = read_workdir_config(fv.workdir).eval
+  try:
+    points = decoding.points(own, fv.beam_size, fv.length_penalty, fv.max_extra_length)
+  except ValueError as e:
+    raise UsageError(str(e)) from None
+  if fv.out is not None and len(points) > 1:
+    raise UsageError(f"--out: one file for {len(points)} decoding points; drop --out (each point "
+                     "writes its own file in the workdir)")
+  t = load_trained(fv.workdir, fv.average, checkpoint=fv.checkpoint)
   announce_backend(t.note)
   exp, c = t.experiment, t.config
+  decoding.check_lengths(c, points)
+  configured = decoding.Decoding.of(c.eval)
   losses = DevLoss(c.data, exp.data_source, t.tokenizer, exp.eval_step, exp.batch_sharding, split=fv.split,
                    row_multiple=exp.batch_shards)(t.params)
-  bleu = DevBleu(c.data, exp.data_source, t.tokenizer, exp.translate_fn(eos_id=t.tokenizer.eos_id),
+  bleu = DevBleu(c.data, exp.data_source, t.tokenizer, None,
                  batch_size=exp.decode_rows(c.eval.batch_size), split=fv.split,
                  limit=fv.limit or 0, compounds=c.eval.compounds)
-  progress = Counter(f"[eval] {fv.split}: decoding", len(bleu.pairs), "sentences", sys.stderr)
-  bleu = bleu(t.params, progress=progress if jax.process_index() == 0 else None)
-  hosts = ckpt_lib.read_data_state(fv.workdir, t.steps[-1])["hosts"]  # every host's pipeline
+  hosts = ckpt_lib.read_data_state(t.checkpoints_in, t.steps[-1])["hosts"]  # every host's pipeline
   tokens = lambda key: sum(h.get("efficiency", {}).get(key, 0) for h in hosts) or None
-  result = dict(split=fv.split, checkpoints=t.steps, averaged=len(t.steps), **bleu,
-                perplexity=losses["perplexity"], nll=losses["nll"], loss=losses["loss"],
-                target_tokens=losses["tokens"], beam_size=c.eval.beam_size,
-                length_penalty=c.eval.length_penalty, max_extra_length=c.eval.max_extra_length,
-                train_source_tokens=tokens("real_inputs"), train_target_tokens=tokens("real_targets"))
-  path = fv.out or epath.Path(fv.workdir) / result_name(fv.split, t.steps, fv.limit or 0)
-  for key, value in result.items():
-    print(f"{key:>22}: {value}")
-  if jax.process_index() == 0 and save("results", path, json.dumps(result, indent=1) + "\n",
-                                       given=fv.out is not None):
-    print(f"{'written':>22}: {path}")
+  searched, rows = {}, []
+  for point in points:
+    search = point.same_search()
+    if search not in searched:  # greedy search once, whatever alpha
+      progress = Counter(f"[eval] {fv.split}: decoding" + (
+          f" (beam {point.beam_size}, alpha {point.length_penalty:g}, extra "
+          f"{point.max_extra_length})" if len(points) > 1 else ""), len(bleu.pairs), "sentences",
+                         sys.stderr)
+      translate = exp.translate_fn(beam_size=search.beam_size, length_penalty=search.length_penalty,
+                                   max_extra_length=search.max_extra_length,
+                                   eos_id=t.tokenizer.eos_id)
+      searched[search] = bleu(t.params, progress=progress if jax.process_index() == 0 else None,
+                              translate=translate)
+    result = dict(split=fv.split, checkpoints=t.steps, averaged=len(t.steps),
+                  **({"checkpoint": "best", "best": t.best} if t.best else {}), **searched[search],
+                  perplexity=losses["perplexity"], nll=losses["nll"], loss=losses["loss"],
+                  target_tokens=losses["tokens"], beam_size=point.beam_size,
+                  length_penalty=point.length_penalty, max_extra_length=point.max_extra_length,
+                  train_source_tokens=tokens("real_inputs"),
+                  train_target_tokens=tokens("real_targets"))
+    path = fv.out or epath.Path(fv.workdir) / result_name(
+        fv.split, t.steps, fv.limit or 0, point.suffix(configured), best=t.best is not None)
+    if len(points) == 1:
+      for key, value in result.items():
+        print(f"{key:>22}: {value}")
+    saved = jax.process_index() == 0 and save("results", path, json.dumps(result, indent=1) + "\n",
+                                               given=fv.out is not None)
+    if saved and len(points) == 1:
+      print(f"{'written':>22}: {path}")
+    rows.append(dict(result, path=str(path) if saved else None))
+  if len(points) > 1:
+    print(f"{fv.split} {'best checkpoint' if t.best else 'checkpoints'} {t.steps}, perplexity "
+          f"{losses['perplexity']:.4f}, {len(bleu.pairs)} sentences (* the run's own settings):")
+    print(table(rows, configured))
+    if jax.process_index() == 0:
+      print("written: " + ", ".join(os.path.basename(r["path"]) for r in rows if r["path"]))
