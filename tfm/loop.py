@@ -168,6 +168,9 @@ def _train(configs: list[Config], held: list[Workdir], log: logs.WorkdirLog, str
   members = len(configs) if len(configs) > 1 else None  # a stack's member count
   # A stack's model and step: built from the members' largest dropout rates (tfm/train/stack.py).
   stacked = None if members is None else Experiment(stack.structure_config(configs))
+  for c, w in zip(configs, workdirs):
+    if c.train.init_from and not ckpt_lib.available_steps(w):  # a resume keeps its own
+      init_from_lib.share_vocabulary(c, w)
   tokenizers = [prepare_data(config, exp.data_source, workdirs[0])]
   for c, e, w in zip(configs[1:], exps[1:], workdirs[1:]):  # a stack's other members
     _share_vocabulary(c, workdirs[0], w)

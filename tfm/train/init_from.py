@@ -13,7 +13,9 @@ from __future__ import annotations
 import jax
 from etils import epath
 
+from tfm import config as config_lib
 from tfm import storage
+from tfm.data import tokenizer as tokenizer_lib
 from tfm.train import best as best_lib
 from tfm.train import checkpoint as ckpt_lib
 
@@ -30,6 +32,31 @@ def source_checkpoint(source: str, which: str) -> tuple[epath.Path, int]:
     raise ValueError(f"config key train.init_from: {source} holds {what} in {where / 'checkpoints'}; "
                      "expected the workdir of a trained run")
   return where, steps[-1]
+
+
+def share_vocabulary(config, workdir: str) -> None:
+  """The source's vocabulary for a run that starts from it: copied into the new workdir where the
+  run keeps its vocabulary there (data.vocab_dir unset) and has none yet, so the ids mean the same
+  pieces; a run that has another vocabulary already is refused (lead host)."""
+  source = config.train.init_from
+  try:
+    theirs = config_lib.build(ckpt_lib.read_config(source)).data
+  except (OSError, ValueError) as e:
+    raise ValueError(f"config key train.init_from: {source}/config.json cannot be read as a run's "
+                     f"config ({' '.join(str(e).split())}); expected the workdir of a trained "
+                     "run") from None
+  there = storage.path(theirs.vocab_dir or source) / tokenizer_lib.vocab_filename(theirs)
+  here = storage.path(config.data.vocab_dir or workdir) / tokenizer_lib.vocab_filename(config.data)
+  if jax.process_index() != 0 or not there.exists() or there == here:
+    return
+  if not here.exists():
+    if config.data.vocab_dir is None:
+      storage.write_atomically(here, there.read_bytes())
+    return
+  if here.read_bytes() != there.read_bytes():
+    raise ValueError(f"config key train.init_from: {source}'s vocabulary {there} is not this run's "
+                     f"{here}: the same ids would be other pieces; train with the source's "
+                     "vocabulary (data.vocab_dir)")
 
 
 def first_difference(saved: dict[str, tuple], wanted: dict[str, tuple]) -> str | None:
