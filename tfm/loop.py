@@ -166,6 +166,10 @@ def _train(configs: list[Config], held: list[Workdir], log: logs.WorkdirLog, str
   exps = [Experiment(c) for c in configs]
   config, exp = configs[0], exps[0]
   members = len(configs) if len(configs) > 1 else None  # a stack's member count
+  if members is not None and config.train.patience:
+    raise ValueError(f"config key train.patience ({config.train.patience}): early stopping ends "
+                     "one run, and a stack (--seeds) steps its runs together; train them alone, "
+                     "or set train.patience=0")
   # A stack's model and step: built from the members' largest dropout rates (tfm/train/stack.py).
   stacked = None if members is None else Experiment(stack.structure_config(configs))
   for c, w in zip(configs, workdirs):
@@ -176,10 +180,6 @@ def _train(configs: list[Config], held: list[Workdir], log: logs.WorkdirLog, str
     _share_vocabulary(c, workdirs[0], w)
     tokenizers.append(prepare_data(c, e.data_source, w))
   tc = config.train
-  if members is not None and tc.patience:
-    raise ValueError(f"config key train.patience ({tc.patience}): early stopping ends one run, and "
-                     "a stack (--seeds) steps its runs together; train them alone, or set "
-                     "train.patience=0")
   with contextlib.ExitStack() as cleanup:  # closed in reverse order, whatever happens
     iterators = [train_batches(c, t, e) for c, t, e in zip(configs, tokenizers, exps)]
     for iterator in iterators:

@@ -76,6 +76,8 @@ def test_fingerprint_ignores_machine_paths_and_sees_everything_else():
   for key in ("input", "saves", "guard", "dropout_prng"):
     del values["train"][key]
   del values["model"]["matmul_precision"]  # added later: left out at its earlier value
+  for key in ("best_metric", "patience", "init_from", "init_checkpoint"):  # so were these
+    del values["train"][key]
   for key in execute.MACHINE_KEYS:
     section, name = key.split(".")
     del values[section][name]
@@ -85,6 +87,10 @@ def test_fingerprint_ignores_machine_paths_and_sees_everything_else():
   for precision in ("highest", "tensorfloat32"):
     other = load_config("configs/quickstart.py", [f"model.matmul_precision={precision}"])
     assert publish.fingerprint(other, "v", 200) != publish.fingerprint(base, "v", 200)
+  # Early stopping or another start is another run.
+  for change in ("train.best_metric=dev_ppl", "train.init_from=/elsewhere"):
+    other = load_config("configs/quickstart.py", [change])
+    assert publish.fingerprint(other, "v", 200) != publish.fingerprint(base, "v", 200), change
   smoothing = load_config("configs/quickstart.py", ["train.label_smoothing=0.2"])
   assert publish.fingerprint(smoothing, "v", 200) != publish.fingerprint(base, "v", 200)
   assert publish.fingerprint(base, "w", 200) != publish.fingerprint(base, "v", 200)

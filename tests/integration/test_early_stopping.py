@@ -1,0 +1,97 @@
+"""Early stopping by dev BLEU (train.best_metric=dev_bleu, train.patience) in a real training on the
+fake Bible corpus: where it stops, what it leaves, and that the run is finished for a rerun, for
+`tfm eval` and for a sweep; chrF and TER logged beside dev BLEU."""
+
+import json
+import os
+
+import pytest
+
+from tests.integration.conftest import run_train
+from tfm import cli
+from tfm.sweep import execute
+from tfm.train import best as best_lib
+from tfm.train import checkpoint as ckpt_lib
+from tfm.train import events
+
+STEPS = 20
+
+
+@pytest.fixture(scope="module")
+def stopped(experiment_module, tmp_path_factory):
+  workdir = tmp_path_factory.mktemp("stopped")
+  config = experiment_module(f"train.steps={STEPS}", "eval.bleu_every=2", "eval.bleu_examples=4",
+                             "eval.beam_size=1", "eval.max_extra_length=3",
+                             "train.best_metric=dev_bleu", "train.patience=2",
+                             "train.checkpoint_every=5", "train.eval_every=100")
+  _, out = run_train(config, workdir)
+  return config, str(workdir), out
+
+
+def _stop_step(history, patience):
+  """The first evaluation after which `patience` evaluations in a row have not beaten the best
+  before them (higher is better), recomputed from the recorded history; None if none."""
+  best, stale = None, 0
+  for step, value in history:
+    if best is None or value > best:
+      best, stale = value, 0
+    else:
+      stale += 1
+    if stale >= patience:
+      return step
+  return None
+
+
+def test_the_run_stops_where_patience_runs_out(stopped):
+  config, workdir, out = stopped
+  history = best_lib.read_record(workdir)["history"]
+  bleu = events.read_scalars(os.path.join(workdir, "tensorboard"))["dev/bleu"]
+  assert [[s, pytest.approx(v)] for s, v in bleu] == history  # every evaluation recorded
+  step = _stop_step(history, 2)
+  if step is None:
+    pytest.skip(f"dev BLEU improved at every other evaluation of this tiny run: {history}")
+  ended = best_lib.stopped(workdir)
+  assert ended["step"] == step and history[-1][0] == step
+  assert f"tfm: early stop at step {step}: train.best_metric=dev_bleu has not improved" in out
+  assert ckpt_lib.available_steps(workdir)[-1] == step  # its last checkpoint is the stop
+  best_step = max(history, key=lambda sv: (sv[1], -sv[0]))[0]  # the first of the best
+  assert ckpt_lib.available_steps(best_lib.best_dir(workdir)) == [best_step]
+
+
+def test_chrf_and_ter_are_logged_beside_dev_bleu(stopped):
+  _, workdir, _ = stopped
+  scalars = events.read_scalars(os.path.join(workdir, "tensorboard"))
+  steps = [s for s, _ in scalars["dev/bleu"]]
+  for name in ("dev/chrf", "dev/ter"):
+    assert [s for s, _ in scalars[name]] == steps
+    assert all(0 <= v for _, v in scalars[name])
+
+
+def test_a_stopped_run_is_finished(stopped, capsys):
+  """A rerun trains nothing; tfm eval averages up to the stop; a sweep counts it as trained to
+  the end."""
+  config, workdir, _ = stopped
+  ended = best_lib.stopped(workdir)
+  if ended is None:
+    pytest.skip("the run did not stop early")
+  _, out = run_train(config, workdir)
+  assert f"tfm: this run stopped early at step {ended['step']}" in out and "[train]" not in out
+  assert ckpt_lib.available_steps(workdir)[-1] == ended["step"]
+  assert cli.main(["tfm", "eval", f"--workdir={workdir}", "--limit=4", "--average=1"]) == 0
+  result = json.loads(open(f"{workdir}/eval_dev_{ended['step']}_avg1_first4.json").read())
+  assert result["checkpoints"] == [ended["step"]]
+  assert execute._reached(workdir, STEPS) == STEPS  # pylint: disable=protected-access
+  os.rename(f"{workdir}/{best_lib.STOPPED}", f"{workdir}/aside.json")
+  try:
+    assert execute._reached(workdir, STEPS) == ended["step"]  # pylint: disable=protected-access
+  finally:
+    os.rename(f"{workdir}/aside.json", f"{workdir}/{best_lib.STOPPED}")
+
+
+def test_a_stack_refuses_patience(experiment, tmp_path):
+  from tfm.loop import train_stack  # pylint: disable=import-outside-toplevel
+  configs = [experiment("train.best_metric=dev_ppl", "train.patience=1", f"train.seed={s}",
+                        f"data.shuffle_seed={s}") for s in (0, 1)]
+  with pytest.raises(ValueError, match=r"config key train.patience \(1\): early stopping ends one "
+                                       r"run, and a stack"):
+    train_stack(configs, [str(tmp_path / "a"), str(tmp_path / "b")])
