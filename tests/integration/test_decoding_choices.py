@@ -51,12 +51,17 @@ def test_the_grid_holds_plain_evals_figures_at_the_runs_own_point(trained, capsy
   plain = _read(f"{trained}/eval_dev_6_avg2_first6.json")
   os.remove(f"{trained}/eval_dev_6_avg2_first6.json")
   capsys.readouterr()
-  _eval(trained, "--beam_size=1,2", "--length_penalty=0,0.6")
+  _eval(trained, "--beam_size=1,2", "--length_penalty=0,0.6,1")
   out = capsys.readouterr().out
   names = sorted(os.path.basename(p) for p in glob.glob(f"{trained}/eval_dev_6_avg2_first6*.json"))
   assert names == ["eval_dev_6_avg2_first6.json", "eval_dev_6_avg2_first6_beam1_lp0.6_extra5.json",
                    "eval_dev_6_avg2_first6_beam1_lp0_extra5.json",
-                   "eval_dev_6_avg2_first6_beam2_lp0_extra5.json"]
+                   "eval_dev_6_avg2_first6_beam1_lp1_extra5.json",
+                   "eval_dev_6_avg2_first6_beam2_lp0_extra5.json",
+                   "eval_dev_6_avg2_first6_beam2_lp1_extra5.json"]
+  # Beam 2 at alphas 0 and 1: one compiled search, alpha its argument; the second compiles nothing.
+  traced = [_read(f"{trained}/eval_dev_6_avg2_first6_beam2_lp{a}_extra5.json") for a in ("0", "1")]
+  assert traced[0]["decode_compile_s"] > 0 and traced[1]["decode_compile_s"] < 0.01
   own = _read(f"{trained}/eval_dev_6_avg2_first6.json")
   for key in ("bleu", "tokenized_bleu", "chrf", "ter", "perplexity", "checkpoints", "sentences"):
     assert own[key] == plain[key], key
@@ -66,10 +71,11 @@ def test_the_grid_holds_plain_evals_figures_at_the_runs_own_point(trained, capsy
   assert greedy[0]["bleu"] == greedy[1]["bleu"] and greedy[0]["chrf"] == greedy[1]["chrf"]
   lines = out.splitlines()
   header = next(i for i, line in enumerate(lines) if line.split()[:3] == ["beam", "alpha", "extra"])
-  rows = [line.split() for line in lines[header + 1:header + 5]]
-  assert [r[:3] for r in rows] == [["1", "0", "5"], ["1", "0.6", "5"], ["2", "0", "5"],
-                                   ["2", "0.6", "5"]]
-  assert rows[3][-1] == "*" and float(rows[3][3]) == pytest.approx(plain["bleu"], abs=0.005)
+  rows = [line.split() for line in lines[header + 1:header + 7]]
+  assert [r[:3] for r in rows] == [["1", "0", "5"], ["1", "0.6", "5"], ["1", "1", "5"],
+                                   ["2", "0", "5"], ["2", "0.6", "5"], ["2", "1", "5"]]
+  assert rows[4][-1] == "*" and float(rows[4][3]) == pytest.approx(plain["bleu"], abs=0.005)
+  assert float(rows[5][3]) == pytest.approx(traced[1]["bleu"], abs=0.005)
   os.rename(f"{trained}/eval_dev_6_avg2_first6_beam1_lp0_extra5.json", f"{trained}/greedy.json")
   _eval(trained, "--beam_size=1", "--length_penalty=0")
   single = _read(f"{trained}/eval_dev_6_avg2_first6_beam1_lp0_extra5.json")
@@ -137,6 +143,11 @@ def test_n_best_scores_are_teacher_forced_log_probs_over_the_length_penalty(trai
   np.testing.assert_allclose(scores.reshape(-1), logp / lp, rtol=2e-5, atol=2e-5)
   reference = _teacher_forced_logp(t, flat_inputs, [row[row != 0] for row in flat])
   np.testing.assert_allclose(logp, reference, rtol=2e-5, atol=2e-4)
+  # Alpha as the search's argument (tfm eval's grid): the scores of its hypotheses at alpha 1.
+  tokens, scores = map(np.asarray, exp.translate_fn(n_best=2)(t.params, inputs, None,
+                                                              np.float32(1.0)))
+  logp, lengths = map(np.asarray, exp.score_fn()(t.params, flat_inputs, tokens.reshape(8, -1)))
+  np.testing.assert_allclose(scores.reshape(-1), logp / ((5 + lengths) / 6), rtol=2e-5, atol=2e-5)
 
 
 def test_translate_prints_the_n_best_and_scores_given_targets(trained, tmp_path, capsys):

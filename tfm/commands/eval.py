@@ -9,7 +9,9 @@ _beam<B>_lp<A>_extra<E> to the name, and --checkpoint=best (the run's best check
 train.best_metric) names it eval_<split>_best<step>...: another --average, --limit, checkpoint or
 search writes another file, so no result overwrites a differently computed one. Lists of decoding
 settings are a grid: the parameters are loaded and the perplexity computed once, every point is
-decoded (greedy once whatever alpha) and written, and a table shows the figures per point. --out
+decoded (greedy once whatever alpha; one compiled beam search of a size and length for every alpha
+other than the run's own, which is the constant of dev BLEU's search) and written, and a table
+shows the figures per point. --out
 writes the JSON elsewhere (one point); a workdir it cannot write (read-only) gets the results
 printed and one line saying where they could not be saved.
 """
@@ -90,6 +92,7 @@ def run(fv: flags.FlagValues, config):
   require_workdir(fv)
   # pylint: disable=import-outside-toplevel
   import jax
+  import numpy as np
   from tfm.eval import decoding
   from tfm.eval.dev_bleu import DevBleu
   from tfm.eval.dev_loss import DevLoss
@@ -117,7 +120,7 @@ def run(fv: flags.FlagValues, config):
                  limit=fv.limit or 0, compounds=c.eval.compounds)
   hosts = ckpt_lib.read_data_state(t.checkpoints_in, t.steps[-1])["hosts"]  # every host's pipeline
   tokens = lambda key: sum(h.get("efficiency", {}).get(key, 0) for h in hosts) or None
-  searched, rows = {}, []
+  searched, compiled, rows = {}, {}, []
   for point in points:
     search = point.same_search()
     if search not in searched:  # greedy search once, whatever alpha
@@ -125,11 +128,18 @@ def run(fv: flags.FlagValues, config):
           f" (beam {point.beam_size}, alpha {point.length_penalty:g}, extra "
           f"{point.max_extra_length})" if len(points) > 1 else ""), len(bleu.pairs), "sentences",
                          sys.stderr)
-      translate = exp.translate_fn(beam_size=search.beam_size, length_penalty=search.length_penalty,
-                                   max_extra_length=search.max_extra_length,
-                                   eos_id=t.tokenizer.eos_id)
+      shape = dict(beam_size=search.beam_size, max_extra_length=search.max_extra_length,
+                   eos_id=t.tokenizer.eos_id)
+      if search.beam_size == 1 or search.length_penalty == configured.length_penalty:
+        # The run's own alpha, a constant of the search as in dev BLEU during training.
+        args, cache = (), None
+        translate = exp.translate_fn(length_penalty=search.length_penalty, **shape)
+      else:  # every other alpha of a beam size and length through one compiled search
+        args = (np.float32(search.length_penalty),)
+        cache = compiled.setdefault((search.beam_size, search.max_extra_length), {})
+        translate = exp.translate_fn(**shape)
       searched[search] = bleu(t.params, progress=progress if jax.process_index() == 0 else None,
-                              translate=translate)
+                              translate=translate, search_args=args, compiled=cache)
     result = dict(split=fv.split, checkpoints=t.steps, averaged=len(t.steps),
                   **({"checkpoint": "best", "best": t.best} if t.best else {}), **searched[search],
                   perplexity=losses["perplexity"], nll=losses["nll"], loss=losses["loss"],

@@ -48,7 +48,8 @@ def _batches(encoded: Sequence[list[int]], batch_size: int, max_input_length: in
 
 
 def _search(translate: Callable, params, tokenizer, texts: Sequence[str], *, batch_size: int,
-            max_input_length: int, seed: int, progress: Callable[[int], None] | None
+            max_input_length: int, seed: int, progress: Callable[[int], None] | None,
+            search_args: tuple = (), compiled: dict | None = None
             ) -> tuple[list[tuple[np.ndarray, np.ndarray]], dict]:
   """translate's (tokens, scores) of each text, on the host, in the texts' order, and the stats
   of translate_texts (output_tokens counts every hypothesis returned)."""
@@ -56,17 +57,17 @@ def _search(translate: Callable, params, tokenizer, texts: Sequence[str], *, bat
   batches = _batches(encoded, batch_size, max_input_length)
   key = jax.random.PRNGKey(seed)
   start = time.perf_counter()
-  compiled = {}
+  compiled = {} if compiled is None else compiled
   for _, inputs in batches:
     if inputs.shape not in compiled:
-      compiled[inputs.shape] = translate.lower(params, inputs, key).compile()
+      compiled[inputs.shape] = translate.lower(params, inputs, key, *search_args).compile()
   compile_seconds = time.perf_counter() - start
 
   results: list = [None] * len(texts)
   output_tokens, start, done = 0, time.perf_counter(), 0
   for index, (chunk, inputs) in enumerate(batches):
     rng = jax.random.fold_in(key, index)
-    tokens, scores = compiled[inputs.shape](params, inputs, rng)
+    tokens, scores = compiled[inputs.shape](params, inputs, rng, *search_args)
     tokens, scores = _host(tokens), _host(scores)
     for row, i in enumerate(chunk):
       results[i] = (tokens[row], scores[row])
@@ -86,7 +87,8 @@ def _text(tokenizer, tokens: np.ndarray) -> str:
 
 def translate_texts(translate: Callable, params, tokenizer, texts: Sequence[str], *,
                     batch_size: int = 32, max_input_length: int = 256, seed: int = 0,
-                    progress: Callable[[int], None] | None = None) -> tuple[list[str], dict]:
+                    progress: Callable[[int], None] | None = None, search_args: tuple = (),
+                    compiled: dict | None = None) -> tuple[list[str], dict]:
   """Translates `texts` with translate(params, inputs, rng) (a `make_translate_fn` result, possibly
   run on a mesh); returns (translations, stats).
 
@@ -94,11 +96,16 @@ def translate_texts(translate: Callable, params, tokenizer, texts: Sequence[str]
   batch_size: rows of every batch (a multiple of the mesh's batch shards when the model is sharded).
   seed: the sampling key of batch i is fold_in(PRNGKey(seed), i) (ignored by beam search).
   progress: called with the number of texts translated so far, after each batch.
+  search_args: translate's arguments after rng (make_translate_fn's alpha). compiled: the
+  compiled translate of each input shape, filled here; a caller that translates again with the
+  same translate, parameters and argument types (another alpha) passes the same dict and compiles
+  nothing again (compile_seconds then counts only what it compiled).
   stats: output_tokens, seconds (decoding only), compile_seconds (one compile per padded input
   length, done ahead of the timed loop so tokens_per_s is a steady-state figure) and tokens_per_s.
   """
   results, stats = _search(translate, params, tokenizer, texts, batch_size=batch_size,
-                           max_input_length=max_input_length, seed=seed, progress=progress)
+                           max_input_length=max_input_length, seed=seed, progress=progress,
+                           search_args=search_args, compiled=compiled)
   return [_text(tokenizer, tokens) for tokens, _ in results], stats
 
 

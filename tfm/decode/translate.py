@@ -88,7 +88,8 @@ def make_translate_fn(model: Transformer, *, beam_size: int = 4, alpha: float = 
                       max_extra_length: int = 50, eos_id: int = 1, temperature: float | None = None,
                       top_k: int = 0, top_p: float = 1.0, cache_phases: int = 1,
                       n_best: int | None = None) -> Callable:
-  """Returns jitted translate(params, inputs [b, s], rng=None) -> (tokens [b, s + extra], scores [b]).
+  """Returns jitted translate(params, inputs [b, s], rng=None, alpha_arg=None) -> (tokens
+  [b, s + extra], scores [b]).
 
   The best hypothesis per example (beam search; beam_size 1 is greedy), or with `temperature` set
   one sample per example from the processed distribution (top_k, top_p; see tfm.decode.sampling),
@@ -100,6 +101,9 @@ def make_translate_fn(model: Transformer, *, beam_size: int = 4, alpha: float = 
   phase, and at the last growth the old and the new caches briefly both in memory. 1 here (one
   loop, as a plain library call); `Experiment.translate_fn` and the commands pass
   eval.cache_phases (3).
+  alpha: the length penalty, a constant of the compiled search; translate's alpha_arg (a float32
+  scalar) replaces it by a traced one, so one compiled beam search serves every alpha
+  (tfm eval's grid; greedy search and sampling read none).
   n_best: with beam search, the n_best <= beam_size best finished hypotheses instead, best first:
   tokens [b, n_best, s + extra] and scores [b, n_best] (a slot the search did not fill, when it
   stopped early with fewer, has score -inf and no tokens).
@@ -119,7 +123,7 @@ def make_translate_fn(model: Transformer, *, beam_size: int = 4, alpha: float = 
     model = Transformer(dataclasses.replace(model.cfg, scan_layers=False))
 
   @jax.jit
-  def translate(params, inputs, rng=None):
+  def translate(params, inputs, rng=None, alpha_arg=None):
     if scanned:
       params = unstack_layers(params)
     max_decode_len = inputs.shape[1] + max_extra_length
@@ -140,7 +144,8 @@ def make_translate_fn(model: Transformer, *, beam_size: int = 4, alpha: float = 
       if n_best is not None:  # greedy's one hypothesis; its score is log P (lp(|Y|) ** 0 = 1)
         return result.sequences[:, None], result.log_probs[:, None]
       return result.sequences, result.log_probs
-    sequences, scores = beam_search(step, cache, beam_size=beam_size, alpha=alpha,
+    sequences, scores = beam_search(step, cache, beam_size=beam_size,
+                                    alpha=alpha if alpha_arg is None else alpha_arg,
                                     max_decode_len=max_decode_len, max_lengths=limits, eos_id=eos_id,
                                     beam_invariant=beam_invariant_cache, **growth)
     if n_best is not None:

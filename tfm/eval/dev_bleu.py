@@ -28,9 +28,11 @@ class DevBleu:
     if limit:
       self.pairs = self.pairs[:limit]
 
-  def __call__(self, params, progress=None, translate=None) -> dict:
+  def __call__(self, params, progress=None, translate=None, search_args: tuple = (),
+               compiled: dict | None = None) -> dict:
     """progress: called with the sentences decoded so far (translate_texts); translate: another
-    search than the one built with (tfm eval's grid of decoding settings), on the same pairs.
+    search than the one built with (tfm eval's grid of decoding settings), on the same pairs;
+    search_args, compiled: translate_texts'.
     {'bleu': sacreBLEU, 'tokenized_bleu': the paper's tokenized BLEU, 'sacrebleu_signature',
     'compounds' (the tokenized BLEU's hyphen splitting), 'chrf', 'ter' and their signatures
     (tfm/eval/chrf_ter.py), 'sentences', 'decode_tokens_per_s' (compilation excluded),
@@ -38,7 +40,7 @@ class DevBleu:
     hyps, stats = translate_texts(translate or self.translate, params, self.tokenizer,
                                   [s for s, _ in self.pairs],
                                   batch_size=self.batch_size, max_input_length=self.data.max_length,
-                                  progress=progress)
+                                  progress=progress, search_args=search_args, compiled=compiled)
     references = [t for _, t in self.pairs]
     scores = score(hyps, references, self.data.target_lang, compounds=self.compounds)
     return dict(bleu=scores["sacrebleu"], tokenized_bleu=scores["tokenized_bleu"],
