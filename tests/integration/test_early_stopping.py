@@ -5,10 +5,13 @@ fake Bible corpus: where it stops, what it leaves, and that the run is finished 
 import json
 import os
 
+import jax
+import numpy as np
 import pytest
 
 from tests.integration.conftest import run_train
 from tfm import cli
+from tfm.experiment import Experiment
 from tfm.sweep import execute
 from tfm.train import best as best_lib
 from tfm.train import checkpoint as ckpt_lib
@@ -95,3 +98,23 @@ def test_a_stack_refuses_patience(experiment, tmp_path):
   with pytest.raises(ValueError, match=r"config key train.patience \(1\): early stopping ends one "
                                        r"run, and a stack"):
     train_stack(configs, [str(tmp_path / "a"), str(tmp_path / "b")])
+
+
+def test_the_best_so_far_survives_a_resume(experiment, tmp_path):
+  """Trained 4 steps, then resumed to 8, with the best checkpoint by dev perplexity (evaluated
+  every 2 steps): the record, the best step and its parameters are those of an uninterrupted
+  8-step run."""
+  args = ("train.best_metric=dev_ppl", "train.eval_every=2", "train.checkpoint_every=2")
+  run_train(experiment(*args, "train.steps=4"), tmp_path / "resumed")
+  run_train(experiment(*args, "train.steps=8"), tmp_path / "resumed")
+  config = experiment(*args, "train.steps=8")
+  run_train(config, tmp_path / "straight")
+  records = [best_lib.read_record(tmp_path / n) for n in ("resumed", "straight")]
+  assert [s for s, _ in records[0]["history"]] == [2, 4, 6, 8] and records[0] == records[1]
+  steps = [ckpt_lib.available_steps(best_lib.best_dir(tmp_path / n)) for n in ("resumed", "straight")]
+  assert steps[0] == steps[1] and len(steps[0]) == 1
+  target = Experiment(config).abstract_params
+  params = [ckpt_lib.restore_params(best_lib.best_dir(tmp_path / n), steps[0][0], target)
+            for n in ("resumed", "straight")]
+  for a, b in zip(*(map(np.asarray, jax.tree.leaves(p)) for p in params)):
+    np.testing.assert_array_equal(a, b)
