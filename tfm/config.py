@@ -36,7 +36,8 @@ SECTIONS = ("model", "data", "train", "mesh", "eval")
 # config.json without one reads as that value (a resume), and a sweep's fingerprint leaves the key
 # out at that value, so runs published before it keep matching (tfm/sweep/publish.py).
 ADDED_LATER = {"model.matmul_precision": "default", "train.best_metric": "none", "train.patience": 0,
-               "train.init_from": None, "train.init_checkpoint": "last"}
+               "train.init_from": None, "train.init_checkpoint": "last",
+               "train.init_optimizer": False}
 # Keys a config may hold beside the sections: a table config's rows, one row's name and figures.
 EXTRAS = ("rows", "row", "paper")
 

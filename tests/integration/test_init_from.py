@@ -55,7 +55,23 @@ def test_the_state_holds_the_sources_parameters_and_a_fresh_optimizer(source, ex
   for ours, new in zip(_leaves(state.opt_state), _leaves(fresh.opt_state)):  # zero moments, count
     np.testing.assert_array_equal(ours, new)
   assert json.loads((tmp_path / "init_from.json").read_text()) == {
-      "workdir": source, "checkpoint": which, "step": step}
+      "workdir": source, "checkpoint": which, "step": step, "optimizer": "fresh"}
+
+
+def test_init_optimizer_takes_the_sources_whole_state(source, experiment, tmp_path):
+  """train.init_optimizer: the source's Adam moments, step and dropout key with its parameters."""
+  config = _own_vocabulary(experiment(f"train.init_from={source}", "train.init_optimizer=True"))
+  exp = Experiment(config)
+  state = init_from_lib.start_state(config, exp, str(tmp_path))
+  saved, _ = ckpt_lib.restore_state(source, 6, exp.abstract_state)
+  assert int(state.step) == 6
+  for ours, theirs in zip(_leaves(state), _leaves(saved)):
+    np.testing.assert_array_equal(ours, theirs)
+  assert json.loads((tmp_path / "init_from.json").read_text())["optimizer"] == "source"
+  assert "its parameters, optimizer moments and schedule" in init_from_lib.describe(str(tmp_path))
+  trained, out = run_train(dataclasses.replace(config, train=dataclasses.replace(
+      config.train, steps=3)), tmp_path / "run")
+  assert int(trained.step) == 6 + 3 and "started from the state of" in out
 
 
 def test_a_run_from_the_source_resumes_its_own_checkpoints(source, experiment, tmp_path):

@@ -76,7 +76,7 @@ def test_fingerprint_ignores_machine_paths_and_sees_everything_else():
   for key in ("input", "saves", "guard", "dropout_prng"):
     del values["train"][key]
   del values["model"]["matmul_precision"]  # added later: left out at its earlier value
-  for key in ("best_metric", "patience", "init_from", "init_checkpoint"):  # so were these
+  for key in ("best_metric", "patience", "init_from", "init_checkpoint", "init_optimizer"):
     del values["train"][key]
   for key in execute.MACHINE_KEYS:
     section, name = key.split(".")

@@ -42,6 +42,7 @@ def test_project_configs_validate(config):
     (dict(patience=3), "train.patience"),  # early stopping without a best metric to watch
     (dict(init_from=""), "train.init_from"),
     (dict(init_checkpoint="latest"), "train.init_checkpoint"),
+    (dict(init_optimizer=True), "train.init_optimizer"),  # without init_from
     (dict(adam_b2=1.0), "train.adam_b2"),
     (dict(adam_eps=0.0), "train.adam_eps"),  # 0/0 for a zero gradient
     (dict(learning_rate=0), "train.learning_rate"),
@@ -138,6 +139,6 @@ def test_the_keys_added_for_best_checkpoints_and_starts_default_to_what_runs_did
   early stopping, a fresh start."""
   from tfm.config import ADDED_LATER  # pylint: disable=import-outside-toplevel
   train = build({}).train
-  for key in ("best_metric", "patience", "init_from", "init_checkpoint"):
+  for key in ("best_metric", "patience", "init_from", "init_checkpoint", "init_optimizer"):
     assert getattr(train, key) == ADDED_LATER[f"train.{key}"]
   assert (train.best_metric, train.patience, train.init_from) == ("none", 0, None)

@@ -93,6 +93,9 @@ class TrainConfig:
   # resume of this run continues its own checkpoints (tfm/train/init_from.py).
   init_from: str | None = None
   init_checkpoint: str = "last"  # init_from's 'last' checkpoint, or its 'best' (train.best_metric)
+  # True: init_from's whole state, its optimizer moments and its step (the schedule goes on where
+  # it left off, and the dropout key), not only its parameters.
+  init_optimizer: bool = False
 
   def __post_init__(self):
     validate_train_config(self)
@@ -120,7 +123,7 @@ class MeshConfig:
 # update does next): runs that differ only in these compile the same steps.
 LOOP_FIELDS = ("log_every", "eval_every", "checkpoint_every", "keep_checkpoints", "average_checkpoints",
                "nonfinite", "compilation_cache_dir", "profile_steps", "curves", "input", "saves",
-               "best_metric", "patience", "init_from", "init_checkpoint")
+               "best_metric", "patience", "init_from", "init_checkpoint", "init_optimizer")
 
 
 def step_fields(train: TrainConfig) -> TrainConfig:
@@ -191,6 +194,10 @@ def validate_train_config(train: TrainConfig) -> None:
          "metric)", train.patience)
   if train.init_from is not None and (not isinstance(train.init_from, str) or not train.init_from):
     fail("train.init_from", "None or the workdir of a trained run", train.init_from)
+  if not isinstance(train.init_optimizer, bool):
+    fail("train.init_optimizer", "True or False", train.init_optimizer)
+  if train.init_optimizer and train.init_from is None:
+    fail("train.init_optimizer", "False without train.init_from", train.init_optimizer)
   if train.init_checkpoint not in INIT_CHECKPOINTS:
     fail("train.init_checkpoint", f"one of {INIT_CHECKPOINTS}", train.init_checkpoint)
   if train.keep_checkpoints < train.average_checkpoints:

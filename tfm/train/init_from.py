@@ -2,10 +2,13 @@
 
 The new run's state is a fresh one (train.seed's init, step 0, a fresh optimizer and learning-rate
 schedule) with the parameters replaced by those of the source's last checkpoint, or of its best
-(train.init_checkpoint='best', tfm/train/best.py). The model must be the same shape: the first
-parameter whose shape differs (or that one side lacks) is named, with both shapes, in one line.
-WORKDIR/init_from.json records where the run started ({"workdir", "checkpoint", "step"}). Only a
-run without checkpoints of its own starts so: a resume continues its own checkpoints.
+(train.init_checkpoint='best', tfm/train/best.py); train.init_optimizer=True takes the source's
+whole state instead: its Adam moments, its step (the schedule and the dropout key go on from it)
+and its parameters. The model must be the same shape: the first parameter (or optimizer array)
+whose shape differs, or that one side lacks, is named with both shapes in one line.
+WORKDIR/init_from.json records where the run started ({"workdir", "checkpoint", "step",
+"optimizer"}). Only a run without checkpoints of its own starts so: a resume continues its own
+checkpoints.
 """
 
 from __future__ import annotations
@@ -74,25 +77,35 @@ def start_state(config, experiment, workdir: str):
   checkpoint; writes WORKDIR/init_from.json (lead host)."""
   source, which = config.train.init_from, config.train.init_checkpoint
   where, step = source_checkpoint(source, which)
+  whole = config.train.init_optimizer
   state_dir = ckpt_lib.checkpoint_dir(where) / str(step) / ckpt_lib.STATE
-  saved = {k[len("params/"):]: v for k, v in ckpt_lib.saved_shapes(state_dir).items()
-           if k.startswith("params/")}
-  wanted = ckpt_lib._shapes(experiment.abstract_params)  # pylint: disable=protected-access
-  differs = first_difference(saved, wanted)
+  prefix = "" if whole else "params/"
+  saved = {k[len(prefix):]: v for k, v in ckpt_lib.saved_shapes(state_dir).items()
+           if k.startswith(prefix)}
+  target = experiment.abstract_state if whole else experiment.abstract_params
+  differs = first_difference(saved, ckpt_lib._shapes(target))  # pylint: disable=protected-access
   if differs:
+    what = "array" if whole else "parameter"
     raise ValueError(f"config key train.init_from: {source} ({which} checkpoint, step {step}) is "
-                     f"another model: parameter {differs}")
-  params = ckpt_lib.restore_params(where, step, experiment.abstract_params)
-  state = experiment.init_state().replace(params=params)
+                     f"another model: {what} {differs}")
+  if whole:
+    state, _ = ckpt_lib.restore_state(where, step, experiment.abstract_state)
+  else:
+    params = ckpt_lib.restore_params(where, step, experiment.abstract_params)
+    state = experiment.init_state().replace(params=params)
   if jax.process_index() == 0:
     storage.path(workdir).mkdir(parents=True, exist_ok=True)
     storage.write_json(storage.path(workdir) / RECORD,
-                       {"workdir": str(storage.path(source)), "checkpoint": which, "step": step})
+                       {"workdir": str(storage.path(source)), "checkpoint": which, "step": step,
+                        "optimizer": "source" if whole else "fresh"})
   return state
 
 
 def describe(workdir: str) -> str:
   """The line saying where a run started (its init_from.json)."""
   record = storage.read_json(storage.path(workdir) / RECORD)
+  if record.get("optimizer") == "source":
+    return (f"started from the state of {record['workdir']} ({record['checkpoint']} checkpoint, "
+            f"step {record['step']}): its parameters, optimizer moments and schedule")
   return (f"started from the parameters of {record['workdir']} ({record['checkpoint']} checkpoint,"
           f" step {record['step']}), with a fresh optimizer and schedule")
