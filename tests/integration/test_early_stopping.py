@@ -118,3 +118,27 @@ def test_the_best_so_far_survives_a_resume(experiment, tmp_path):
             for n in ("resumed", "straight")]
   for a, b in zip(*(map(np.asarray, jax.tree.leaves(p)) for p in params)):
     np.testing.assert_array_equal(a, b)
+
+
+def test_each_member_of_a_stack_keeps_its_own_best(experiment, tmp_path):
+  """A stack of two seeds with the best checkpoint by dev perplexity: each member's best step is
+  the lowest of its own dev curve, and its best checkpoint holds that member's parameters (its
+  periodic checkpoint of the same step)."""
+  from tfm.loop import train_stack  # pylint: disable=import-outside-toplevel
+  configs = [experiment("train.best_metric=dev_ppl", "train.eval_every=2", "train.checkpoint_every=2",
+                        "train.keep_checkpoints=3", "train.steps=6", f"train.seed={s}",
+                        f"data.shuffle_seed={s}") for s in (0, 1)]
+  workdirs = [str(tmp_path / "s0"), str(tmp_path / "s1")]
+  train_stack(configs, workdirs)
+  target = Experiment(configs[0]).abstract_params
+  curves = []
+  for workdir in workdirs:
+    curve = dict(events.read_scalars(os.path.join(workdir, "tensorboard"))["dev/perplexity"])
+    curves.append(curve)
+    step = min(curve, key=lambda s: (curve[s], s))
+    assert ckpt_lib.available_steps(best_lib.best_dir(workdir)) == [step]
+    best = ckpt_lib.restore_params(best_lib.best_dir(workdir), step, target)
+    periodic = ckpt_lib.restore_params(workdir, step, target)
+    for a, b in zip(jax.tree.leaves(best), jax.tree.leaves(periodic)):
+      np.testing.assert_array_equal(np.asarray(a), np.asarray(b))
+  assert curves[0] != curves[1]  # two runs, two curves
