@@ -84,7 +84,7 @@ def run(fv: flags.FlagValues, config):
   from tfm.decode.beam import length_penalty
   from tfm.decode.text import n_best_texts, score_texts, translate_texts
   from tfm.eval import decoding
-  from tfm.eval.restore import load_trained
+  from tfm.eval.restore import load_trained, read_workdir_config
 
   if fv.input:
     try:
@@ -106,6 +106,10 @@ def run(fv: flags.FlagValues, config):
         raise ValueError(f"{fv.input or 'stdin'} line {number}: expected SOURCE<TAB>TARGET with "
                          "--score, got no tab")
       pairs.append((source, target))
+  if fv.n_best is not None:  # before the model is loaded
+    beam = fv.beam_size or read_workdir_config(fv.workdir).eval.beam_size
+    if fv.n_best > beam:
+      raise UsageError(f"--n_best={fv.n_best}: at most the beam size, {beam}")
   t = load_trained(fv.workdir, fv.average, checkpoint=fv.checkpoint)
   announce_backend(t.note)
   exp, e = t.experiment, t.config.eval
@@ -123,8 +127,6 @@ def run(fv: flags.FlagValues, config):
   else:
     (point,) = decoding.points(e, fv.beam_size, fv.length_penalty, fv.max_extra_length)
     decoding.check_lengths(t.config, [point])
-    if fv.n_best is not None and fv.n_best > point.beam_size:
-      raise UsageError(f"--n_best={fv.n_best}: at most the beam size, {point.beam_size}")
     translate = exp.translate_fn(beam_size=point.beam_size, length_penalty=point.length_penalty,
                                  max_extra_length=point.max_extra_length, n_best=fv.n_best,
                                  eos_id=t.tokenizer.eos_id)
