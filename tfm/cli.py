@@ -20,8 +20,10 @@ PROGRESS_COMMANDS = ("train", "sweep", "prepare-data")
 COMMANDS = {
     "params": ("params", "parameter counts of a config or of every Table 3 row", True),
     "train": ("train", "train a model into --workdir (resumes if the workdir has checkpoints)", False),
-    "eval": ("eval", "BLEU and perplexity of the checkpoints in --workdir", False),
-    "translate": ("translate", "translate lines from stdin or --input with the model in --workdir", False),
+    "eval": ("eval", "BLEU, chrF, TER and perplexity of the checkpoints in --workdir, "
+             "at the run's decoding settings or a grid of them", False),
+    "translate": ("translate", "translate lines from stdin or --input with the model in --workdir "
+                  "(or their n best, or score given translations)", False),
     "plan": ("plan", "compile the train step for a TPU topology ahead of time: memory, FLOPs, "
              "step time", True),
     "convert": ("convert", "copy --workdir's checkpoints into a new --out with model.scan_layers "

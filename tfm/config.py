@@ -37,7 +37,9 @@ SECTIONS = ("model", "data", "train", "mesh", "eval")
 # out at that value, so runs published before it keep matching (tfm/sweep/publish.py).
 ADDED_LATER = {"model.matmul_precision": "default", "eval.length_buckets": (),
                "data.train_files": None, "data.dev_files": None, "data.test_files": None,
-               "data.eval_sets": None}
+               "data.eval_sets": None, "train.best_metric": "none", "train.patience": 0,
+               "train.init_from": None, "train.init_checkpoint": "last",
+               "train.init_optimizer": False}
 # Keys a config may hold beside the sections: a table config's rows, one row's name and figures.
 EXTRAS = ("rows", "row", "paper")
 
@@ -69,6 +71,9 @@ class Config:
                        f"{name} + eval.max_extra_length = {source + e.max_extra_length} with "
                        "learned positions: the table needs a row for every source position and "
                        "every decoded one")
+    if self.train.best_metric == "dev_bleu" and not self.eval.bleu_every:
+      raise ValueError("config key train.best_metric ('dev_bleu') needs eval.bleu_every > 0: the "
+                       "best checkpoint is chosen at the dev BLEU evaluations")
     if self.eval.bleu_every and m.architecture != "encoder_decoder":
       raise ValueError(f"config key eval.bleu_every ({self.eval.bleu_every}) must be 0 with "
                        f"model.architecture={m.architecture!r}: dev BLEU translates, which needs "

@@ -13,6 +13,7 @@ Every command, benchmark and test helper assembles a run here and nowhere else:
   exp.train_step, exp.eval_step           # jitted over the mesh (OnMesh), state donated
   exp.stacked_train_step(k)               # the same step vmapped over k runs (tfm/train/stack.py)
   exp.translate_fn(...)                   # beam search / greedy / sampling under the same mesh
+  exp.score_fn()                          # log P of given translations, teacher-forced
   exp.attention_weights_fn()              # the model's attention weights of a teacher-forced pass
   exp.batch_sharding, exp.batch_row_multiple, exp.abstract_batch(rows, length)
   exp.train_rows(hosts), exp.rows_note(hosts)  # the packed batch's rows, rounded up to split
@@ -51,6 +52,7 @@ import numpy as np
 from tfm.config import Config
 from tfm.data.batching import BATCH_KEYS, global_rows, rows_note
 from tfm.data.sources import DataSource
+from tfm.decode.score import make_score_fn
 from tfm.decode.translate import make_translate_fn
 from tfm.model.attention_weights import attention_weights
 from tfm.model.config import ModelConfig
@@ -295,24 +297,41 @@ class Experiment:
     return {k: jax.ShapeDtypeStruct((rows, length), np.int32, sharding=self.batch_sharding)
             for k in keys}
 
-  def translate_fn(self, *, beam_size: int | None = None, temperature: float | None = None,
-                   top_k: int = 0, top_p: float = 1.0, eos_id: int = 1) -> OnMesh:
+  def translate_fn(self, *, beam_size: int | None = None, length_penalty: float | None = None,
+                   max_extra_length: int | None = None, n_best: int | None = None,
+                   temperature: float | None = None, top_k: int = 0, top_p: float = 1.0,
+                   eos_id: int = 1) -> OnMesh:
     """translate(params, inputs, rng) on this mesh: beam search with the eval section's settings
-    (beam_size overrides eval.beam_size; 1 = greedy), or sampling when `temperature` is set."""
+    (beam_size, length_penalty, max_extra_length override eval's; beam_size 1 = greedy; n_best:
+    the n best hypotheses, see make_translate_fn), or sampling when `temperature` is set."""
     architecture = self.key.model.architecture
     if architecture != "encoder_decoder":
       raise ValueError(f"model.architecture={architecture!r}: translating (dev BLEU, tfm eval, tfm "
                        "translate) needs 'encoder_decoder'; train it with eval.bleu_every=0")
     e = self.config.eval
-    settings = dict(beam_size=e.beam_size if beam_size is None else beam_size,
-                    alpha=e.length_penalty, max_extra_length=e.max_extra_length, eos_id=eos_id,
+    pick = lambda given, configured: configured if given is None else given
+    settings = dict(beam_size=pick(beam_size, e.beam_size),
+                    alpha=pick(length_penalty, e.length_penalty),
+                    max_extra_length=pick(max_extra_length, e.max_extra_length), eos_id=eos_id,
                     temperature=temperature, top_k=top_k, top_p=top_p,
-                    cache_phases=e.cache_phases)
+                    cache_phases=e.cache_phases, n_best=n_best)
+    if settings["beam_size"] == 1:  # greedy search reads no length penalty: one function for all
+      settings["alpha"] = 0.0
     built = self.pieces.setdefault("translate_fns", {})  # one per setting, shared as the rest
     key = tuple(sorted(settings.items()))
     if key not in built:
       built[key] = OnMesh(make_translate_fn(self.model, **settings), self.mesh, self.rules)
     return built[key]
+
+  def score_fn(self) -> OnMesh:
+    """score(params, inputs [b, s], targets [b, t]) on this mesh -> (log P(target | input) [b],
+    target lengths [b]): the teacher-forced log-probability of given translations
+    (tfm/decode/score.py)."""
+    return self._score
+
+  @_piece
+  def _score(self) -> OnMesh:
+    return OnMesh(make_score_fn(self.model), self.mesh, self.rules)
 
   def attention_weights_fn(self) -> OnMesh:
     """weights(params, inputs [b, s], targets [b, t]) on this mesh -> {kind: float32 [layers, b,

@@ -43,6 +43,8 @@ from tfm.figures import curves
 from tfm.model.params import parameter_count
 from tfm.train import checkpoint as ckpt_lib
 from tfm.train import backend, distributed, stack
+from tfm.train import best as best_lib
+from tfm.train import init_from as init_from_lib
 from tfm.train import flops as flops_lib
 from tfm.train.cadence import Cadence
 from tfm.train.metrics_writer import MetricsWriter
@@ -165,8 +167,15 @@ def _train(configs: list[Config], held: list[Workdir], log: logs.WorkdirLog, str
   exps = [Experiment(c) for c in configs]
   config, exp = configs[0], exps[0]
   members = len(configs) if len(configs) > 1 else None  # a stack's member count
+  if members is not None and config.train.patience:
+    raise ValueError(f"config key train.patience ({config.train.patience}): early stopping ends "
+                     "one run, and a stack (--seeds) steps its runs together; train them alone, "
+                     "or set train.patience=0")
   # A stack's model and step: built from the members' largest dropout rates (tfm/train/stack.py).
   stacked = None if members is None else Experiment(stack.structure_config(configs))
+  for c, w in zip(configs, workdirs):
+    if c.train.init_from and not ckpt_lib.available_steps(w):  # a resume keeps its own
+      init_from_lib.share_vocabulary(c, w)
   tokenizers = [prepare_data(config, exp.data_source, workdirs[0])]
   for c, e, w in zip(configs[1:], exps[1:], workdirs[1:]):  # a stack's other members
     _share_vocabulary(c, workdirs[0], w)
@@ -186,7 +195,8 @@ def _train(configs: list[Config], held: list[Workdir], log: logs.WorkdirLog, str
     restored = [ck.restore(e.abstract_state, accept=_data_position(it))
                 for ck, e, it in zip(checkpointers, exps, iterators)]
     start = _restored_start(restored, workdirs)
-    states = [e.init_state() if r is None else r[0] for e, r in zip(exps, restored)]
+    states = [r[0] if r is not None else init_from_lib.start_state(c, e, w) if c.train.init_from
+              else e.init_state() for c, e, w, r in zip(configs, exps, workdirs, restored)]
     state = states[0] if members is None else stack.stack_states(states, exp.state_shardings)
     for h, c in zip(held, configs):
       h.commit(c.to_dict())  # config.json only now that the state is known to fit it
@@ -216,6 +226,13 @@ def _train(configs: list[Config], held: list[Workdir], log: logs.WorkdirLog, str
     if any(r is not None for r in restored):
       for w in workdirs:
         say(f"tfm: resumed from step {start} in {w}")
+    elif tc.init_from and jax.process_index() == 0:
+      for w in workdirs:
+        say(f"tfm: {init_from_lib.describe(w)}")
+    ended = best_lib.stopped(workdirs[0]) if members is None else None
+    if ended is not None and start >= ended["step"]:
+      say(f"tfm: this run stopped early at step {ended['step']} ({ended['reason']}): finished")
+      return [state]
     batches = (prefetch.prefetch_to_device(iterators[0], exp.batch_sharding) if members is None
                else prefetch.prefetch_to_device(stack.MemberBatches(iterators),
                                                 member_sharding(exp.batch_sharding)))
@@ -233,7 +250,8 @@ def _train(configs: list[Config], held: list[Workdir], log: logs.WorkdirLog, str
                               batch_size=exp.decode_rows(config.eval.batch_size), split=name,
                               limit=config.eval.bleu_examples, compounds=config.eval.compounds)
                 for name in eval_sets}
-    runs = [Run(w, wr, ck) for w, wr, ck in zip(workdirs, writers, checkpointers)]
+    runs = [Run(w, wr, ck, *_best(tc, w, start, exp.choices.saves == "background", cleanup))
+            for w, wr, ck in zip(workdirs, writers, checkpointers)]
     state = run_steps(StepRunner(
         config=config, train_step=(exp.train_step if members is None else
                                    stacked.stacked_train_step(
@@ -247,13 +265,27 @@ def _train(configs: list[Config], held: list[Workdir], log: logs.WorkdirLog, str
         stack.member_state(state, k, exp.state_shardings) for k in range(members)]
 
 
+def _best(tc, workdir: str, start: int, async_save: bool, cleanup: contextlib.ExitStack) -> tuple:
+  """(BestTracker, the Checkpointer of WORKDIR/best keeping one) of a run with a
+  train.best_metric, else (None, None)."""
+  if tc.best_metric == "none":
+    return None, None
+  checkpointer = ckpt_lib.Checkpointer(best_lib.best_dir(workdir), keep=1, async_save=async_save)
+  cleanup.callback(checkpointer.close)
+  cleanup.callback(checkpointer.wait)
+  return best_lib.BestTracker(workdir, tc.best_metric, tc.patience, start), checkpointer
+
+
 @dataclasses.dataclass(frozen=True)
 class Run:
   """One run of the loop (a stack's member, or the run alone): its workdir, its metrics writer
-  and its checkpointer (save(step, state, data_state), wait())."""
+  and its checkpointer (save(step, state, data_state), wait()); with train.best_metric, its
+  BestTracker and the checkpointer of its best checkpoint (tfm/train/best.py)."""
   workdir: str
   writer: MetricsWriter
   checkpointer: Any
+  best: Any = None
+  best_checkpointer: Any = None
 
 
 def _draw_curves(writer: MetricsWriter, workdir: str) -> None:
@@ -347,6 +379,7 @@ def run_steps(runner: StepRunner, state, step: int):
           run.checkpointer.wait()  # on disk before it says so: SLURM's SIGKILL may follow (KillWait)
         first.writer.text(f"tfm: SIGTERM: saved step {step}, exiting")
         break
+      figures = [{} for _ in r.runs]  # this step's dev evaluations of each run, by metric
       if due.evaluate:
         stats = r.per_run(r.batches.stats())  # the pipeline so far (it reads a few batches ahead)
         for k, run in enumerate(r.runs):
@@ -356,18 +389,50 @@ def run_steps(runner: StepRunner, state, step: int):
             with r.progress.timed(f"evaluating {name} loss", evaluation=True) as timed:
               dev = r.evaluate_dev(r.member_params(state.params, k), k, name)
             run.writer.write(step, {**dev, "eval_s": timed["seconds"]}, prefix=name)
+            if name == r.eval_sets[0]:  # the best checkpoint's set: 'dev' by default
+              figures[k]["dev_ppl"] = dev
       if due.decode:
         for k, run in enumerate(r.runs):
           for name in r.eval_sets:
             with r.progress.timed(f"decoding {name} BLEU", evaluation=True) as timed:
               bleu = r.evaluate_bleu(r.member_params(state.params, k), k, name)
             run.writer.write(step, {**bleu, "eval_s": timed["seconds"]}, prefix=name)
+            if name == r.eval_sets[0]:
+              figures[k]["dev_bleu"] = bleu
+      stop_early = _keep_best(r, state, step, figures, due.last)
       if tc.curves and (due.evaluate or due.decode):
         for run in r.runs:
           _draw_curves(run.writer, run.workdir)
       if due.flush:
         window.restart()
+      if stop_early:
+        break
   return state
+
+
+def _keep_best(r: StepRunner, state, step: int, figures: list[dict], last: bool) -> bool:
+  """Each run's evaluation of its train.best_metric at `step`, if one ran: a new best is saved as
+  its best checkpoint. True when a run alone has run out of train.patience: its step is then
+  saved as its last checkpoint and the run marked stopped (a finished run)."""
+  data_states = None
+  for k, run in enumerate(r.runs):
+    if run.best is None or run.best.metric not in figures[k]:
+      continue
+    if run.best.observe(step, figures[k][run.best.metric]):
+      data_states = data_states or r.per_run(r.batches.get_state())
+      run.best_checkpointer.save(step, r.member(state, k), data_states[k])
+      run.writer.text(f"tfm: step {step}: best {run.best.metric} so far, "
+                      f"{run.best.best[1]:.4f}: saved in {best_lib.best_dir(run.workdir)}")
+  first = r.runs[0]
+  if last or r.stacked or first.best is None or not first.best.exhausted():
+    return False
+  reason = first.best.reason()
+  first.checkpointer.save(step, state, r.batches.get_state())
+  first.checkpointer.wait()
+  first.best_checkpointer.wait()
+  best_lib.write_stopped(first.workdir, step, reason)
+  first.writer.text(f"tfm: early stop at step {step}: {reason}")
+  return True
 
 
 def _run_shapes(batch: dict, stacked: bool) -> dict:

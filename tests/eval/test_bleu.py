@@ -156,3 +156,18 @@ def test_mismatched_or_bad_inputs_raise():
     bleu.score([], [], "en")
   with pytest.raises(TypeError):
     bleu.score("a b c", "a b c", "en")
+
+
+def test_chrf_and_ter_are_sacrebleus_corpus_scores():
+  """chrf_ter against sacrebleu's own corpus_chrf / corpus_ter on the same strings, and TER by
+  hand: sentence 1 needs 1 substitution (sat -> is) over 6 reference words, sentence 2 one
+  insertion (red) over 7: 2 / 14 = 14.29%."""
+  from tfm.eval.chrf_ter import chrf_ter  # pylint: disable=import-outside-toplevel
+  got = chrf_ter(HYPS, REFS)
+  assert got["chrf"] == pytest.approx(sacrebleu.corpus_chrf(HYPS, [REFS]).score, abs=1e-12)
+  assert got["ter"] == pytest.approx(sacrebleu.corpus_ter(HYPS, [REFS]).score, abs=1e-12)
+  assert got["ter"] == pytest.approx(100 * 2 / 14)
+  assert got["chrf_signature"].startswith("nrefs:1|case:mixed|eff:yes|nc:6|nw:0|space:no")
+  assert chrf_ter(REFS, REFS)["ter"] == 0.0 and chrf_ter(REFS, REFS)["chrf"] == pytest.approx(100)
+  with pytest.raises(ValueError):
+    chrf_ter(HYPS, REFS[:1])

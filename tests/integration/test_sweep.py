@@ -69,7 +69,8 @@ def test_grid_sweep_records_failures_and_skips_finished_runs(corpus, tmp_path, c
     assert {h.name for h in board["experiment"].hparam_infos} >= {"model.num_heads", "mesh.data",
                                                                   "train.steps", "seed"}
     assert {m.name.tag for m in board["experiment"].metric_infos} == {
-        "sweep/dev_ppl", "sweep/bleu", "sweep/tokenized_bleu", "sweep/wall_s"}
+        "sweep/dev_ppl", "sweep/bleu", "sweep/tokenized_bleu", "sweep/chrf", "sweep/ter",
+        "sweep/wall_s"}
     assert board["scalars"]["sweep/dev_ppl"] == (3, pytest.approx(r["dev_ppl"], rel=1e-6))
     assert board["scalars"]["sweep/bleu"] == (3, pytest.approx(r["bleu"], rel=1e-6, abs=1e-6))
   for r in failed:  # no figures to compare

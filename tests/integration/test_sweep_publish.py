@@ -79,6 +79,8 @@ def test_fingerprint_ignores_machine_paths_and_sees_everything_else():
   for key in ("train_files", "dev_files", "test_files", "eval_sets"):  # so were these
     del values["data"][key]
   del values["eval"]["length_buckets"]
+  for key in ("best_metric", "patience", "init_from", "init_checkpoint", "init_optimizer"):
+    del values["train"][key]
   for key in execute.MACHINE_KEYS:
     section, name = key.split(".")
     del values[section][name]
@@ -88,6 +90,10 @@ def test_fingerprint_ignores_machine_paths_and_sees_everything_else():
   for precision in ("highest", "tensorfloat32"):
     other = load_config("configs/quickstart.py", [f"model.matmul_precision={precision}"])
     assert publish.fingerprint(other, "v", 200) != publish.fingerprint(base, "v", 200)
+  # Early stopping or another start is another run.
+  for change in ("train.best_metric=dev_ppl", "train.init_from=/elsewhere"):
+    other = load_config("configs/quickstart.py", [change])
+    assert publish.fingerprint(other, "v", 200) != publish.fingerprint(base, "v", 200), change
   smoothing = load_config("configs/quickstart.py", ["train.label_smoothing=0.2"])
   assert publish.fingerprint(smoothing, "v", 200) != publish.fingerprint(base, "v", 200)
   assert publish.fingerprint(base, "w", 200) != publish.fingerprint(base, "v", 200)

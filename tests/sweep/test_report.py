@@ -307,3 +307,17 @@ def test_a_grid_over_table_rows_is_titled_and_labelled_by_its_groups(rows, tmp_p
   # And its file is named as a sweep's, not as Table 3's.
   written = report.write_report(results, str(tmp_path))
   assert (tmp_path / "sweep.png").exists() and not (tmp_path / "table3.png").exists(), written
+
+
+def test_the_grid_table_shows_chrf_and_ter_beside_bleu():
+  """A grid's groups: chrF and TER as the seeds' mean and std, after the two BLEUs; – for a run
+  whose evaluation predates them."""
+  runs = [RunResult(name=f"g-s{s}", group="g", row=None, seed=s, index=s, steps=10, status="ok",
+                    dev_ppl=5.0, bleu=20.0, tokenized_bleu=21.0, chrf=c, ter=t)
+          for s, (c, t) in enumerate([(40.0, 60.0), (42.0, 58.0)])]
+  old = RunResult(name="h-s0", group="h", row=None, seed=0, index=2, steps=10, status="ok",
+                  dev_ppl=5.0, bleu=20.0, tokenized_bleu=21.0)
+  table = report.table_markdown(runs + [old])
+  assert "| row | changes | seeds | dev PPL | last fifth | BLEU | tok. BLEU | chrF | TER |" in table
+  assert "| 20.0 ± 0.0 | 21.0 ± 0.0 | 41.0 ± 1.4 | 59.0 ± 1.4 |" in table
+  assert "| 20.0 | 21.0 | – | – |" in table

@@ -37,6 +37,12 @@ def test_project_configs_validate(config):
     (dict(label_smoothing=1.0), "train.label_smoothing"),
     (dict(microbatches=0), "train.microbatches"),
     (dict(nonfinite="ignore"), "train.nonfinite"),
+    (dict(best_metric="bleu"), "train.best_metric"),
+    (dict(patience=-1), "train.patience"),
+    (dict(patience=3), "train.patience"),  # early stopping without a best metric to watch
+    (dict(init_from=""), "train.init_from"),
+    (dict(init_checkpoint="latest"), "train.init_checkpoint"),
+    (dict(init_optimizer=True), "train.init_optimizer"),  # without init_from
     (dict(adam_b2=1.0), "train.adam_b2"),
     (dict(adam_eps=0.0), "train.adam_eps"),  # 0/0 for a zero gradient
     (dict(learning_rate=0), "train.learning_rate"),
@@ -119,3 +125,20 @@ def test_a_compilation_cache_dir_that_cannot_be_made_is_named_and_left_off(tmp_p
   assert re.search(r"config key train\.compilation_cache_dir: expected a directory .* got "
                    r"'.*a_file/xla' \(.*\); compiling without the cache", caplog.text)
   assert compile_cache.jax.config.jax_compilation_cache_dir == before  # left as it was
+
+
+def test_the_best_checkpoint_by_bleu_needs_dev_bleu():
+  with pytest.raises(ValueError, match=r"^config key train.best_metric \('dev_bleu'\) needs "
+                                       r"eval.bleu_every > 0"):
+    build({"train": {"best_metric": "dev_bleu"}})
+  assert build({"train": {"best_metric": "dev_bleu"}, "eval": {"bleu_every": 100}})
+
+
+def test_the_keys_added_for_best_checkpoints_and_starts_default_to_what_runs_did_before():
+  """A config.json written before them builds to their ADDED_LATER values: no best checkpoint, no
+  early stopping, a fresh start."""
+  from tfm.config import ADDED_LATER  # pylint: disable=import-outside-toplevel
+  train = build({}).train
+  for key in ("best_metric", "patience", "init_from", "init_checkpoint", "init_optimizer"):
+    assert getattr(train, key) == ADDED_LATER[f"train.{key}"]
+  assert (train.best_metric, train.patience, train.init_from) == ("none", 0, None)

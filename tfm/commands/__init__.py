@@ -14,10 +14,14 @@ class UsageError(ValueError):
 
 
 def define_trained_flags(fv: flags.FlagValues):
-  """--workdir and --average: the flags of commands that use a trained model (eval, translate)."""
+  """--workdir, --average and --checkpoint: the flags of commands that use a trained model (eval,
+  translate)."""
   flags.DEFINE_string("workdir", None, "a workdir written by `tfm train`", flag_values=fv)
   flags.DEFINE_integer("average", None, "average the last N checkpoints (default "
                        "train.average_checkpoints; 1 = latest only)", lower_bound=1, flag_values=fv)
+  flags.DEFINE_enum("checkpoint", "last", ["last", "best"], "last: the last checkpoints (--average "
+                    "of them); best: the run's best checkpoint by its train.best_metric, alone",
+                    flag_values=fv)
 
 
 def require_workdir(fv: flags.FlagValues):

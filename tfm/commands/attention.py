@@ -82,7 +82,7 @@ def run(fv: flags.FlagValues, config):
     raise ValueError(f"{fv.workdir}: model.architecture={cfg.architecture!r}; tfm attention "
                      "translates, so it expects 'encoder_decoder'")
   layers, heads = _layers(fv, cfg), _heads(fv, cfg.num_heads)
-  t = load_trained(fv.workdir, fv.average)
+  t = load_trained(fv.workdir, fv.average, checkpoint=fv.checkpoint)
   announce_backend(t.note)
   result = sentence_attention(t, fv.text, fv.beam_size)
   rows = []

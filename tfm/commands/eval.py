@@ -1,23 +1,31 @@
-"""`tfm eval --workdir DIR [--split NAME[,NAME...]] [--average N] [--limit K]
-[--length_buckets=E1,E2,..]`: BLEU and perplexity, and both by source length.
+"""`tfm eval --workdir DIR [--split NAME[,NAME...]] [--average N | --checkpoint best] [--limit K]
+[--beam_size B,... --length_penalty A,... --max_extra_length E,...] [--length_buckets=E1,E2,..]`:
+BLEU, chrF, TER and perplexity, and by source length.
 
 --split names what is evaluated: 'dev', 'test', or evaluation sets of the run's data.eval_sets;
 without it, every evaluation set of data.eval_sets (by default only 'dev', the dataset's dev
 split). Each is evaluated on its own and prints and writes
 workdir/eval_<name>_<step>_avg<N>[_first<K>][_len<E1-E2-..>].json (step: the last checkpoint
 averaged; N: how many were; K: --limit; E: the length buckets' edges) with sacreBLEU (and its
-signature), the paper's tokenized BLEU, perplexity per target token (no smoothing) and decoding
-speed; with length buckets (the flag, else eval.length_buckets) also `by_length`: perplexity and
-both BLEUs of every pair of the set in each bucket of source length, beyond data.max_length too
-(tfm/eval/by_length.py). Another --average, --limit or bucketing writes another file, so no
-result overwrites a differently computed one. --out writes the JSON elsewhere (one set only); a
-workdir it cannot write (read-only) gets the results printed and one line saying where they could
-not be saved.
+signature), the paper's tokenized BLEU, chrF and TER (sacreBLEU's, with signatures), perplexity
+per target token (no smoothing) and decoding speed. Decoding settings other than the run's eval
+section's add _beam<B>_lp<A>_extra<E> to the name, and --checkpoint=best (the run's best
+checkpoint by train.best_metric) names it eval_<name>_best<step>...: another --average, --limit,
+checkpoint, search or bucketing writes another file, so no result overwrites a differently
+computed one. Lists of decoding settings are a grid: the parameters are loaded and the perplexity
+computed once, every point is decoded (greedy once whatever alpha; one compiled beam search of a
+size and length for every alpha other than the run's own, which is the constant of dev BLEU's
+search) and written, and a table shows the figures per point. With length buckets (the flag, else
+eval.length_buckets) a result also holds `by_length`: perplexity and both BLEUs of every pair of
+the set in each bucket of source length, beyond data.max_length too (tfm/eval/by_length.py).
+--out writes the JSON elsewhere (one set, one point); a workdir it cannot write (read-only) gets
+the results printed and one line saying where they could not be saved.
 """
 
 from __future__ import annotations
 
 import json
+import os
 import re
 import sys
 
@@ -36,6 +44,10 @@ LIMIT_HELP = ("BLEU over only the first K sentence pairs (0 = all); BLEU and per
               "at most the first data.eval_max_examples examples of the split when that is set")
 
 
+GRID_HELP = ("a value or a comma-separated list (a grid over the decoding settings, every point "
+             "decoded with the same parameters: a table of the dev figures at each point)")
+
+
 def define_flags(fv: flags.FlagValues):
   define_trained_flags(fv)
   flags.DEFINE_string("split", None, SPLIT_HELP, flag_values=fv)
@@ -44,17 +56,28 @@ def define_flags(fv: flags.FlagValues):
                     "in pieces: edges, e.g. 32,64,128 for 1-32, 33-64, 65-128 (default: the "
                     "run's eval.length_buckets; 0: none)", flag_values=fv)
   flags.DEFINE_string("out", None, "the JSON to write (default: WORKDIR/eval_<split>_<step>_avg<N>"
-                      "[_first<K>].json)", flag_values=fv)
+                      "[_first<K>][_beam<B>_lp<A>_extra<E>].json); one decoding point only",
+                      flag_values=fv)
+  flags.DEFINE_list("beam_size", None, f"override eval.beam_size (1 = greedy): {GRID_HELP}",
+                    flag_values=fv)
+  flags.DEFINE_list("length_penalty", None, f"override eval.length_penalty (alpha): {GRID_HELP}",
+                    flag_values=fv)
+  flags.DEFINE_list("max_extra_length", None, "override eval.max_extra_length (outputs of at most "
+                    f"input length + this many tokens): {GRID_HELP}", flag_values=fv)
 
 
 RESULT = re.compile(r"eval_(?P<split>[A-Za-z0-9][A-Za-z0-9_.-]*?)_(?P<step>\d+)_avg(?P<averaged>\d+)"
                     r"(?:_first(?P<limit>\d+))?(?:_len(?P<buckets>\d+(?:-\d+)*))?\.json")
 
 
-def result_name(split: str, steps: list[int], limit: int, buckets: tuple[int, ...] = ()) -> str:
-  """The file `tfm eval` writes for checkpoints `steps` averaged, BLEU over `limit` pairs and
-  length buckets of edges `buckets`."""
-  return (f"eval_{split}_{steps[-1]}_avg{len(steps)}" + (f"_first{limit}" if limit else "")
+def result_name(split: str, steps: list[int], limit: int, suffix: str = "",
+                best: bool = False, buckets: tuple[int, ...] = ()) -> str:
+  """The file `tfm eval` writes for checkpoints `steps` averaged and BLEU over `limit` pairs.
+  suffix: the decoding settings where they are not the run's own (Decoding.suffix); best: the
+  run's best checkpoint (train.best_metric), eval_<split>_best<step>..., apart from the series'
+  (RESULT, which the sweep reads, matches only the latter); buckets: the length buckets' edges."""
+  checkpoints = f"best{steps[-1]}" if best else f"{steps[-1]}_avg{len(steps)}"
+  return (f"eval_{split}_{checkpoints}" + (f"_first{limit}" if limit else "") + suffix
           + (f"_len{'-'.join(map(str, buckets))}" if buckets else "") + ".json")
 
 
@@ -79,59 +102,127 @@ def _flag_edges(fv: flags.FlagValues) -> tuple[int, ...] | None:
   return check_edges(edges, "--length_buckets")
 
 
+TABLE = ("beam_size", "length_penalty", "max_extra_length", "bleu", "tokenized_bleu", "chrf", "ter")
+
+
+def table(rows: list[dict], configured) -> str:
+  """The grid's dev figures, a row a decoding point (the run's own marked with *)."""
+  head = ["beam", "alpha", "extra", "BLEU", "tok. BLEU", "chrF", "TER", ""]
+  lines = [head]
+  for r in rows:
+    own = (r["beam_size"], r["length_penalty"], r["max_extra_length"]) == (
+        configured.beam_size, configured.length_penalty, configured.max_extra_length)
+    lines.append([str(r["beam_size"]), f"{r['length_penalty']:g}", str(r["max_extra_length"]),
+                  f"{r['bleu']:.2f}", f"{r['tokenized_bleu']:.2f}", f"{r['chrf']:.2f}",
+                  f"{r['ter']:.2f}", "*" if own else ""])
+  widths = [max(len(line[i]) for line in lines) for i in range(len(head))]
+  return "\n".join("  ".join(cell.rjust(w) for cell, w in zip(line, widths)).rstrip()
+                   for line in lines)
+
+
 def run(fv: flags.FlagValues, config):
   refuse_config(config)
   require_workdir(fv)
   # pylint: disable=import-outside-toplevel
   import jax
+  import numpy as np
+  from tfm.eval import decoding
   from tfm.eval.dev_bleu import DevBleu
   from tfm.eval.dev_loss import DevLoss
   from tfm.eval.restore import load_trained, read_workdir_config
   from tfm.train import checkpoint as ckpt_lib
   from tfm.train.progress import Counter
 
-  edges = _flag_edges(fv)  # before loading anything
-  names = _eval_sets(fv, read_workdir_config(fv.workdir).data.eval_set_names)
-  t = load_trained(fv.workdir, fv.average)
+  edges = _flag_edges(fv)  # the flags and the workdir's config checked before loading anything
+  saved_config = read_workdir_config(fv.workdir)
+  names = _eval_sets(fv, saved_config.data.eval_set_names)
+  try:
+    points = decoding.points(saved_config.eval, fv.beam_size, fv.length_penalty,
+                             fv.max_extra_length)
+  except ValueError as e:
+    raise UsageError(str(e)) from None
+  if fv.out is not None and len(points) > 1:
+    raise UsageError(f"--out: one file for {len(points)} decoding points; drop --out (each point "
+                     "writes its own file in the workdir)")
+  t = load_trained(fv.workdir, fv.average, checkpoint=fv.checkpoint)
   announce_backend(t.note)
   exp, c = t.experiment, t.config
   edges = c.eval.length_buckets if edges is None else edges
-  translate = exp.translate_fn(eos_id=t.tokenizer.eos_id)
-  hosts = ckpt_lib.read_data_state(fv.workdir, t.steps[-1])["hosts"]  # every host's pipeline
+  decoding.check_lengths(c, points)
+  configured = decoding.Decoding.of(c.eval)
+  hosts = ckpt_lib.read_data_state(t.checkpoints_in, t.steps[-1])["hosts"]  # every host's pipeline
   tokens = lambda key: sum(h.get("efficiency", {}).get(key, 0) for h in hosts) or None
+  compiled = {}
   for name in names:
     losses = DevLoss(c.data, exp.data_source, t.tokenizer, exp.eval_step, exp.batch_sharding,
                      split=name, row_multiple=exp.batch_shards)(t.params)
-    bleu = DevBleu(c.data, exp.data_source, t.tokenizer, translate,
+    bleu = DevBleu(c.data, exp.data_source, t.tokenizer, None,
                    batch_size=exp.decode_rows(c.eval.batch_size), split=name,
                    limit=fv.limit or 0, compounds=c.eval.compounds)
-    progress = Counter(f"[eval] {name}: decoding", len(bleu.pairs), "sentences", sys.stderr)
-    bleu = bleu(t.params, progress=progress if jax.process_index() == 0 else None)
-    result = dict(split=name, checkpoints=t.steps, averaged=len(t.steps), **bleu,
-                  perplexity=losses["perplexity"], nll=losses["nll"], loss=losses["loss"],
-                  target_tokens=losses["tokens"], beam_size=c.eval.beam_size,
-                  length_penalty=c.eval.length_penalty, max_extra_length=c.eval.max_extra_length,
-                  train_source_tokens=tokens("real_inputs"),
-                  train_target_tokens=tokens("real_targets"))
-    if edges:
-      result.update(_by_length(t, translate, name, edges))
-    path = fv.out or epath.Path(fv.workdir) / result_name(name, t.steps, fv.limit or 0, edges)
-    for key, value in result.items():
-      if key == "by_length":
-        for entry in value:
-          print(f"{'length ' + entry['bucket']:>22}: " + ", ".join(
-              f"{k} {v:.4g}" if isinstance(v, float) else f"{k} {v}" for k, v in entry.items()
-              if k not in ("bucket", "min_length", "max_length")))
-        continue
-      print(f"{key:>22}: {value}")
-    if jax.process_index() == 0 and save("results", path, json.dumps(result, indent=1) + "\n",
-                                         given=fv.out is not None):
-      print(f"{'written':>22}: {path}")
+    searched, rows = {}, []
+    for point in points:
+      search = point.same_search()
+      if search not in searched:  # greedy search once, whatever alpha
+        progress = Counter(f"[eval] {name}: decoding" + (
+            f" (beam {point.beam_size}, alpha {point.length_penalty:g}, extra "
+            f"{point.max_extra_length})" if len(points) > 1 else ""), len(bleu.pairs),
+                           "sentences", sys.stderr)
+        shape = dict(beam_size=search.beam_size, max_extra_length=search.max_extra_length,
+                     eos_id=t.tokenizer.eos_id)
+        if search.beam_size == 1 or search.length_penalty == configured.length_penalty:
+          # The run's own alpha, a constant of the search as in dev BLEU during training.
+          args, cache = (), None
+          translate = exp.translate_fn(length_penalty=search.length_penalty, **shape)
+        else:  # every other alpha of a beam size and length through one compiled search
+          args = (np.float32(search.length_penalty),)
+          cache = compiled.setdefault((search.beam_size, search.max_extra_length), {})
+          translate = exp.translate_fn(**shape)
+        searched[search] = bleu(t.params, progress=progress if jax.process_index() == 0 else None,
+                                translate=translate, search_args=args, compiled=cache)
+      result = dict(split=name, checkpoints=t.steps, averaged=len(t.steps),
+                    **({"checkpoint": "best", "best": t.best} if t.best else {}),
+                    **searched[search], perplexity=losses["perplexity"], nll=losses["nll"],
+                    loss=losses["loss"], target_tokens=losses["tokens"],
+                    beam_size=point.beam_size, length_penalty=point.length_penalty,
+                    max_extra_length=point.max_extra_length,
+                    train_source_tokens=tokens("real_inputs"),
+                    train_target_tokens=tokens("real_targets"))
+      if edges:
+        result.update(_by_length(t, exp.translate_fn(
+            beam_size=point.beam_size, length_penalty=point.length_penalty,
+            max_extra_length=point.max_extra_length, eos_id=t.tokenizer.eos_id), name, edges))
+      path = fv.out or epath.Path(fv.workdir) / result_name(
+          name, t.steps, fv.limit or 0, point.suffix(configured), best=t.best is not None,
+          buckets=edges)
+      if len(points) == 1:
+        _print(result)
+      saved = jax.process_index() == 0 and save(
+          "results", path, json.dumps(result, indent=1) + "\n", given=fv.out is not None)
+      if saved and len(points) == 1:
+        print(f"{'written':>22}: {path}")
+      rows.append(dict(result, path=str(path) if saved else None))
+    if len(points) > 1:
+      print(f"{name} {'best checkpoint' if t.best else 'checkpoints'} {t.steps}, perplexity "
+            f"{losses['perplexity']:.4f}, {len(bleu.pairs)} sentences (* the run's own settings):")
+      print(table(rows, configured))
+      if jax.process_index() == 0:
+        print("written: " + ", ".join(os.path.basename(r["path"]) for r in rows if r["path"]))
+
+
+def _print(result: dict) -> None:
+  for key, value in result.items():
+    if key == "by_length":
+      for entry in value:
+        print(f"{'length ' + entry['bucket']:>22}: " + ", ".join(
+            f"{k} {v:.4g}" if isinstance(v, float) else f"{k} {v}" for k, v in entry.items()
+            if k not in ("bucket", "min_length", "max_length")))
+      continue
+    print(f"{key:>22}: {value}")
 
 
 def _by_length(t, translate, name: str, edges: tuple[int, ...]) -> dict:
-  """The evaluation by source length of set `name` (tfm/eval/by_length.py): the result's
-  length_buckets, longer_than_buckets and by_length."""
+  """The evaluation by source length of set `name` (tfm/eval/by_length.py) with `translate`: the
+  result's length_buckets, longer_than_buckets and by_length."""
   # pylint: disable=import-outside-toplevel
   import jax
   from tfm.eval.by_length import ByLength

@@ -1,5 +1,6 @@
 """`tfm train --config=FILE[:ARG] --workdir=DIR`: train, or resume what DIR holds.
 
+`--init_from=SOURCE` starts from the parameters of the run in SOURCE (train.init_from).
 `--seeds=0,1,2` trains a stack instead (tfm/train/stack.py): one run a seed (train.seed and
 data.shuffle_seed set to it, as a sweep's seeds), each into DIR-sSEED as its run alone would be,
 all of them in one step on the same devices. `--members=FILE` (no --config, no --workdir) trains
@@ -30,6 +31,9 @@ NOTES = ("Compiled steps are kept in a persistent compilation cache, on by defau
 def define_flags(fv: flags.FlagValues):
   flags.DEFINE_string("workdir", None, "directory for checkpoints, vocabulary, config and TensorBoard",
                       flag_values=fv)
+  flags.DEFINE_string("init_from", None, "start from the parameters of the run in this workdir "
+                      "(train.init_from; its best checkpoint with --config.train.init_checkpoint="
+                      "best), with a fresh optimizer and schedule", flag_values=fv)
   flags.DEFINE_list("seeds", None, "train a stack of runs, one a seed (train.seed and "
                     "data.shuffle_seed), in one step: each into WORKDIR-sSEED", flag_values=fv)
   flags.DEFINE_string("members", None, "train the runs this JSON file names (each its config, "
@@ -94,6 +98,12 @@ def run(fv: flags.FlagValues, config):
   seeds = member_seeds(fv.seeds)
   # pylint: disable=import-outside-toplevel
   import dataclasses
+  if fv.init_from is not None:
+    given = config.train.init_from
+    if given is not None and given != fv.init_from:
+      raise UsageError(f"--init_from={fv.init_from} and --config.train.init_from={given}: give "
+                       "one")
+    config = config.replace(train=dataclasses.replace(config.train, init_from=fv.init_from))
   from tfm.loop import train, train_stack
   if seeds is None:
     train(config, fv.workdir)

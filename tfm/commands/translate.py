@@ -1,7 +1,14 @@
-"""`tfm translate --workdir DIR [--input FILE] [--average N] [--beam_size K | --sample ...]`.
+"""`tfm translate --workdir DIR [--input FILE] [--average N | --checkpoint best] [--beam_size K]
+[--length_penalty A] [--max_extra_length E] [--n_best N | --score | --sample ...]`.
 
-Translates lines (stdin by default) with beam search (the workdir's eval settings), or samples one
-translation per line with --sample --temperature T [--top_k K] [--top_p P] [--seed S].
+Translates lines (stdin by default) with beam search (the workdir's eval settings, the flags given
+overriding them), or samples one translation per line with --sample --temperature T [--top_k K]
+[--top_p P] [--seed S].
+--n_best N prints the N best hypotheses of each line, best first, as `LINE<TAB>SCORE<TAB>TEXT`
+(LINE counts from 0; SCORE = log P / ((5 + |Y|) / 6) ** alpha, the search's own score).
+--score reads `SOURCE<TAB>TARGET` lines and prints, a line each, `LOGP<TAB>TOKENS<TAB>SCORE`: the
+model's log P(TARGET | SOURCE), teacher-forced, the target's tokens (its EOS included) and log P
+over the length penalty, the score beam search gives that target.
 """
 
 from __future__ import annotations
@@ -21,6 +28,14 @@ def define_flags(fv: flags.FlagValues):
                       flag_values=fv)
   flags.DEFINE_integer("beam_size", None, "override eval.beam_size (1 = greedy)", lower_bound=1,
                        flag_values=fv)
+  flags.DEFINE_float("length_penalty", None, "override eval.length_penalty (alpha >= 0)",
+                     flag_values=fv)
+  flags.DEFINE_integer("max_extra_length", None, "override eval.max_extra_length (outputs of at "
+                       "most input length + this many tokens)", lower_bound=0, flag_values=fv)
+  flags.DEFINE_integer("n_best", None, "print the N best hypotheses of each line with their scores "
+                       "(N <= the beam size)", lower_bound=1, flag_values=fv)
+  flags.DEFINE_boolean("score", False, "score given translations: read SOURCE<TAB>TARGET lines, "
+                       "print LOGP<TAB>TOKENS<TAB>SCORE", flag_values=fv)
   flags.DEFINE_boolean("sample", False, "sample instead of searching", flag_values=fv)
   flags.DEFINE_float("temperature", 1.0, "with --sample: softmax temperature (> 0)", flag_values=fv)
   flags.DEFINE_integer("top_k", 0, "with --sample: keep the K most likely tokens (0 = all)",
@@ -29,14 +44,25 @@ def define_flags(fv: flags.FlagValues):
   flags.DEFINE_integer("seed", 0, "with --sample: the random seed", flag_values=fv)
 
 
+SEARCH_FLAGS = ("beam_size", "length_penalty", "max_extra_length", "n_best")
+
+
 def _check_flags(fv: flags.FlagValues):
+  if fv.length_penalty is not None and not (fv.length_penalty >= 0 and fv.length_penalty < float("inf")):
+    raise UsageError(f"--length_penalty: expected a non-negative number, got {fv.length_penalty}")
+  if fv.score:
+    given = [f"--{n}" for n in SEARCH_FLAGS + ("sample",) if fv[n].present and n != "length_penalty"]
+    if given:
+      raise UsageError(f"--score scores the given targets; {', '.join(given)} apply to searching")
   if fv.sample:
     if not fv.temperature > 0:
       raise UsageError(f"--temperature: expected a number > 0, got {fv.temperature}")
     if not 0 < fv.top_p <= 1:
       raise UsageError(f"--top_p: expected a number in (0, 1], got {fv.top_p}")
-    if fv["beam_size"].present:
-      raise UsageError("--beam_size applies to search, not with --sample")
+    given = [f"--{n}" for n in SEARCH_FLAGS if fv[n].present]
+    if given:
+      raise UsageError(f"{', '.join(given)} appl{'ies' if len(given) == 1 else 'y'} to search, "
+                       "not with --sample")
   elif any(fv[name].present for name in ("temperature", "top_k", "top_p", "seed")):
     raise UsageError("--temperature, --top_k, --top_p and --seed apply with --sample only")
 
@@ -55,8 +81,10 @@ def run(fv: flags.FlagValues, config):
   require_workdir(fv)
   _check_flags(fv)
   # pylint: disable=import-outside-toplevel
-  from tfm.decode.text import translate_texts
-  from tfm.eval.restore import load_trained
+  from tfm.decode.beam import length_penalty
+  from tfm.decode.text import n_best_texts, score_texts, translate_texts
+  from tfm.eval import decoding
+  from tfm.eval.restore import load_trained, read_workdir_config
 
   if fv.input:
     try:
@@ -70,19 +98,48 @@ def run(fv: flags.FlagValues, config):
     except UnicodeDecodeError as e:
       raise ValueError(f"stdin: not UTF-8 text ({e})") from None
     lines = _lines(text)
-  t = load_trained(fv.workdir, fv.average)
+  if fv.score:
+    pairs = []
+    for number, line in enumerate(lines, 1):
+      source, tab, target = line.partition("\t")
+      if not tab:
+        raise ValueError(f"{fv.input or 'stdin'} line {number}: expected SOURCE<TAB>TARGET with "
+                         "--score, got no tab")
+      pairs.append((source, target))
+  if fv.n_best is not None:  # before the model is loaded
+    beam = fv.beam_size or read_workdir_config(fv.workdir).eval.beam_size
+    if fv.n_best > beam:
+      raise UsageError(f"--n_best={fv.n_best}: at most the beam size, {beam}")
+  t = load_trained(fv.workdir, fv.average, checkpoint=fv.checkpoint)
   announce_backend(t.note)
-  exp = t.experiment
+  exp, e = t.experiment, t.config.eval
+  rows = exp.decode_rows(min(e.batch_size, max(len(lines), 1)))
+  if fv.score:
+    alpha = e.length_penalty if fv.length_penalty is None else fv.length_penalty
+    for logp, tokens in score_texts(exp.score_fn(), t.params, t.tokenizer, pairs,
+                                    batch_size=rows, max_input_length=t.config.data.max_length):
+      print(f"{logp:.6f}\t{tokens}\t{logp / float(length_penalty(tokens, alpha)):.6f}")
+    print(f"tfm translate: scored {len(pairs)} pairs", file=sys.stderr)
+    return
   if fv.sample:
     translate = exp.translate_fn(temperature=fv.temperature, top_k=fv.top_k, top_p=fv.top_p,
                                  eos_id=t.tokenizer.eos_id)
   else:
-    translate = exp.translate_fn(beam_size=fv.beam_size, eos_id=t.tokenizer.eos_id)
-  outputs, stats = translate_texts(translate, t.params, t.tokenizer, lines,
-                                   batch_size=exp.decode_rows(min(t.config.eval.batch_size,
-                                                                  len(lines))),
-                                   max_input_length=t.config.data.max_length, seed=fv.seed)
-  for line in outputs:
-    print(line)
+    (point,) = decoding.points(e, fv.beam_size, fv.length_penalty, fv.max_extra_length)
+    decoding.check_lengths(t.config, [point])
+    translate = exp.translate_fn(beam_size=point.beam_size, length_penalty=point.length_penalty,
+                                 max_extra_length=point.max_extra_length, n_best=fv.n_best,
+                                 eos_id=t.tokenizer.eos_id)
+  if fv.n_best is not None:
+    hypotheses, stats = n_best_texts(translate, t.params, t.tokenizer, lines, batch_size=rows,
+                                     max_input_length=t.config.data.max_length)
+    for number, best in enumerate(hypotheses):
+      for text, score in best:
+        print(f"{number}\t{score:.6f}\t{text}")
+  else:
+    outputs, stats = translate_texts(translate, t.params, t.tokenizer, lines, batch_size=rows,
+                                     max_input_length=t.config.data.max_length, seed=fv.seed)
+    for line in outputs:
+      print(line)
   print(f"tfm translate: {len(lines)} lines, {stats['tokens_per_s']:.1f} output tokens/s",
         file=sys.stderr)

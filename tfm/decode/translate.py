@@ -86,8 +86,10 @@ def beam_invariant_cache(path) -> bool:
 
 def make_translate_fn(model: Transformer, *, beam_size: int = 4, alpha: float = 0.6,
                       max_extra_length: int = 50, eos_id: int = 1, temperature: float | None = None,
-                      top_k: int = 0, top_p: float = 1.0, cache_phases: int = 1) -> Callable:
-  """Returns jitted translate(params, inputs [b, s], rng=None) -> (tokens [b, s + extra], scores [b]).
+                      top_k: int = 0, top_p: float = 1.0, cache_phases: int = 1,
+                      n_best: int | None = None) -> Callable:
+  """Returns jitted translate(params, inputs [b, s], rng=None, alpha_arg=None) -> (tokens
+  [b, s + extra], scores [b]).
 
   The best hypothesis per example (beam search; beam_size 1 is greedy), or with `temperature` set
   one sample per example from the processed distribution (top_k, top_p; see tfm.decode.sampling),
@@ -99,11 +101,20 @@ def make_translate_fn(model: Transformer, *, beam_size: int = 4, alpha: float = 
   phase, and at the last growth the old and the new caches briefly both in memory. 1 here (one
   loop, as a plain library call); `Experiment.translate_fn` and the commands pass
   eval.cache_phases (3).
+  alpha: the length penalty, a constant of the compiled search; translate's alpha_arg (a float32
+  scalar) replaces it by a traced one, so one compiled beam search serves every alpha
+  (tfm eval's grid; greedy search and sampling read none).
+  n_best: with beam search, the n_best <= beam_size best finished hypotheses instead, best first:
+  tokens [b, n_best, s + extra] and scores [b, n_best] (a slot the search did not fill, when it
+  stopped early with fewer, has score -inf and no tokens).
   """
   if isinstance(cache_phases, bool) or not (isinstance(cache_phases, int) and cache_phases >= 1):
     raise ValueError(f"cache_phases: expected a positive integer, got {cache_phases!r}")
   if temperature is None and not (isinstance(beam_size, int) and beam_size >= 1):
     raise ValueError(f"beam_size: expected a positive integer, got {beam_size!r}")
+  if n_best is not None and (temperature is not None or not 1 <= n_best <= beam_size):
+    raise ValueError(f"n_best: expected 1 <= n_best <= beam_size={beam_size} with beam search "
+                     f"(not sampling), got {n_best!r}")
   # A scanned model (model.scan_layers) decodes as its unrolled twin, its parameters unstacked once
   # per call: a scan over the layers inside the search's loop, with the cache stacked, made beam
   # search slower on CPU (see experiments/SPEED.md).
@@ -112,7 +123,7 @@ def make_translate_fn(model: Transformer, *, beam_size: int = 4, alpha: float = 
     model = Transformer(dataclasses.replace(model.cfg, scan_layers=False))
 
   @jax.jit
-  def translate(params, inputs, rng=None):
+  def translate(params, inputs, rng=None, alpha_arg=None):
     if scanned:
       params = unstack_layers(params)
     max_decode_len = inputs.shape[1] + max_extra_length
@@ -130,10 +141,15 @@ def make_translate_fn(model: Transformer, *, beam_size: int = 4, alpha: float = 
     if beam_size == 1:
       result = greedy(step, cache, max_decode_len=max_decode_len, max_lengths=limits, eos_id=eos_id,
                       **growth)
+      if n_best is not None:  # greedy's one hypothesis; its score is log P (lp(|Y|) ** 0 = 1)
+        return result.sequences[:, None], result.log_probs[:, None]
       return result.sequences, result.log_probs
-    sequences, scores = beam_search(step, cache, beam_size=beam_size, alpha=alpha,
+    sequences, scores = beam_search(step, cache, beam_size=beam_size,
+                                    alpha=alpha if alpha_arg is None else alpha_arg,
                                     max_decode_len=max_decode_len, max_lengths=limits, eos_id=eos_id,
                                     beam_invariant=beam_invariant_cache, **growth)
+    if n_best is not None:
+      return sequences[:, :n_best], scores[:, :n_best]
     return sequences[:, 0], scores[:, 0]
 
   return translate

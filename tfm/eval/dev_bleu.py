@@ -8,6 +8,7 @@ from tfm.data.config import DataConfig
 from tfm.data.sources import DataSource
 from tfm.decode.text import translate_texts
 from tfm.eval.bleu import score
+from tfm.eval.chrf_ter import chrf_ter
 
 
 class DevBleu:
@@ -28,18 +29,24 @@ class DevBleu:
     if limit:
       self.pairs = self.pairs[:limit]
 
-  def __call__(self, params, progress=None) -> dict:
-    """progress: called with the sentences decoded so far (translate_texts).
+  def __call__(self, params, progress=None, translate=None, search_args: tuple = (),
+               compiled: dict | None = None) -> dict:
+    """progress: called with the sentences decoded so far (translate_texts); translate: another
+    search than the one built with (tfm eval's grid of decoding settings), on the same pairs;
+    search_args, compiled: translate_texts'.
     {'bleu': sacreBLEU, 'tokenized_bleu': the paper's tokenized BLEU, 'sacrebleu_signature',
-    'compounds' (the tokenized BLEU's hyphen splitting), 'sentences', 'decode_tokens_per_s'
-    (compilation excluded), 'decode_compile_s'}."""
-    hyps, stats = translate_texts(self.translate, params, self.tokenizer, [s for s, _ in self.pairs],
+    'compounds' (the tokenized BLEU's hyphen splitting), 'chrf', 'ter' and their signatures
+    (tfm/eval/chrf_ter.py), 'sentences', 'decode_tokens_per_s' (compilation excluded),
+    'decode_compile_s'}."""
+    hyps, stats = translate_texts(translate or self.translate, params, self.tokenizer,
+                                  [s for s, _ in self.pairs],
                                   batch_size=self.batch_size, max_input_length=self.data.max_length,
-                                  progress=progress)
-    scores = score(hyps, [t for _, t in self.pairs], self.data.target_lang,
-                   compounds=self.compounds)
+                                  progress=progress, search_args=search_args, compiled=compiled)
+    references = [t for _, t in self.pairs]
+    scores = score(hyps, references, self.data.target_lang, compounds=self.compounds)
     return dict(bleu=scores["sacrebleu"], tokenized_bleu=scores["tokenized_bleu"],
                 sacrebleu_signature=scores["sacrebleu_signature"], compounds=self.compounds,
+                **chrf_ter(hyps, references),
                 sentences=len(self.pairs),
                 decode_tokens_per_s=stats["tokens_per_s"],
                 decode_compile_s=stats["compile_seconds"])

@@ -8,9 +8,11 @@ from typing import Any
 import jax
 
 from tfm import config as config_lib
+from tfm import storage
 from tfm.data import tokenizer as tokenizer_lib
 from tfm.eval.averaging import average_params
 from tfm.experiment import Experiment
+from tfm.train import best as best_lib
 from tfm.train import checkpoint as ckpt_lib
 from tfm.train import distributed
 from tfm.train import mesh as mesh_lib
@@ -23,6 +25,8 @@ class Trained:
   tokenizer: Any
   steps: list[int]  # the checkpoints whose parameters were averaged
   note: str | None = None  # how the mesh differs from the workdir's, when it does
+  checkpoints_in: Any = None  # the directory whose checkpoints/ held them (the workdir, or its best/)
+  best: dict | None = None  # the best checkpoint's {"metric", "value"} when that was loaded
 
   @property
   def config(self) -> config_lib.Config:
@@ -62,18 +66,37 @@ def mesh_here(config: config_lib.Config) -> tuple[config_lib.Config, str | None]
                   f"fit the {jax.device_count()} device(s) here: data parallel over them instead")
 
 
-def load_trained(workdir: str, average: int | None = None) -> Trained:
+def load_trained(workdir: str, average: int | None = None, checkpoint: str = "last") -> Trained:
   """Loads workdir/config.json, the vocabulary and the mean of the last `average` checkpoints
   (default train.average_checkpoints; 1 = the latest only), sharded on this machine's mesh
-  (`mesh_here`). Under launch.sh's multi-host modes the processes first join one JAX cluster, as
-  `tfm train`'s do, so they evaluate together (the lead host writes the results)."""
+  (`mesh_here`); checkpoint='best': the run's best checkpoint alone (train.best_metric,
+  tfm/train/best.py). Under launch.sh's multi-host modes the processes first join one JAX cluster,
+  as `tfm train`'s do, so they evaluate together (the lead host writes the results)."""
   distributed.initialize_from_env()
   config, note = mesh_here(read_workdir_config(workdir))
   if not ckpt_lib.available_steps(workdir):
     raise ValueError(f"no checkpoint in {workdir}/checkpoints: train first (`tfm train --workdir {workdir}`)")
-  average = config.train.average_checkpoints if average is None else average
   experiment = Experiment(config)
+  if checkpoint == "best":
+    if average not in (None, 1):
+      raise ValueError(f"--average={average} with --checkpoint=best: the best checkpoint is one "
+                       "checkpoint; drop --average")
+    where = best_lib.best_dir(workdir)
+    steps = ckpt_lib.available_steps(where) if (where / "checkpoints").exists() else []
+    if not steps:
+      raise ValueError(f"--checkpoint=best: {workdir} kept no best checkpoint (its "
+                       f"train.best_metric is {config.train.best_metric!r}; train with "
+                       "train.best_metric=dev_ppl or dev_bleu)")
+    params = ckpt_lib.restore_params(where, steps[-1], experiment.abstract_params)
+    record = best_lib.read_record(workdir) or {}
+    value = dict(record.get("history", [])).get(steps[-1])
+    tokenizer = tokenizer_lib.get_tokenizer(config.data, workdir, train=False)
+    return Trained(experiment, params, tokenizer, [steps[-1]], note, where,
+                   {"metric": record.get("metric"), "value": value})
+  average = config.train.average_checkpoints if average is None else average
+  ended = best_lib.stopped(workdir)  # an early-stopped run's last checkpoint ends its series
   params, steps = average_params(workdir, experiment.abstract_params, average,
-                                 period=config.train.checkpoint_every, final_step=config.train.steps)
+                                 period=config.train.checkpoint_every,
+                                 final_step=ended["step"] if ended else config.train.steps)
   tokenizer = tokenizer_lib.get_tokenizer(config.data, workdir, train=False)
-  return Trained(experiment, params, tokenizer, steps, note)
+  return Trained(experiment, params, tokenizer, steps, note, storage.path(workdir))

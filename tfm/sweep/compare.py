@@ -133,6 +133,12 @@ class Group:
   tokenized_bleu: float
   tokenized_bleu_std: float
   tokenized_bleu_range: float
+  chrf: float
+  chrf_std: float
+  chrf_range: float
+  ter: float
+  ter_std: float
+  ter_range: float
   late_change: float  # the seeds' mean (late_change); NaN without curves
   late_from: list[int]  # the steps it is counted from
   dev_curve: dict[int, float]  # mean_curve of the finished seeds
@@ -191,7 +197,7 @@ def groups(results: Sequence[RunResult]) -> list[Group]:
     ok = [r for r in runs if r.ok]
     first = runs[0]
     figures = {}
-    for key in ("dev_ppl", "bleu", "tokenized_bleu"):
+    for key in ("dev_ppl", "bleu", "tokenized_bleu", "chrf", "ter"):
       figures[key], figures[key + "_std"], figures[key + "_range"] = _stats(
           [getattr(r, key) for r in ok if getattr(r, key) is not None])
     late = [x for x in (late_change(r.dev_curve, r.steps) for r in ok) if x is not None]

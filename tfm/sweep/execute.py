@@ -2,7 +2,8 @@
 
 Each run is a pair of child processes in its workdir (ROOT/NAME), their output appended to
 ROOT/NAME/sweep.log. A run whose ROOT/NAME/sweep_result.json says "ok" for its config's step count
-is finished and skipped; an interrupted one resumes from its checkpoints (tfm train does that); a
+is finished and skipped (a run that stopped early, train.patience, trained to its end); an
+interrupted one resumes from its checkpoints (tfm train does that); a
 failed one (any non-zero exit) gets status "failed" with the last line of its log, and the sweep goes
 on with the others. The dataset and one shared vocabulary (ROOT/vocab, unless data.vocab_dir is set)
 are prepared once, before any run starts, so parallel runs never build them concurrently.
@@ -36,6 +37,7 @@ from tfm.sweep.result import RunResult
 from tfm.sweep import runs as runs_lib
 from tfm.sweep.runs import Run
 from tfm.train import backend
+from tfm.train import best as best_lib
 from tfm.train import checkpoint as ckpt_lib
 from tfm.train.progress import duration
 
@@ -218,7 +220,7 @@ class Job:
       return self._finish_rest("failed", f"tfm {self.phase} exited with {code}: "
                                f"{last_error_line(os.path.join(self.workdirs[k], LOG))}")
     if self.phase == "train":
-      reached = min(max(ckpt_lib.available_steps(w), default=0) for w in self.workdirs)
+      reached = min(_reached(w, self.steps) for w in self.workdirs)
       if reached < self.steps:  # `tfm train` exits 0 after a SIGTERM's save too
         return self._finish_rest("stopped", f"tfm train stopped at step {reached} of "
                                  f"{self.steps}; run the sweep again to resume it")
@@ -250,6 +252,14 @@ class Job:
   def terminate(self) -> None:
     if self.proc.poll() is None:
       self.proc.send_signal(signal.SIGTERM)
+
+
+def _reached(workdir: str, steps: int) -> int:
+  """How far a run's training got: its latest checkpoint's step, or `steps` for a run that stopped
+  early (train.patience, tfm/train/best.py: a finished run)."""
+  latest = max(ckpt_lib.available_steps(workdir), default=0)
+  ended = best_lib.stopped(workdir)
+  return steps if ended is not None and latest >= ended["step"] else latest
 
 
 def groups(runs: Sequence[Run], stack: bool, most: int = 0,

@@ -3,8 +3,8 @@
 Each run that ends well writes ROOT/NAME/tensorboard/events.out.tfevents.*.sweep-hparams beside its
 training scalars: the hparams plugin's experiment, session-start and session-end records (its row,
 group and seed, and the value of every config key the sweep varies, the same keys for every run)
-and its final dev figures as scalars `sweep/dev_ppl`, `sweep/bleu`, `sweep/tokenized_bleu` and
-`sweep/wall_s` at the evaluated step. A later attempt of the run replaces the file. The records are
+and its final dev figures as scalars `sweep/dev_ppl`, `sweep/bleu`, `sweep/tokenized_bleu`,
+`sweep/chrf`, `sweep/ter` and `sweep/wall_s` at the evaluated step. A later attempt of the run replaces the file. The records are
 made by tensorboardX (as the training events are); without it nothing is written.
 """
 
@@ -18,7 +18,7 @@ from tfm.sweep.result import RunResult
 from tfm.train.events import EventWriter
 
 SUFFIX = ".sweep-hparams"
-METRICS = ("dev_ppl", "bleu", "tokenized_bleu", "wall_s")  # RunResult's fields, as sweep/<name>
+METRICS = ("dev_ppl", "bleu", "tokenized_bleu", "chrf", "ter", "wall_s")  # RunResult's fields, as sweep/<name>
 
 
 def _value(value: Any) -> str | float | bool:

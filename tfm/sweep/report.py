@@ -76,12 +76,13 @@ def table_markdown(results: Sequence[RunResult], command: str | None = None,
   rows = [dataclasses.replace(g, changes={k: v for k, v in g.changes.items() if k not in common})
           for g in rows]
   has_paper = any(g.paper.get("ppl") is not None for g in rows)  # a row of the paper's Table 3
-  head = ["row", "changes", "seeds", "dev PPL", "last fifth", "BLEU", "tok. BLEU", "params (M)"]
+  head = ["row", "changes", "seeds", "dev PPL", "last fifth", "BLEU", "tok. BLEU", "chrF", "TER",
+          "params (M)"]
   if has_paper:
     head = ["row", "changes", "seeds", "dev PPL", "last fifth", "paper PPL", "ours vs base",
             "half way", "paper vs base", "paper's way", "beyond seeds", "crossed at", "BLEU",
             "tok. BLEU",
-            "paper BLEU", "params (M)", "paper params (M)"]
+            "paper BLEU", "params (M)", "paper params (M)", "chrF", "TER"]
     c = compare.comparison(rows)
   lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
   for g in rows:
@@ -90,6 +91,7 @@ def table_markdown(results: Sequence[RunResult], command: str | None = None,
     ppl, bleu = _fmt(g.dev_ppl, g.dev_ppl_std, 2), _fmt(g.bleu, g.bleu_std, 1)
     tok = _fmt(g.tokenized_bleu, g.tokenized_bleu_std, 1)
     late = "" if math.isnan(g.late_change) else _percent(g.late_change)
+    chrf, ter = _fmt(g.chrf, g.chrf_std, 1), _fmt(g.ter, g.ter_std, 1)
     if has_paper:
       p, v = g.paper, c.verdicts.get(g.group, compare.Verdict())
       name = g.row or g.group
@@ -98,9 +100,9 @@ def table_markdown(results: Sequence[RunResult], command: str | None = None,
       cells = [f"{name} *" if v.key else name, _changes(g.changes), seeds, ppl, late,
                _paper(p.get("ppl"), 2), _percent(v.ours), _percent(v.half), _percent(v.paper),
                _DIRECTION[v.direction], _RESOLVED[v.resolved], crossed, bleu, tok,
-               _paper(p.get("bleu"), 1), params, _paper(p.get("params_m"), 0)]
+               _paper(p.get("bleu"), 1), params, _paper(p.get("params_m"), 0), chrf, ter]
     else:
-      cells = [g.group, _changes(g.changes), seeds, ppl, late, bleu, tok, params]
+      cells = [g.group, _changes(g.changes), seeds, ppl, late, bleu, tok, chrf, ter, params]
     lines.append("| " + " | ".join(cells) + " |")
   out = []
   if command:
@@ -112,7 +114,8 @@ def table_markdown(results: Sequence[RunResult], command: str | None = None,
   wall = sum(r.wall_s for r in results)
   out += ["", f"{len(done)} of {len(results)} runs finished; their wall time adds up to "
           f"{wall / 3600:.2f} h. dev PPL is per word-piece without label smoothing; BLEU is "
-          "sacreBLEU, tok. BLEU the paper's tokenized BLEU (tensor2tensor's recipe)"
+          "sacreBLEU, tok. BLEU the paper's tokenized BLEU (tensor2tensor's recipe), chrF and TER "
+          "sacreBLEU's (TER lower is better; – where a run's evaluation predates them)"
           + _bleu_sentences(done) + "."]
   out += _convergence_lines(rows)
   if gpu_calls:

@@ -38,6 +38,8 @@ class RunResult:
   tokenized_bleu: float | None = None  # the paper's tokenized BLEU
   bleu_sentences: int | None = None  # dev pairs the BLEUs were scored on
   compounds: str | None = None  # how tokenized BLEU split compounds
+  chrf: float | None = None  # sacreBLEU's chrF (tfm/eval/chrf_ter.py)
+  ter: float | None = None  # sacreBLEU's TER, lower is better
   tokens_seen: int | None = None  # real target tokens trained on
   trained_steps: int | None = None  # the step of the evaluated checkpoint
   # [[step, dev PPL]] of the dev evaluations during training (its TensorBoard events): how far
@@ -60,6 +62,7 @@ class RunResult:
     return dataclasses.replace(
         self, dev_ppl=evaluation["perplexity"], bleu=evaluation["bleu"],
         tokenized_bleu=evaluation["tokenized_bleu"], bleu_sentences=evaluation.get("sentences"),
+        chrf=evaluation.get("chrf"), ter=evaluation.get("ter"),  # absent from older results
         compounds=evaluation.get("compounds"), tokens_seen=evaluation.get("train_target_tokens"),
         trained_steps=evaluation["checkpoints"][-1], by_length=evaluation.get("by_length"))
 

@@ -251,16 +251,22 @@ def _shapes(tree: Any) -> dict[str, tuple]:
           for path, leaf in jax.tree_util.tree_leaves_with_path(tree)}
 
 
+def saved_shapes(state_dir: epath.Path) -> dict[str, tuple]:
+  """The shapes of the arrays a checkpoint's state holds, by name ('params/...', 'opt_state/...'),
+  from its metadata (no array is read)."""
+  handler = ocp.PyTreeCheckpointHandler()
+  try:
+    return _shapes(handler.metadata(state_dir).tree)
+  finally:
+    handler.close()
+
+
 def check_shapes(state_dir: epath.Path, target: Any, prefix: str = "") -> None:
   """Raises ValueError naming the first array of `target` (ShapeDtypeStructs; prefix: where it
   sits in the saved tree, 'params/' for the parameters alone) that the checkpoint at state_dir
   does not hold with that shape. Read from the checkpoint's metadata before Orbax reads any array:
   Orbax's failed reads of mismatched arrays leave tasks whose errors reach stderr later."""
-  handler = ocp.PyTreeCheckpointHandler()
-  try:
-    saved = _shapes(handler.metadata(state_dir).tree)
-  finally:
-    handler.close()
+  saved = saved_shapes(state_dir)
   wanted = _shapes(target)
   if (any(k.startswith("opt_state/adam/") for k in wanted)
       and any(re.match(r"opt_state/\d+/", k) for k in saved)):

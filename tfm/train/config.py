@@ -17,6 +17,8 @@ from tfm.sections import fail, is_int, is_number
 from tfm.train import platform_choices
 
 SCHEDULES = ("rsqrt_warmup", "linear_cosine", "constant", "rsqrt")
+BEST_METRICS = ("none", "dev_ppl", "dev_bleu")  # tfm/train/best.py
+INIT_CHECKPOINTS = ("last", "best")
 NONFINITE = ("skip", "stop")
 MESH_AXES = ("data", "fsdp", "tensor")
 
@@ -81,6 +83,20 @@ class TrainConfig:
   saves: str = "auto"  # checkpoints written in the background (Orbax's async write) or sync
   guard: str = "auto"  # the non-finite guard: branch (lax.cond) or select (jnp.where)
   dropout_prng: str = "auto"  # dropout masks by threefry or rbg (XLA's RngBitGenerator)
+  # The best checkpoint by a dev metric, kept in WORKDIR/best apart from the last keep_checkpoints
+  # (tfm/train/best.py): 'none', 'dev_ppl' (every eval_every) or 'dev_bleu' (every
+  # eval.bleu_every), of the first evaluation set (data.eval_sets; 'dev' by default);
+  # `tfm eval --checkpoint=best` evaluates it.
+  best_metric: str = "none"
+  # Early stopping: stop once best_metric has not improved for this many of its evaluations; 0 = off.
+  patience: int = 0
+  # Start from another run's parameters (its workdir), with a fresh optimizer and schedule; a
+  # resume of this run continues its own checkpoints (tfm/train/init_from.py).
+  init_from: str | None = None
+  init_checkpoint: str = "last"  # init_from's 'last' checkpoint, or its 'best' (train.best_metric)
+  # True: init_from's whole state, its optimizer moments and its step (the schedule goes on where
+  # it left off, and the dropout key), not only its parameters.
+  init_optimizer: bool = False
 
   def __post_init__(self):
     validate_train_config(self)
@@ -107,7 +123,8 @@ class MeshConfig:
 # Read by the training loop alone (cadences, the cache's place, profiling, curves, what a skipped
 # update does next): runs that differ only in these compile the same steps.
 LOOP_FIELDS = ("log_every", "eval_every", "checkpoint_every", "keep_checkpoints", "average_checkpoints",
-               "nonfinite", "compilation_cache_dir", "profile_steps", "curves", "input", "saves")
+               "nonfinite", "compilation_cache_dir", "profile_steps", "curves", "input", "saves",
+               "best_metric", "patience", "init_from", "init_checkpoint", "init_optimizer")
 
 
 def step_fields(train: TrainConfig) -> TrainConfig:
@@ -169,6 +186,21 @@ def validate_train_config(train: TrainConfig) -> None:
     fail("train.label_smoothing", "a number in [0, 1)", train.label_smoothing)
   if train.nonfinite not in NONFINITE:
     fail("train.nonfinite", f"one of {NONFINITE}", train.nonfinite)
+  if train.best_metric not in BEST_METRICS:
+    fail("train.best_metric", f"one of {BEST_METRICS}", train.best_metric)
+  if not is_int(train.patience) or train.patience < 0:
+    fail("train.patience", "a non-negative integer (0 = no early stopping)", train.patience)
+  if train.patience and train.best_metric == "none":
+    fail("train.patience", "0 with train.best_metric='none' (early stopping watches the best "
+         "metric)", train.patience)
+  if train.init_from is not None and (not isinstance(train.init_from, str) or not train.init_from):
+    fail("train.init_from", "None or the workdir of a trained run", train.init_from)
+  if not isinstance(train.init_optimizer, bool):
+    fail("train.init_optimizer", "True or False", train.init_optimizer)
+  if train.init_optimizer and train.init_from is None:
+    fail("train.init_optimizer", "False without train.init_from", train.init_optimizer)
+  if train.init_checkpoint not in INIT_CHECKPOINTS:
+    fail("train.init_checkpoint", f"one of {INIT_CHECKPOINTS}", train.init_checkpoint)
   if train.keep_checkpoints < train.average_checkpoints:
     fail("train.keep_checkpoints", f"at least train.average_checkpoints={train.average_checkpoints}",
          train.keep_checkpoints)

@@ -1,0 +1,111 @@
+"""A run that starts from another run's parameters (train.init_from = that run's workdir).
+
+The new run's state is a fresh one (train.seed's init, step 0, a fresh optimizer and learning-rate
+schedule) with the parameters replaced by those of the source's last checkpoint, or of its best
+(train.init_checkpoint='best', tfm/train/best.py); train.init_optimizer=True takes the source's
+whole state instead: its Adam moments, its step (the schedule and the dropout key go on from it)
+and its parameters. The model must be the same shape: the first parameter (or optimizer array)
+whose shape differs, or that one side lacks, is named with both shapes in one line.
+WORKDIR/init_from.json records where the run started ({"workdir", "checkpoint", "step",
+"optimizer"}). Only a run without checkpoints of its own starts so: a resume continues its own
+checkpoints.
+"""
+
+from __future__ import annotations
+
+import jax
+from etils import epath
+
+from tfm import config as config_lib
+from tfm import storage
+from tfm.data import tokenizer as tokenizer_lib
+from tfm.train import best as best_lib
+from tfm.train import checkpoint as ckpt_lib
+
+RECORD = "init_from.json"
+
+
+def source_checkpoint(source: str, which: str) -> tuple[epath.Path, int]:
+  """(the directory whose checkpoints/ holds it, step) of a source run's 'last' or 'best'
+  checkpoint; raises ValueError naming train.init_from where there is none."""
+  where = storage.path(source) if which == "last" else best_lib.best_dir(source)
+  steps = ckpt_lib.available_steps(where) if (where / "checkpoints").exists() else []
+  if not steps:
+    what = "no checkpoint" if which == "last" else "no best checkpoint (train.best_metric)"
+    raise ValueError(f"config key train.init_from: {source} holds {what} in {where / 'checkpoints'}; "
+                     "expected the workdir of a trained run")
+  return where, steps[-1]
+
+
+def share_vocabulary(config, workdir: str) -> None:
+  """The source's vocabulary for a run that starts from it: copied into the new workdir where the
+  run keeps its vocabulary there (data.vocab_dir unset) and has none yet, so the ids mean the same
+  pieces; a run that has another vocabulary already is refused (lead host)."""
+  source = config.train.init_from
+  try:
+    theirs = config_lib.build(ckpt_lib.read_config(source)).data
+  except (OSError, ValueError) as e:
+    raise ValueError(f"config key train.init_from: {source}/config.json cannot be read as a run's "
+                     f"config ({' '.join(str(e).split())}); expected the workdir of a trained "
+                     "run") from None
+  there = storage.path(theirs.vocab_dir or source) / tokenizer_lib.vocab_filename(theirs)
+  here = storage.path(config.data.vocab_dir or workdir) / tokenizer_lib.vocab_filename(config.data)
+  if jax.process_index() != 0 or not there.exists() or there == here:
+    return
+  if not here.exists():
+    if config.data.vocab_dir is None:
+      storage.write_atomically(here, there.read_bytes())
+    return
+  if here.read_bytes() != there.read_bytes():
+    raise ValueError(f"config key train.init_from: {source}'s vocabulary {there} is not this run's "
+                     f"{here}: the same ids would be other pieces; train with the source's "
+                     "vocabulary (data.vocab_dir)")
+
+
+def first_difference(saved: dict[str, tuple], wanted: dict[str, tuple]) -> str | None:
+  """'NAME: SHAPE there, SHAPE here' for the first parameter (in name order) whose shapes differ
+  between two {name: shape} maps (`absent` where one lacks it), else None."""
+  for name in sorted(set(saved) | set(wanted)):
+    if saved.get(name) != wanted.get(name):
+      shape = lambda s: "absent" if s is None else str(s)
+      return f"{name}: {shape(saved.get(name))} there, {shape(wanted.get(name))} here"
+  return None
+
+
+def start_state(config, experiment, workdir: str):
+  """A fresh TrainState of `experiment` holding the parameters of config.train.init_from's chosen
+  checkpoint; writes WORKDIR/init_from.json (lead host)."""
+  source, which = config.train.init_from, config.train.init_checkpoint
+  where, step = source_checkpoint(source, which)
+  whole = config.train.init_optimizer
+  state_dir = ckpt_lib.checkpoint_dir(where) / str(step) / ckpt_lib.STATE
+  prefix = "" if whole else "params/"
+  saved = {k[len(prefix):]: v for k, v in ckpt_lib.saved_shapes(state_dir).items()
+           if k.startswith(prefix)}
+  target = experiment.abstract_state if whole else experiment.abstract_params
+  differs = first_difference(saved, ckpt_lib._shapes(target))  # pylint: disable=protected-access
+  if differs:
+    what = "array" if whole else "parameter"
+    raise ValueError(f"config key train.init_from: {source} ({which} checkpoint, step {step}) is "
+                     f"another model: {what} {differs}")
+  if whole:
+    state, _ = ckpt_lib.restore_state(where, step, experiment.abstract_state)
+  else:
+    params = ckpt_lib.restore_params(where, step, experiment.abstract_params)
+    state = experiment.init_state().replace(params=params)
+  if jax.process_index() == 0:
+    storage.path(workdir).mkdir(parents=True, exist_ok=True)
+    storage.write_json(storage.path(workdir) / RECORD,
+                       {"workdir": str(storage.path(source)), "checkpoint": which, "step": step,
+                        "optimizer": "source" if whole else "fresh"})
+  return state
+
+
+def describe(workdir: str) -> str:
+  """The line saying where a run started (its init_from.json)."""
+  record = storage.read_json(storage.path(workdir) / RECORD)
+  if record.get("optimizer") == "source":
+    return (f"started from the state of {record['workdir']} ({record['checkpoint']} checkpoint, "
+            f"step {record['step']}): its parameters, optimizer moments and schedule")
+  return (f"started from the parameters of {record['workdir']} ({record['checkpoint']} checkpoint,"
+          f" step {record['step']}), with a fresh optimizer and schedule")
