@@ -61,7 +61,7 @@ def train(tmp_path, monkeypatch, perplexities: dict, *, steps, patience=0, start
   runner = loop.StepRunner(
       config=config, train_step=train_step, batches=data,
       runs=[loop.Run(str(tmp_path), main, main, tracker, best)], state_shardings=None,
-      evaluate_dev=lambda params, k: {"perplexity": perplexities[ran[-1]]}, evaluate_bleu=None,
+      evaluate_dev=lambda params, k, name: {"perplexity": perplexities[ran[-1]]}, evaluate_bleu=None,
       preemption=types.SimpleNamespace(stop=lambda: False),
       progress=Progress(steps, start, io.StringIO(), tty=False))
   loop.run_steps(runner, types.SimpleNamespace(params=None), start)
