@@ -37,7 +37,7 @@ def test_the_protocol_as_configured():
   assert load_config("configs/positions.py").rows == tuple(positions.ROWS)
 
 
-@pytest.mark.slow
+@pytest.mark.long  # a sweep of 6 runs: CI runs it after the README's command
 def test_a_quick_positions_sweep_reports_by_length(corpus, tmp_path, capsys):
   root = tmp_path / "positions"
   # The fake corpus's sentences are short: train on at most 12 pieces, test up to 64.

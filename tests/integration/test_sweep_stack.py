@@ -20,7 +20,7 @@ def _results(root):
   return {r["name"]: r for r in map(json.loads, (root / "results.jsonl").read_text().splitlines())}
 
 
-@pytest.mark.slow
+@pytest.mark.long  # two sweeps: CI runs it after the README's command
 def test_a_stacked_sweep_gives_the_runs_alone_results(corpus, tmp_path, capsys):
   assert _sweep(corpus, tmp_path / "alone", tmp_path / "published_alone") == 0
   assert _sweep(corpus, tmp_path / "stacked", tmp_path / "published", "--stack") == 0
@@ -50,7 +50,7 @@ def _rows_sweep(corpus, root, *flags):
   return cli.main(argv)
 
 
-@pytest.mark.slow
+@pytest.mark.long  # two sweeps: CI runs it after the README's command
 def test_rows_that_differ_in_scalars_stack_and_give_their_runs_alone_results(corpus, tmp_path,
                                                                              capsys):
   """base, D1 and D4 differ in dropout and label smoothing only: --stack trains them as one stack
