@@ -117,6 +117,8 @@ def _run(configs: list[Config], workdirs: list[str], stream) -> list:
   preemption = Preemption()  # from the start: a SIGTERM during set-up still ends with a checkpoint
   try:
     distributed.initialize_from_env()
+    for data in {c.data for c in configs}:  # bad text files: one line, before any workdir is made
+      sources.check_text_files(sources.DataSource.of(data))
     with logs.workdir_log(jax.process_index()) as log, contextlib.ExitStack() as held:
       held_dirs = [held.enter_context(Workdir(w)) for w in workdirs]
       return _train(configs, held_dirs, log, stream, preemption)

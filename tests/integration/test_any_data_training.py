@@ -96,15 +96,18 @@ def test_text_files_train_resume_and_evaluate_each_set(text_corpus, tmp_path, ca
   assert "--split: expected names of dev, test, extra" in capsys.readouterr().err
 
 
-def test_a_bad_file_is_refused_before_anything_is_written(text_corpus, tmp_path):
+@pytest.mark.parametrize("split", ["train", "dev"])
+def test_a_bad_file_is_refused_before_anything_is_written(text_corpus, tmp_path, split):
+  """Mismatched train files, or dev files (read only at the first evaluation), stop the run before
+  its workdir or vocabulary is written."""
   bad = tmp_path / "bad"
   bad.mkdir()
-  (bad / "train.en").write_text("one\ntwo\nthree\n")
-  (bad / "train.es").write_text("uno\ndos\n")
-  config = _config(text_corpus, f"data.train_files={bad}/train.{{lang}}",
+  (bad / f"{split}.en").write_text("one\ntwo\nthree\n")
+  (bad / f"{split}.es").write_text("uno\ndos\n")
+  config = _config(text_corpus, f"data.{split}_files={bad}/{split}.{{lang}}",
                    f"data.vocab_dir={tmp_path}/vocab")
-  with pytest.raises(ValueError, match=rf"^data.train_files: {bad}/train.en has 3 lines but "
-                                       rf"{bad}/train.es has 2; expected the same number"):
+  with pytest.raises(ValueError, match=rf"^data.{split}_files: {bad}/{split}.en has 3 lines but "
+                                       rf"{bad}/{split}.es has 2; expected the same number"):
     run_train(config, tmp_path / "w")
   assert not os.path.exists(tmp_path / "w")  # the new workdir removed again
   assert not os.path.exists(tmp_path / "vocab") or not os.listdir(tmp_path / "vocab")

@@ -258,6 +258,16 @@ def _one_builder_at_a_time(builder):
     yield
 
 
+def check_text_files(source: DataSource) -> None:
+  """Opens every text-file split a run reads (its train files where data.dataset='text', and each
+  evaluation set given as files), so that a missing, empty or mismatched file stops it in one line
+  before its workdir is made (tfm/loop.py): nothing half written is left behind."""
+  names = (("train",) if source.is_text else ()) + tuple(
+      name for name, split in source.eval_sets if split not in SPLITS or source.is_text)
+  for name in names:
+    source.open(name)
+
+
 def prepare(source: DataSource, create_data_dir: bool = False):
   """Downloads (WMT, any TFDS builder) or builds (Bible, from SWORD modules) the dataset as
   array_record.
