@@ -58,7 +58,8 @@ def test_quick_sweep_publishes_resumes_elsewhere_and_imports(node_python, node_b
   sweep = (out / "sweep.txt").read_text()
   started = [line.split(" on ")[0].removeprefix("[sweep] start ")
              for line in sweep.splitlines() if line.startswith("[sweep] start ")]
-  assert started == ["C1-s0, C1-s1", "C4-s0, C4-s1"]  # each row's seeds as one stack
+  # each row's seeds as one stack; the larger row first (the driver starts the longest first)
+  assert started == ["C4-s0, C4-s1", "C1-s0, C1-s1"]
   published = _results(node_published)
   assert sorted(published) == ["C1-s0", "C1-s1", "C4-s0", "C4-s1"]
   for r in published.values():
