@@ -20,9 +20,8 @@ import jax
 
 from tfm.data import prefetch
 from tfm.data.length_buckets import split_by_length
-from tfm.decode.text import translate_texts
-from tfm.eval.bleu import score
-from tfm.train.loss import per_token
+from tfm.eval.dev_bleu import DevBleu
+from tfm.eval.dev_loss import loss_over
 
 
 class ByLength:
@@ -45,12 +44,9 @@ class ByLength:
         process_count=jax.process_count(), row_multiple=row_multiple)
 
   def _loss(self, params, bucket) -> dict:
-    totals = None
-    for host_batch in bucket.batches:
-      sums = self.eval_step(params, prefetch.to_device(host_batch, self.sharding))
-      totals = sums if totals is None else jax.tree.map(lambda a, b: a + b, totals, sums)
-    values = per_token(jax.device_get(totals))
-    return dict(perplexity=float(values["perplexity"]), nll=float(values["nll"]),
+    values = loss_over(self.eval_step, params,
+                       [prefetch.to_device(b, self.sharding) for b in bucket.batches])
+    return dict(perplexity=values["perplexity"], nll=values["nll"],
                 target_tokens=int(values["tokens"]))
 
   def __call__(self, params, progress=None) -> list[dict]:
@@ -77,12 +73,10 @@ class ByLength:
                      "(model.max_length)")
       else:
         count = (lambda n, done=done: progress(done + n)) if progress else None
-        hyps, _ = translate_texts(self.translate, params, self.tokenizer,
-                                  [s for s, _ in bucket.pairs], batch_size=self.batch_size,
-                                  max_input_length=bucket.hi, progress=count)
-        scores = score(hyps, [t for _, t in bucket.pairs], self.data.target_lang,
-                       compounds=self.compounds)
-        entry.update(bleu=scores["sacrebleu"], tokenized_bleu=scores["tokenized_bleu"])
+        scores = DevBleu(self.data, None, self.tokenizer, self.translate,
+                         batch_size=self.batch_size, compounds=self.compounds,
+                         pairs=bucket.pairs, max_input_length=bucket.hi)(params, progress=count)
+        entry.update(bleu=scores["bleu"], tokenized_bleu=scores["tokenized_bleu"])
       done += len(bucket.pairs)
       if notes:
         entry["note"] = "; ".join(notes)

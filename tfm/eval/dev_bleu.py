@@ -18,14 +18,18 @@ class DevBleu:
   compiled once, not at every evaluation. translate: translate(params, inputs, rng) on the mesh
   (Experiment.translate_fn); batch_size: rows per decode batch (a multiple of the batch shards);
   source: the run's DataSource (Experiment.data_source); limit: number of pairs (0 or None = all), the first pairs of the split, in order.
+  pairs: these (source, target) texts instead of the split's (a length bucket's:
+  tfm/eval/by_length.py); max_input_length: sources cut there (default data.max_length).
   """
 
-  def __init__(self, data: DataConfig, source: DataSource, tokenizer, translate, *,
+  def __init__(self, data: DataConfig, source: DataSource | None, tokenizer, translate, *,
                batch_size: int, split: str = "dev", limit: int | None = None,
-               compounds: str = "t2t"):
+               compounds: str = "t2t", pairs: list[tuple[str, str]] | None = None,
+               max_input_length: int | None = None):
     self.data, self.tokenizer, self.translate, self.batch_size = data, tokenizer, translate, batch_size
     self.compounds = compounds
-    self.pairs = pipeline.eval_text_pairs(data, source, split)
+    self.max_input_length = data.max_length if max_input_length is None else max_input_length
+    self.pairs = pipeline.eval_text_pairs(data, source, split) if pairs is None else list(pairs)
     if limit:
       self.pairs = self.pairs[:limit]
 
@@ -40,7 +44,7 @@ class DevBleu:
     'decode_compile_s'}."""
     hyps, stats = translate_texts(translate or self.translate, params, self.tokenizer,
                                   [s for s, _ in self.pairs],
-                                  batch_size=self.batch_size, max_input_length=self.data.max_length,
+                                  batch_size=self.batch_size, max_input_length=self.max_input_length,
                                   progress=progress, search_args=search_args, compiled=compiled)
     references = [t for _, t in self.pairs]
     scores = score(hyps, references, self.data.target_lang, compounds=self.compounds)

@@ -32,8 +32,14 @@ class DevLoss:
     self.batches = [prefetch.to_device(b, sharding) for b in host_batches]
 
   def __call__(self, params) -> dict[str, float]:
-    totals = None
-    for batch in self.batches:
-      sums = self.eval_step(params, batch)
-      totals = sums if totals is None else jax.tree.map(lambda a, b: a + b, totals, sums)
-    return {k: float(v) for k, v in per_token(jax.device_get(totals)).items()}
+    return loss_over(self.eval_step, params, self.batches)
+
+
+def loss_over(eval_step, params, batches) -> dict[str, float]:
+  """{loss, nll, perplexity, accuracy, tokens} of device `batches`: eval_step's per-token sums
+  added over every batch, then one division (also tfm/eval/by_length.py's, a bucket at a time)."""
+  totals = None
+  for batch in batches:
+    sums = eval_step(params, batch)
+    totals = sums if totals is None else jax.tree.map(lambda a, b: a + b, totals, sums)
+  return {k: float(v) for k, v in per_token(jax.device_get(totals)).items()}
