@@ -13,8 +13,7 @@ import dataclasses
 import math
 from typing import Sequence
 
-import numpy as np
-
+from tfm.sweep import compare
 from tfm.sweep.result import RunResult
 
 
@@ -29,19 +28,19 @@ class Cell:
 
   @property
   def bleu(self) -> float:
-    return float(np.mean(self.bleu_values)) if self.bleu_values else math.nan
+    return compare.stats(self.bleu_values)[0]
 
   @property
   def bleu_std(self) -> float:
-    return float(np.std(self.bleu_values, ddof=1)) if len(self.bleu_values) > 1 else math.nan
+    return compare.stats(self.bleu_values)[1]
 
   @property
   def ppl(self) -> float:
-    return float(np.mean(self.ppl_values)) if self.ppl_values else math.nan
+    return compare.stats(self.ppl_values)[0]
 
   @property
   def ppl_std(self) -> float:
-    return float(np.std(self.ppl_values, ddof=1)) if len(self.ppl_values) > 1 else math.nan
+    return compare.stats(self.ppl_values)[1]
 
 
 @dataclasses.dataclass(frozen=True)

@@ -75,7 +75,7 @@ def spearman(x: Sequence[float], y: Sequence[float]) -> float:
   return float(np.sum(rx * ry) / denominator) if denominator else float("nan")
 
 
-def _stats(values: list[float]) -> tuple[float, float, float]:
+def stats(values: Sequence[float]) -> tuple[float, float, float]:
   """(mean, sample std, range); std and range are NaN for fewer than two values."""
   if not values:
     return float("nan"), float("nan"), float("nan")
@@ -198,16 +198,16 @@ def groups(results: Sequence[RunResult]) -> list[Group]:
     first = runs[0]
     figures = {}
     for key in ("dev_ppl", "bleu", "tokenized_bleu", "chrf", "ter"):
-      figures[key], figures[key + "_std"], figures[key + "_range"] = _stats(
+      figures[key], figures[key + "_std"], figures[key + "_range"] = stats(
           [getattr(r, key) for r in ok if getattr(r, key) is not None])
     late = [x for x in (late_change(r.dev_curve, r.steps) for r in ok) if x is not None]
     out.append(Group(
         group=name, row=first.row, changes=dict(first.changes), paper=first.paper,
         runs=len(runs), finished=len(ok), params=first.params, steps=first.steps,
-        tokens_seen=_stats([r.tokens_seen for r in ok if r.tokens_seen])[0],
+        tokens_seen=stats([r.tokens_seen for r in ok if r.tokens_seen])[0],
         wall_s=sum(r.wall_s for r in runs), failed=len(ok) < len(runs),
         dev_ppl_values=tuple(float(r.dev_ppl) for r in ok if r.dev_ppl is not None),
-        late_change=_stats([change for change, _ in late])[0],
+        late_change=stats([change for change, _ in late])[0],
         late_from=sorted({start for _, start in late}), dev_curve=mean_curve(ok), **figures))
   return out
 
