@@ -32,13 +32,11 @@ def parse_args():
 
 
 def _text(value) -> str | None:
-  if isinstance(value, bytes):
-    try:
-      value = value.decode("utf-8")
-    except UnicodeDecodeError:
-      return None
-  value = re.sub(r"\s+", " ", str(value)).strip()
-  return value or None
+  """One line's text: tfm's own decoding of a record (None where it is empty or not UTF-8),
+  its whitespace runs (newlines and tabs too) made single spaces."""
+  from tfm.data.examples import OK, decode_text  # pylint: disable=import-outside-toplevel
+  text, status = decode_text(value)
+  return re.sub(r"\s+", " ", text) if status == OK else None
 
 
 def main():
