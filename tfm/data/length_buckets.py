@@ -17,11 +17,13 @@ from __future__ import annotations
 
 import dataclasses
 import math
-from typing import Any, Sequence
+from typing import TYPE_CHECKING, Any, Sequence
 
-from tfm.data import batching, sources
-from tfm.data import examples as examples_lib
+from tfm.data import batching
 from tfm.data.config import DataConfig
+
+if TYPE_CHECKING:  # the eval section's check_edges loads this module with every config: no grain
+  from tfm.data import sources
 
 ROW_MULTIPLE = 8  # row lengths are rounded up to a multiple of this: fewer shapes to compile
 
@@ -67,14 +69,10 @@ def split_by_length(cfg: DataConfig, source: sources.DataSource, tokenizer, spli
   pipeline.eval_text_pairs. A batch of row length L has the rows data.tokens_per_batch // L
   gives (rounded as training rounds them: batching.global_rows)."""
   edges = check_edges(edges, "length buckets")
-  first = sources.HostShard(source.open(split), 0, 1, cfg.eval_max_examples)
+  from tfm.data import pipeline  # pylint: disable=import-outside-toplevel
   members: list[list] = [[] for _ in edges]
   beyond = 0
-  for i in range(len(first)):
-    decoded = [examples_lib.decode_text(value) for value in first[i]]
-    if any(status != examples_lib.OK for _, status in decoded):
-      continue
-    texts = (decoded[0][0], decoded[1][0])
+  for texts in pipeline.eval_text_pairs(cfg, source, split):
     ids = [tokenizer.encode(text) for text in texts]
     slot = next((k for k, e in enumerate(edges) if len(ids[0]) <= e), None)
     if slot is None:
