@@ -188,14 +188,16 @@ def _section(text: str, heading: str) -> str:
   return text[start:start + len(heading) + following.start()] if following else text[start:]
 
 
-def test_readme_table3_is_the_committed_sweeps():
-  """The README's Table 3 tables are the report's glance tables of the committed results.jsonl,
-  verbatim: a figure edited by hand, or results committed without the README, fail here."""
+def test_table3_glance_is_the_committed_sweeps():
+  """docs/table3.md's glance tables of the reduced-scale protocol are the report's glance tables of
+  the committed results.jsonl, verbatim: a figure edited by hand, or results committed without the
+  page, fail here."""
   results_file = ROOT / "experiments" / "results" / "table3_mini" / "results.jsonl"
   results = [RunResult.from_json(json.loads(line)) for line in results_file.read_text().splitlines()]
   glance = report.glance_markdown(results)
-  assert glance and glance in _section(README.read_text(), "### Table 3 at reduced scale"), (
-      "README.md's Table 3 differs from tfm.sweep.report.glance_markdown of "
+  page = ROOT / "docs" / "table3.md"
+  assert glance and glance in _section(page.read_text(), "## The new protocol"), (
+      "docs/table3.md's glance tables differ from tfm.sweep.report.glance_markdown of "
       f"{results_file.relative_to(ROOT)}:\n{glance}")
 
 
