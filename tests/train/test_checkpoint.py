@@ -164,6 +164,34 @@ def test_a_save_killed_midway_leaves_nothing_after_the_next_run(tmp_path):
   assert not list((tmp_path / "checkpoints").iterdir())
 
 
+def test_a_kill_during_the_next_save_leaves_the_previous_checkpoint(tmp_path):
+  """keep=1 (the best checkpoint's Checkpointer): step 2 on disk, then a process killed while step
+  4's asynchronous save runs. Step 2 must still be there and readable: a checkpoint is deleted
+  only once the one replacing it is on disk."""
+  import subprocess  # pylint: disable=import-outside-toplevel
+  import sys  # pylint: disable=import-outside-toplevel
+  child = ("import os, jax.numpy as jnp\n"
+           "from tfm.train.checkpoint import Checkpointer\n"
+           f"c = Checkpointer({str(tmp_path)!r}, keep=1)\n"
+           "c.save(2, {'w': jnp.full((2048, 2048), 2.0)}, {'at': 2})\n"
+           "c.wait()\n"
+           "c.save(4, {'w': jnp.full((2048, 2048), 4.0)}, {'at': 4})\n"
+           "os._exit(9)\n")  # killed while step 4 is written
+  subprocess.run([sys.executable, "-c", child], check=False, timeout=120)
+  assert available_steps(tmp_path) == [2]
+  checkpointer = Checkpointer(str(tmp_path), keep=1)
+  abstract_w = {"w": jax.ShapeDtypeStruct((2048, 2048), np.float32,
+                                          sharding=jax.sharding.SingleDeviceSharding(
+                                              jax.devices()[0]))}
+  state, data, step = checkpointer.restore(abstract_w)
+  assert step == 2 and data == {"at": 2} and float(state["w"][0, 0]) == 2.0
+  checkpointer.save(4, {"w": jax.numpy.full((2048, 2048), 4.0)}, {"at": 4})
+  assert 2 in available_steps(tmp_path)  # 4 in flight: 2 goes once 4 is on disk
+  checkpointer.wait()
+  assert available_steps(tmp_path) == [4]
+  checkpointer.close()
+
+
 def test_an_optimizer_state_numbered_by_optax_chain_is_named_and_its_params_still_restore(
     tiny_setup, tmp_path):
   """Checkpoints of older tfm versions held opt_state as optax.chain's tuple (opt_state/0/mu/...)."""

@@ -117,7 +117,8 @@ class Checkpointer:
 
   keep: how many checkpoints of the periodic series to keep (train.keep_checkpoints); period: its
   step (train.checkpoint_every; None = every saved step is periodic); final_step: train.steps.
-  async_save: save in a background thread; `wait()` blocks until the last save is on disk.
+  async_save: save in a background thread; `wait()` blocks until the last save is on disk and
+  prunes the checkpoints it replaced (so does the next save, before it starts).
   Every process must call save/restore (Orbax coordinates the hosts).
   """
 
@@ -155,16 +156,18 @@ class Checkpointer:
     args = ocp.args.Composite(**{STATE: ocp.args.StandardSave(state),
                                  DATA: ocp.args.JsonSave(payload),
                                  MANIFEST: ocp.args.JsonSave(manifest)})
-    started = self.manager.save(int(step), args=args, force=force)
-    self._prune(int(step))
-    return started
+    self.wait()  # the previous save on disk (Orbax's save waits for it too), then pruned
+    return self.manager.save(int(step), args=args, force=force)
 
-  def _prune(self, newest: int) -> None:
-    """Deletes the checkpoints outside the last `keep` of the series, but never the newest."""
-    steps = sorted(set(self.manager.all_steps()) | {newest})
-    kept = set(periodic(steps, self.period, self.final_step)[-self.keep:]) | {steps[-1]}
+  def _prune(self) -> None:
+    """Deletes the finished checkpoints outside the last `keep` of the series, but never the
+    newest. Called only with no save in flight (wait()), so that a checkpoint is deleted only once
+    the one that replaces it is on disk: a kill at any moment leaves `keep` readable ones (a
+    best checkpoint, keep=1, is never gone before its successor is written)."""
+    steps = self.all_steps()
+    kept = set(periodic(steps, self.period, self.final_step)[-self.keep:]) | set(steps[-1:])
     for step in steps:
-      if step not in kept and step != newest:
+      if step not in kept:
         self.manager.delete(step)
 
   def latest_step(self) -> int | None:
@@ -183,7 +186,7 @@ class Checkpointer:
     changed) this raises and renames nothing. An explicit step is restored or raises. accept(state,
     data_state) may raise to reject a checkpoint (e.g. a data state the iterator cannot take).
     """
-    self.wait()
+    self.manager.wait_until_finished()
     if step is not None:
       return self._restore(abstract_state, step, accept) + (step,)
     failed = []
@@ -238,8 +241,10 @@ class Checkpointer:
     self.manager.reload()
 
   def wait(self) -> None:
-    """Blocks until pending asynchronous saves are finished."""
+    """Blocks until pending asynchronous saves are finished, then deletes the checkpoints they
+    replaced (keep)."""
     self.manager.wait_until_finished()
+    self._prune()
 
   def close(self) -> None:
     self.manager.close()
