@@ -7,7 +7,7 @@
 
 First it trains `config` with tfm.loop.train in a fresh workdir (--workdir, default a temporary
 directory): the real pipeline, packing, prefetch, metrics windows, checkpoints, dev loss and dev
-BLEU at the config's cadence. It times loop.run_steps from the end of the first (compiling) step
+BLEU at the config's cadence. It times runner.run_steps (tfm/train/runner.py) from the end of the first (compiling) step
 to the last step's state being ready, and subtracts the evaluations: each is timed from the moment
 the steps dispatched before it have finished (their time is the steps') to its result, and the
 redrawing of curves.png that follows them with them. What is
@@ -54,7 +54,7 @@ from experiments.gpu import profile_summary  # noqa: E402
 from tfm import config as config_lib  # noqa: E402
 from tfm import loop  # noqa: E402
 from tfm.experiment import Experiment  # noqa: E402
-from tfm.train import backend  # noqa: E402
+from tfm.train import backend, runner  # noqa: E402
 
 FLAGS = flags.FLAGS
 flags.DEFINE_string("workdir", None, "the loop's workdir (default: a temporary directory, removed)")
@@ -68,7 +68,7 @@ PROFILE_MARGIN = 5
 
 
 class LoopClock:
-  """Wraps loop.run_steps: records the device batches the steps took, the first step's end, the
+  """Wraps runner.run_steps: records the device batches the steps took, the first step's end, the
   evaluations' time (from their inputs being ready) and the end of the last step."""
 
   def __init__(self, timed_until: int | None = None):
@@ -108,7 +108,7 @@ class LoopClock:
     return timed
 
   def draw_curves(self, draw):
-    """loop._draw_curves, timed with the evaluations (it follows them, at their cadence)."""
+    """runner._draw_curves, timed with the evaluations (it follows them, at their cadence)."""
     def timed(*args):
       start = clocks()
       draw(*args)
@@ -167,12 +167,13 @@ def measure(config, workdir: str, repeats: int, profile: int = 0) -> dict:
     config = config.replace(train=dataclasses.replace(config.train,
                                                       profile_steps=(steps - profile, steps)))
   clock = LoopClock(timed_until)
-  original = loop.run_steps, loop._draw_curves  # pylint: disable=protected-access
-  loop.run_steps, loop._draw_curves = clock.run_steps(original[0]), clock.draw_curves(original[1])
+  original = runner.run_steps, runner._draw_curves  # pylint: disable=protected-access
+  runner.run_steps, runner._draw_curves = (clock.run_steps(original[0]),
+                                           clock.draw_curves(original[1]))
   try:
     loop.train(config, workdir, stream=io.StringIO())
   finally:
-    loop.run_steps, loop._draw_curves = original
+    runner.run_steps, runner._draw_curves = original
   timed = len(clock.batches) - 1
   loop_s = clock.end[0] - clock.first_done[0] - clock.evaluations_s
   loop_cpu = clock.end[1] - clock.first_done[1] - clock.evaluations_cpu_s

@@ -4,8 +4,9 @@
                   one of their own: train_batches), prefetched onto the mesh by a thread
   Experiment   -> mesh, rules, model, optimizer, sharded state, the jitted steps (tfm/experiment.py)
   state:  restored from the workdir's latest readable checkpoint (with the data iterator's position),
-          else initialized directly in its shards
-  loop:   step (one jit, state donated; the first one's compilation timed and shown) ... every
+          else initialized directly in its shards (or from another run: train.init_from)
+  loop:   tfm/train/runner.py's run_steps: step (one jit, state donated; the first one's
+          compilation timed and shown) ... every
           train.log_every steps the only host sync: metrics fetched, non-finite updates checked,
           a console line (step/total, ETA, MFU on accelerators) and TensorBoard scalars;
           every train.eval_every the input pipeline's packing efficiency and dropped-example
@@ -25,40 +26,30 @@ step JAX's preemption service agrees on.
 from __future__ import annotations
 
 import contextlib
-import dataclasses
 import os
 import sys
-from typing import Any, Callable, Sequence
+from typing import Sequence
 
 import jax
 
-from tfm import logs, storage
+from tfm import logs
 from tfm.config import Config, check_vocabulary
 from tfm.data import (batch_process, bucketing, pipeline, prefetch, sources,
                       tokenizer as tokenizer_lib)
 from tfm.eval.dev_bleu import DevBleu
 from tfm.eval.dev_loss import DevLoss
 from tfm.experiment import Experiment
-from tfm.figures import curves
 from tfm.model.params import parameter_count
 from tfm.train import checkpoint as ckpt_lib
-from tfm.train import backend, distributed, stack
+from tfm.train import backend, distributed, runner, stack, vocabulary
 from tfm.train import best as best_lib
 from tfm.train import init_from as init_from_lib
-from tfm.train import flops as flops_lib
 from tfm.train.cadence import Cadence
 from tfm.train.metrics_writer import MetricsWriter
 from tfm.train.preemption import Preemption
 from tfm.train.progress import Progress
-from tfm.train.trace import ProfileTrace
 from tfm.train.step import member_sharding
-from tfm.train.window import Window
 from tfm.train.workdir import Workdir
-
-# Input-pipeline figures logged beside the train metrics (TrainIterator.stats()).
-DATA_STATS = ("inputs_efficiency", "targets_efficiency", "examples_read", "examples_kept",
-              "skipped_empty", "skipped_non_utf8", "filtered_overlong", "truncated")
-
 
 def prepare_data(config: Config, source: sources.DataSource, workdir: str):
   """The dataset (the Experiment's data source) on every host and the vocabulary in the workdir;
@@ -83,16 +74,6 @@ def prepare_data(config: Config, source: sources.DataSource, workdir: str):
   check_vocabulary(config, tokenizer.vocab_size)
   distributed.barrier("tfm-data-everywhere")
   return tokenizer
-
-
-def _share_vocabulary(config: Config, first: str, workdir: str) -> None:
-  """A stack member's vocabulary, where it lives in its workdir (data.vocab_dir unset): the first
-  member's, which its data would train again (members share their data but the order)."""
-  if config.data.vocab_dir is None and distributed.is_lead_host():
-    name = tokenizer_lib.vocab_filename(config.data)
-    source, target = storage.path(first) / name, storage.path(workdir) / name
-    if source.exists() and not target.exists():
-      storage.write_atomically(target, source.read_bytes())
 
 
 def train(config: Config, workdir: str, stream=None):
@@ -175,13 +156,16 @@ def _train(configs: list[Config], held: list[Workdir], log: logs.WorkdirLog, str
                      "or set train.patience=0")
   # A stack's model and step: built from the members' largest dropout rates (tfm/train/stack.py).
   stacked = None if members is None else Experiment(stack.structure_config(configs))
-  for c, w in zip(configs, workdirs):
-    if c.train.init_from and not ckpt_lib.available_steps(w):  # a resume keeps its own
-      init_from_lib.share_vocabulary(c, w)
+  source_vocab = {k: init_from_lib.share_vocabulary(c, w)  # a run from another: the source's
+                  for k, (c, w) in enumerate(zip(configs, workdirs))
+                  if c.train.init_from and not ckpt_lib.available_steps(w)}  # a resume: its own
   tokenizers = [prepare_data(config, exp.data_source, workdirs[0])]
-  for c, e, w in zip(configs[1:], exps[1:], workdirs[1:]):  # a stack's other members
-    _share_vocabulary(c, workdirs[0], w)
+  for c, e, w in zip(configs[1:], exps[1:], workdirs[1:]):  # a stack's other members: the first's
+    vocabulary.take(vocabulary.path_of(config.data, workdirs[0]), c.data, w, workdirs[0],
+                    "a stack's members share one vocabulary")
     tokenizers.append(prepare_data(c, e.data_source, w))
+  for k, sha256 in source_vocab.items():
+    init_from_lib.check_tokenizer(configs[k], tokenizers[k], sha256)
   tc = config.train
   with contextlib.ExitStack() as cleanup:  # closed in reverse order, whatever happens
     iterators = [train_batches(c, t, e) for c, t, e in zip(configs, tokenizers, exps)]
@@ -252,9 +236,9 @@ def _train(configs: list[Config], held: list[Workdir], log: logs.WorkdirLog, str
                               batch_size=exp.decode_rows(config.eval.batch_size), split=name,
                               limit=config.eval.bleu_examples, compounds=config.eval.compounds)
                 for name in eval_sets}
-    runs = [Run(w, wr, ck, *_best(tc, w, start, exp.choices.saves == "background", cleanup))
+    runs = [runner.Run(w, wr, ck, *_best(tc, w, start, exp.choices.saves == "background", cleanup))
             for w, wr, ck in zip(workdirs, writers, checkpointers)]
-    state = run_steps(StepRunner(
+    state = runner.run_steps(runner.StepRunner(
         config=config, train_step=(exp.train_step if members is None else
                                    stacked.stacked_train_step(
                                        members, stack.MemberScalars.of(configs))),
@@ -276,192 +260,3 @@ def _best(tc, workdir: str, start: int, async_save: bool, cleanup: contextlib.Ex
   cleanup.callback(checkpointer.close)
   cleanup.callback(checkpointer.wait)
   return best_lib.BestTracker(workdir, tc.best_metric, tc.patience, start), checkpointer
-
-
-@dataclasses.dataclass(frozen=True)
-class Run:
-  """One run of the loop (a stack's member, or the run alone): its workdir, its metrics writer
-  and its checkpointer (save(step, state, data_state), wait()); with train.best_metric, its
-  BestTracker and the checkpointer of its best checkpoint (tfm/train/best.py)."""
-  workdir: str
-  writer: MetricsWriter
-  checkpointer: Any
-  best: Any = None
-  best_checkpointer: Any = None
-
-
-def _draw_curves(writer: MetricsWriter, workdir: str) -> None:
-  """WORKDIR/curves.png (tfm plot's figure) from every run's events so far; lead host, where
-  the events are written (not without tensorboardX: metrics_writer.py)."""
-  if jax.process_index() == 0 and writer.tensorboard is not None:
-    writer.sync()
-    curves.write_png([workdir], storage.path(workdir) / "curves.png")
-
-
-@dataclasses.dataclass(frozen=True)
-class StepRunner:
-  """What run_steps works with, besides the state: the config, the compiled step, the batches,
-  the runs it trains and the parts the cadence calls.
-
-  train_step: (state, batch) -> (state, metrics), the state donated. batches: an iterator of device
-  batches with get_state() (saved with each checkpoint) and stats() (the pipeline's figures).
-  runs: one Run, or a stack's members (tfm/train/stack.py): then the state, the batch and the
-  metrics have a leading member axis, and get_state() and stats() are lists, a member each.
-  state_shardings: a run's own (a member's slice of a stacked state is laid out so).
-  evaluate_dev, evaluate_bleu: (run k's params, k, evaluation set) -> a dict of figures
-  (evaluate_bleu None when eval.bleu_every is 0). eval_sets: the evaluation sets' names
-  (data.eval_sets), each evaluated in turn and written under its name ('dev': `dev/perplexity`).
-  preemption: stop() is True once a SIGTERM came. The first run's workdir takes the profiles.
-  """
-  config: Any
-  train_step: Callable
-  batches: Any
-  runs: list
-  state_shardings: Any
-  evaluate_dev: Callable
-  evaluate_bleu: Callable | None
-  preemption: Preemption
-  progress: Progress
-  eval_sets: tuple[str, ...] = ("dev",)
-
-  @property
-  def stacked(self) -> bool:
-    return len(self.runs) > 1
-
-  def member(self, state, k: int):
-    """Run k's own state (the state itself for a run alone)."""
-    return stack.member_state(state, k, self.state_shardings) if self.stacked else state
-
-  def member_params(self, params, k: int):
-    """Run k's own parameters (the parameters themselves for a run alone)."""
-    return (stack.member_state(params, k, self.state_shardings.params) if self.stacked
-            else params)
-
-  def per_run(self, value) -> list:
-    """A list a run of what the batches give (get_state, stats): lists already for a stack."""
-    return list(value) if self.stacked else [value]
-
-
-def run_steps(runner: StepRunner, state, step: int):
-  """Steps from `step` to train.steps (or a preemption); returns the last state. Cadence.of(config)
-  says which periodic actions a step is due for; each run gets its own lines, checkpoints and
-  evaluations."""
-  r = runner
-  cadence = Cadence.of(r.config)
-  tc = r.config.train
-  window = Window(devices=jax.device_count(), peak=flops_lib.peak_flops(),
-                  members=len(r.runs) if r.stacked else None)
-  compiled = False
-  first = r.runs[0]
-  with ProfileTrace(tc.profile_steps, step, first.workdir, first.writer.text) as trace:
-    while step < tc.steps:
-      trace.before(step)
-      batch = next(r.batches)
-      if compiled:
-        flops = len(r.runs) * flops_lib.batch_flops(r.config.model, _run_shapes(batch, r.stacked))
-        state, metrics = r.train_step(state, batch)
-        window.add(metrics, flops)
-      else:  # the first step of this process compiles (or loads the cached step)
-        state, metrics = _compile_and_step(r.train_step, state, batch, r.progress, first.writer)
-        window.add_compiled(metrics)  # its time is the compile's, not in the window's rates
-        compiled = True
-      step += 1
-      r.progress.dispatched(step)
-      due = cadence.due(step, stop=r.preemption.stop())
-      trace.after(step, state)
-      if due.flush:
-        summaries, timed, seconds = window.end(step, tc.nonfinite)
-        _log_window(step, summaries, timed, seconds, r.progress, [run.writer for run in r.runs])
-      # Saved before any evaluation: after SIGTERM an evaluation could outlast the grace period.
-      if due.save:
-        for k, (run, data_state) in enumerate(zip(r.runs, r.per_run(r.batches.get_state()))):
-          run.checkpointer.save(step, r.member(state, k), data_state)
-      if due.stop and not due.last:
-        for run in r.runs:
-          run.checkpointer.wait()  # on disk before it says so: SLURM's SIGKILL may follow (KillWait)
-        first.writer.text(f"tfm: SIGTERM: saved step {step}, exiting")
-        break
-      figures = [{} for _ in r.runs]  # this step's dev evaluations of each run, by metric
-      if due.evaluate:
-        stats = r.per_run(r.batches.stats())  # the pipeline so far (it reads a few batches ahead)
-        for k, run in enumerate(r.runs):
-          run.writer.write(step, {s: stats[k][s] for s in DATA_STATS if s in stats[k]},
-                           prefix="data")
-          for name in r.eval_sets:
-            with r.progress.timed(f"evaluating {name} loss", evaluation=True) as timed:
-              dev = r.evaluate_dev(r.member_params(state.params, k), k, name)
-            run.writer.write(step, {**dev, "eval_s": timed["seconds"]}, prefix=name)
-            if name == r.eval_sets[0]:  # the best checkpoint's set: 'dev' by default
-              figures[k]["dev_ppl"] = dev
-      if due.decode:
-        for k, run in enumerate(r.runs):
-          for name in r.eval_sets:
-            with r.progress.timed(f"decoding {name} BLEU", evaluation=True) as timed:
-              bleu = r.evaluate_bleu(r.member_params(state.params, k), k, name)
-            run.writer.write(step, {**bleu, "eval_s": timed["seconds"]}, prefix=name)
-            if name == r.eval_sets[0]:
-              figures[k]["dev_bleu"] = bleu
-      stop_early = _keep_best(r, state, step, figures, due.last)
-      if tc.curves and (due.evaluate or due.decode):
-        for run in r.runs:
-          _draw_curves(run.writer, run.workdir)
-      if due.flush:
-        window.restart()
-      if stop_early:
-        break
-  return state
-
-
-def _keep_best(r: StepRunner, state, step: int, figures: list[dict], last: bool) -> bool:
-  """Each run's evaluation of its train.best_metric at `step`, if one ran: a new best is saved as
-  its best checkpoint. True when a run alone has run out of train.patience: its step is then
-  saved as its last checkpoint and the run marked stopped (a finished run)."""
-  data_states = None
-  for k, run in enumerate(r.runs):
-    if run.best is None or run.best.metric not in figures[k]:
-      continue
-    if run.best.observe(step, figures[k][run.best.metric]):
-      data_states = data_states or r.per_run(r.batches.get_state())
-      run.best_checkpointer.save(step, r.member(state, k), data_states[k])
-      run.writer.text(f"tfm: step {step}: best {run.best.metric} so far, "
-                      f"{run.best.best[1]:.4f}: saved in {best_lib.best_dir(run.workdir)}")
-  first = r.runs[0]
-  if last or r.stacked or first.best is None or not first.best.exhausted():
-    return False
-  reason = first.best.reason()
-  first.checkpointer.save(step, state, r.batches.get_state())
-  first.checkpointer.wait()
-  first.best_checkpointer.wait()
-  best_lib.write_stopped(first.workdir, step, reason)
-  first.writer.text(f"tfm: early stop at step {step}: {reason}")
-  return True
-
-
-def _run_shapes(batch: dict, stacked: bool) -> dict:
-  """One run's batch shapes: a stacked batch's without its member axis (no device work)."""
-  if not stacked:
-    return batch
-  return {k: jax.ShapeDtypeStruct(v.shape[1:], v.dtype) for k, v in batch.items()}
-
-
-def _compile_and_step(train_step, state, batch, progress: Progress, writer: MetricsWriter):
-  """The first train step of this process, timed apart: it compiles (or loads the cached step)."""
-  with progress.timed("compiling the train step") as compiled:
-    state, metrics = train_step(state, batch)
-    jax.block_until_ready(metrics)
-  writer.text(f"tfm: train step compiled (or loaded from the compilation cache) in "
-              f"{compiled['seconds']:.1f} s")
-  return state, metrics
-
-
-def _log_window(step: int, summaries: list[dict], timed: int, seconds: float, progress: Progress,
-                writers: list[MetricsWriter]) -> None:
-  """The window ending at `step`: the progress bar (the first run's figures) and each run's
-  console line and TensorBoard scalars."""
-  summary = summaries[0]
-  progress.window(timed, seconds, {
-      "loss": f"{summary['loss']:.3f}", "lr": f"{summary['learning_rate']:.2e}",
-      **({"tok/s": f"{summary['target_tokens_per_s']:,.0f}"} if timed else {}),
-      **({"mfu": f"{summary['mfu']:.1%}"} if "mfu" in summary else {})})
-  for writer, figures in zip(writers, summaries):
-    writer.write(step, {**figures, "eta": progress.eta_text()})

@@ -1,10 +1,12 @@
 """A run that starts from another run's parameters (train.init_from, tfm train --init_from) on the
-fake Bible corpus: the parameters, a fresh optimizer, the record, a resume, another model refused."""
+fake Bible corpus: the parameters, a fresh optimizer, the record, a resume, another model or another
+vocabulary refused."""
 
 import dataclasses
 import json
 import pathlib
 import re
+import types
 
 import jax
 import numpy as np
@@ -31,6 +33,15 @@ def source(experiment_module, tmp_path_factory):
 def _own_vocabulary(config):
   """The config with its vocabulary in its workdir (data.vocab_dir unset)."""
   return config.replace(data=dataclasses.replace(config.data, vocab_dir=None))
+
+
+def _vocab_dir_of(source, tmp_path):
+  """A data.vocab_dir holding a copy of the source's vocabulary."""
+  vocab_dir = tmp_path / "vocab"
+  vocab_dir.mkdir(exist_ok=True)
+  for model in pathlib.Path(source).glob("spm_*.model"):
+    (vocab_dir / model.name).write_bytes(model.read_bytes())
+  return vocab_dir
 
 
 def _leaves(tree):
@@ -98,7 +109,8 @@ def test_a_run_from_the_source_resumes_its_own_checkpoints(source, experiment, t
 def test_another_model_is_refused_in_one_line(source, corpus, tmp_path, capsys):
   """model.d_ff 32 -> 64: the first parameter (by name) whose shape differs is named with both
   shapes, in one line, and nothing is left in the new workdir."""
-  code = cli.main(["tfm", "train", *tiny_flags(corpus, "model.d_ff=64"),
+  code = cli.main(["tfm", "train", *tiny_flags(corpus, "model.d_ff=64",
+                                                f"data.vocab_dir={_vocab_dir_of(source, tmp_path)}"),
                    f"--init_from={source}", f"--workdir={tmp_path / 'new'}"])
   err = capsys.readouterr().err.strip().splitlines()
   assert code == 1
@@ -111,3 +123,52 @@ def test_another_model_is_refused_in_one_line(source, corpus, tmp_path, capsys):
   assert "ffn" in name or "mlp" in name or "wi" in name or "wo" in name, name
   assert ("32" in there and "64" in here)
   assert not (tmp_path / "new").exists()
+
+
+def _refused(args, tmp_path, capsys) -> str:
+  code = cli.main(["tfm", "train", *args, f"--workdir={tmp_path / 'new'}"])
+  err = capsys.readouterr().err.strip().splitlines()
+  assert code == 1 and not (tmp_path / "new").exists()
+  return err[-1]
+
+
+def test_an_empty_vocab_dir_is_refused_before_it_trains_another_vocabulary(source, corpus, tmp_path,
+                                                                           capsys):
+  """data.vocab_dir set and holding no vocabulary: the run would train one of the same size, whose
+  ids are other pieces than the source's embeddings learned; refused, nothing written there."""
+  empty = tmp_path / "empty_vocab"
+  empty.mkdir()
+  line = _refused([*tiny_flags(corpus, f"data.vocab_dir={empty}"), f"--init_from={source}"],
+                  tmp_path, capsys)
+  assert line.startswith(f"tfm train: error: config key train.init_from: data.vocab_dir={empty} "
+                         "holds no vocabulary spm_"), line
+  assert list(empty.iterdir()) == []
+
+
+def test_a_source_whose_vocabulary_is_not_found_is_refused(experiment, source, corpus, tmp_path,
+                                                          capsys, monkeypatch):
+  """A source trained with a relative data.vocab_dir, started from in another working directory:
+  its vocabulary is not found there, and the run is refused instead of training another one."""
+  here, relative = pathlib.Path.cwd(), tmp_path / "elsewhere"
+  (relative / "vocab").mkdir(parents=True)
+  config = experiment("data.vocab_dir=vocab", "train.steps=3")
+  monkeypatch.chdir(relative)
+  source_rel = tmp_path / "source_rel"
+  run_train(config, source_rel)
+  assert list((relative / "vocab").glob("spm_*.model"))
+  monkeypatch.chdir(here)  # where ./vocab holds no vocabulary
+  assert not (here / "vocab").exists()
+  line = _refused([*tiny_flags(corpus, f"data.vocab_dir={tmp_path / 'vocab_here'}"),
+                   f"--init_from={source_rel}"], tmp_path, capsys)
+  assert f"config key train.init_from: {source_rel}'s vocabulary is not found" in line, line
+
+
+def test_check_tokenizer_refuses_another_vocabulary(source, tmp_path):
+  """The check after the data are prepared: a tokenizer whose SHA-256 is not the source's."""
+  config = types.SimpleNamespace(train=types.SimpleNamespace(init_from=source))
+  tokenizer = types.SimpleNamespace(model_sha256="a" * 64, path="here.model")
+  init_from_lib.check_tokenizer(config, tokenizer, "a" * 64)
+  with pytest.raises(ValueError, match=r"config key train.init_from: this run's vocabulary "
+                                       r"here.model is not .*'s \(SHA-256 aaaaaaaaaaaa against "
+                                       r"bbbbbbbbbbbb\)"):
+    init_from_lib.check_tokenizer(config, tokenizer, "b" * 64)

@@ -1,5 +1,5 @@
 """The best checkpoint by a dev metric and early stopping (tfm/train/best.py) in the real training
-loop (tfm/loop.py run_steps), with scripted dev figures and recording stand-ins for the step, the
+loop (tfm/train/runner.py run_steps), with scripted dev figures and recording stand-ins for the step, the
 data and the checkpointers."""
 
 import io
@@ -9,7 +9,7 @@ import types
 import numpy as np
 import pytest
 
-from tfm import loop
+from tfm.train import runner
 from tfm.train import best as best_lib
 from tfm.train.progress import Progress
 
@@ -41,10 +41,10 @@ class Recorder:
 
 
 def train(tmp_path, monkeypatch, perplexities: dict, *, steps, patience=0, start=0,
-          metric="dev_ppl"):
-  """Runs the loop from `start` to `steps`, dev loss every 2 steps giving perplexities[step];
-  returns (events, the last step run)."""
-  monkeypatch.setattr(loop.flops_lib, "batch_flops", lambda model, batch: 1.0)
+          metric="dev_ppl", stop_at=None):
+  """Runs the loop from `start` to `steps` (or a SIGTERM at step `stop_at`), dev loss every 2
+  steps giving perplexities[step]; returns (events, the last step run)."""
+  monkeypatch.setattr(runner.flops_lib, "batch_flops", lambda model, batch: 1.0)
   events, ran = [], []
 
   def train_step(state, batch):
@@ -58,14 +58,14 @@ def train(tmp_path, monkeypatch, perplexities: dict, *, steps, patience=0, start
   tc = types.SimpleNamespace(steps=steps, profile_steps=(), log_every=100, eval_every=2,
                              checkpoint_every=100, nonfinite="stop", curves=False)
   config = types.SimpleNamespace(train=tc, eval=types.SimpleNamespace(bleu_every=0), model=None)
-  runner = loop.StepRunner(
+  step_runner = runner.StepRunner(
       config=config, train_step=train_step, batches=data,
-      runs=[loop.Run(str(tmp_path), main, main, tracker, best)], state_shardings=None,
-      evaluate_dev=lambda params, k, name: {"perplexity": perplexities[ran[-1]]}, evaluate_bleu=None,
-      preemption=types.SimpleNamespace(stop=lambda: False),
+      runs=[runner.Run(str(tmp_path), main, main, tracker, best)], state_shardings=None,
+      evaluate_dev=lambda params, k, name: {"perplexity": perplexities[ran[-1] if ran else start]},
+      evaluate_bleu=None, preemption=types.SimpleNamespace(stop=lambda: ran[-1] == stop_at),
       progress=Progress(steps, start, io.StringIO(), tty=False))
-  loop.run_steps(runner, types.SimpleNamespace(params=None), start)
-  return [e for e in events if "compiled" not in e], ran[-1]
+  runner.run_steps(step_runner, types.SimpleNamespace(params=None), start)
+  return [e for e in events if "compiled" not in e], ran[-1] if ran else start
 
 
 PPL = {2: 50.0, 4: 40.0, 6: 45.0, 8: 40.0, 10: 41.0, 12: 30.0, 14: 35.0, 16: 36.0}
@@ -108,6 +108,28 @@ def test_a_resume_keeps_the_best_so_far_and_the_evaluations_since(tmp_path, monk
   uninterrupted.mkdir()
   _, last = train(uninterrupted, monkeypatch, ppl, steps=16, patience=4)
   assert last == 12
+
+
+@pytest.mark.parametrize("stop_at", [4, 5, 8])
+def test_a_sigterm_keeps_the_uninterrupted_runs_best_checkpoints_and_early_stop(
+    tmp_path, monkeypatch, stop_at):
+  """Uninterrupted, patience 2: bests at 2 and 4, an early stop at 8. A SIGTERM at step 4 (an
+  evaluation step: saved before its evaluation), 5 or 8, then a resume from that step: the same
+  best saves and the same stop, step 4's evaluation run by the resume."""
+  def best_saves_and_stop(events):
+    return ([e for e in events if e.startswith("best save")],
+            [e for e in events if "early stop" in e])
+  alone, last = train(tmp_path / "alone", monkeypatch, PPL, steps=16, patience=2)
+  assert best_saves_and_stop(alone) == (["best save 2", "best save 4"], [alone[-1]]) and last == 8
+  work = tmp_path / "stopped"
+  first, last = train(work, monkeypatch, PPL, steps=16, patience=2, stop_at=stop_at)
+  assert last == stop_at and f"tfm: SIGTERM: saved step {stop_at}, exiting" in first
+  then, last = train(work, monkeypatch, PPL, steps=16, patience=2, start=stop_at)
+  assert last == 8 and best_lib.stopped(str(work)) == best_lib.stopped(str(tmp_path / "alone"))
+  saves, stop = best_saves_and_stop(first + then)
+  assert sorted(set(saves)) == ["best save 2", "best save 4"] and stop == [alone[-1]]
+  record = lambda d: json.loads((d / "best" / "best.json").read_text())
+  assert record(work) == record(tmp_path / "alone")
 
 
 def test_the_tracker_reads_bleu_as_higher_is_better(tmp_path):

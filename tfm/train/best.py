@@ -9,8 +9,9 @@
 
 dev_ppl is lower-is-better (dev perplexity, every train.eval_every); dev_bleu higher-is-better
 (sacreBLEU, every eval.bleu_every). Only a strict improvement makes a new best: on a tie the
-earlier checkpoint stays. A resumed run drops the evaluations after the step it resumes from (it
-runs them again, and an uninterrupted run would have seen exactly the rest).
+earlier checkpoint stays. A resumed run drops the evaluations from the step it resumes at on (it
+runs them again: tfm/train/runner.py evaluates the step it resumes at first, as an uninterrupted
+run evaluated it after saving it), so it sees exactly the evaluations an uninterrupted run sees.
 """
 
 from __future__ import annotations
@@ -67,7 +68,7 @@ class BestTracker:
     self.figure, self.lower = FIGURES[metric]
     record = read_record(workdir)
     kept = record["history"] if record is not None and record.get("metric") == metric else []
-    self.history = [[int(s), float(v)] for s, v in kept if int(s) <= start]
+    self.history = [[int(s), float(v)] for s, v in kept if int(s) < start]
 
   def _better(self, value: float, than: float) -> bool:
     return value < than if self.lower else value > than

@@ -1,7 +1,7 @@
 """When the training loop's periodic actions are due: a log line, dev loss, dev BLEU, a checkpoint.
 
 Each action runs at the multiples of its cadence and at the run's last step; a checkpoint also at a
-preempted step. A log window ends (its metrics are fetched, the one host sync) at every log step and
+preempted step. A run resumed at a step due for evaluation owes that step's evaluations. A log window ends (its metrics are fetched, the one host sync) at every log step and
 before anything that is not a train step, so the window's seconds are its steps' alone.
 """
 
@@ -46,7 +46,19 @@ class Cadence:
     flush = step % self.log_every == 0 or evaluate or decode or save
     return Due(last=last, stop=stop, evaluate=evaluate, decode=decode, save=save, flush=flush)
 
+  def owed(self, start: int) -> Due | None:
+    """What a run resumed at `start` evaluates before its first step: the evaluations due at that
+    step (its checkpoint was saved before them, and a SIGTERM there skips them), None where none
+    is due or the run has no step left."""
+    if not 0 < start < self.steps:
+      return None
+    due = self.due(start)
+    return due if due.evaluate or due.decode else None
+
   def evaluations_left(self, start: int) -> int:
-    """How many dev-loss and dev-BLEU evaluations steps start+1..steps will run."""
+    """How many dev-loss and dev-BLEU evaluations a run resumed at `start` will run (owed, then
+    those of steps start+1..steps)."""
     dues = [self.due(step) for step in range(start + 1, self.steps + 1)]
+    owed = self.owed(start)
+    dues += [owed] if owed is not None else []
     return sum(due.evaluate for due in dues) + sum(due.decode for due in dues)

@@ -1,5 +1,5 @@
-"""The training loop's order of work (tfm/loop.py): what a log window's time covers, and what a
-preempted step does first. The step, data, evaluations and checkpointer are stand-ins that record
+"""The training loop's order of work (tfm/train/runner.py): what a log window's time covers, what
+a preempted step does first, and what a resumed one owes. The step, data, evaluations and checkpointer are stand-ins that record
 what happens and when; the loop itself is the real one."""
 
 import io
@@ -10,7 +10,7 @@ import jax
 import numpy as np
 import pytest
 
-from tfm import loop
+from tfm.train import runner
 from tfm.train.step import NonFiniteError
 from tfm.train.progress import Progress
 
@@ -48,7 +48,7 @@ class Recorder:
 
 def run(tmp_path, monkeypatch, *, steps, log_every, eval_every, checkpoint_every, bleu_every=0,
         stop_at=None, skipped=(), nonfinite="stop", start=0, profile_steps=(), rec=None):
-  monkeypatch.setattr(loop.flops_lib, "batch_flops", lambda model, batch: 1.0)
+  monkeypatch.setattr(runner.flops_lib, "batch_flops", lambda model, batch: 1.0)
   rec = rec or Recorder()
 
   steps_run = []
@@ -78,13 +78,13 @@ def run(tmp_path, monkeypatch, *, steps, log_every, eval_every, checkpoint_every
                              nonfinite=nonfinite, curves=False)
   config = types.SimpleNamespace(train=tc, eval=types.SimpleNamespace(bleu_every=bleu_every),
                                  model=None)
-  runner = loop.StepRunner(
+  step_runner = runner.StepRunner(
       config=config, train_step=train_step, batches=rec,
-      runs=[loop.Run(workdir=str(tmp_path), writer=rec, checkpointer=rec)], state_shardings=None,
+      runs=[runner.Run(workdir=str(tmp_path), writer=rec, checkpointer=rec)], state_shardings=None,
       evaluate_dev=evaluation("dev loss"),
       evaluate_bleu=evaluation("dev bleu") if bleu_every else None, preemption=preemption,
       progress=Progress(steps, 0, io.StringIO(), tty=False))
-  loop.run_steps(runner, types.SimpleNamespace(params=None), start)
+  runner.run_steps(step_runner, types.SimpleNamespace(params=None), start)
   return rec
 
 
@@ -113,6 +113,19 @@ def test_a_preempted_step_is_saved_before_any_evaluation(tmp_path, monkeypatch, 
   rec = run(tmp_path, monkeypatch, steps=6, log_every=10, eval_every=3, checkpoint_every=10,
             stop_at=stop_at)
   assert rec.events[1:] == expected  # events[0]: the step's compile line
+
+
+@pytest.mark.parametrize("start, expected", [
+    # Resumed at an evaluation step (a SIGTERM there saved it before its evaluation): the
+    # evaluation first, then the steps, as an uninterrupted run evaluated 3 after saving it.
+    (3, ["dev loss", "compiled", "save 6", "dev loss"]),
+    (4, ["compiled", "save 6", "dev loss"]),  # owes nothing
+])
+def test_a_resumed_step_runs_the_evaluations_its_save_came_before(tmp_path, monkeypatch, start,
+                                                                   expected):
+  rec = run(tmp_path, monkeypatch, steps=6, log_every=10, eval_every=3, checkpoint_every=10,
+            start=start)
+  assert ["compiled" if "compiled" in e else e for e in rec.events] == expected
 
 
 def test_a_skipped_step_is_counted_and_left_out_of_the_window_means(tmp_path, monkeypatch):

@@ -1,0 +1,39 @@
+"""A run's vocabulary taken from another run: a stack's first member, or the run train.init_from
+names.
+
+A run keeps its SentencePiece model in data.vocab_dir, or in its workdir where that is unset
+(tfm/data/tokenizer.py). A run whose ids must mean the same pieces as another run's takes that
+run's model: copied into its workdir where it keeps its vocabulary there and has none yet; a
+vocabulary it holds already must be the same bytes, else the run is refused in one line (the same
+ids would be other pieces). The loop checks the result after the data are prepared
+(init_from.check_tokenizer).
+"""
+
+from __future__ import annotations
+
+import jax
+from etils import epath
+
+from tfm import storage
+from tfm.data import tokenizer as tokenizer_lib
+
+
+def path_of(data, workdir) -> epath.Path:
+  """Where a run of data config `data` in `workdir` keeps its vocabulary."""
+  return storage.path(data.vocab_dir or workdir) / tokenizer_lib.vocab_filename(data)
+
+
+def take(there: epath.Path, data, workdir, whose: str, key: str) -> None:
+  """Gives the run (data config `data`, `workdir`) the vocabulary at `there` (lead host): copied
+  where the run keeps it in its workdir and has none; raises ValueError naming `key` where the run
+  holds another one. whose: the other run, for the message."""
+  here = path_of(data, workdir)
+  if jax.process_index() != 0 or here == there:
+    return
+  if not here.exists():
+    if data.vocab_dir is None:
+      storage.write_atomically(here, there.read_bytes())
+    return
+  if here.read_bytes() != there.read_bytes():
+    raise ValueError(f"{key}: {whose}'s vocabulary {there} is not this run's {here}: the same ids "
+                     "would be other pieces; train with that vocabulary (data.vocab_dir)")
