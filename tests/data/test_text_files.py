@@ -3,6 +3,7 @@ hold reach the batches exactly, through the vocabulary, the token cache and host
 bad input stops with one line naming the config key and the file."""
 
 import collections
+import hashlib
 import os
 import pickle
 
@@ -261,3 +262,23 @@ def test_two_hosts_read_disjoint_halves_that_make_the_whole(tmp_path, corpus):
   assert halves[1] == collections.Counter(pairs["train"][1::2])
   assert sorted(p.parent.name for p in (tmp_path / "cache").glob("*/host-*/meta.json")) == [
       "host-0-of-2", "host-1-of-2"]
+
+
+def test_a_byte_order_mark_is_not_part_of_the_first_line(tmp_path, corpus):
+  d, pairs = corpus
+  bom = b"\xef\xbb\xbf"
+  for s in ("en", "xx"):
+    (d / f"train.{s}").write_bytes(bom + (d / f"train.{s}").read_bytes())
+  (d / "dev.tsv").write_bytes(bom + "".join(f"{e}\t{x}\n" for e, x in pairs["dev"]).encode())
+  cfg = _cfg(tmp_path, d, dev_files=str(d / "dev.tsv"))
+  source = sources.DataSource.of(cfg)
+  train, dev = source.open("train"), source.open("dev")
+  assert train[0] == tuple(s.encode() for s in pairs["train"][0]) and len(train) == 200
+  assert dev[0] == tuple(s.encode() for s in pairs["dev"][0]) and len(dev) == 20
+  # The version stays the raw bytes' (a file with a mark and one without are other files).
+  raw = hashlib.sha256(b"".join(hashlib.sha256((d / f"train.{s}").read_bytes()).digest()
+                                for s in ("en", "xx"))).hexdigest()
+  assert train.version == f"text-sha256-{raw}"
+  (d / "dev.tsv").write_bytes(bom + b"\n")
+  with pytest.raises(ValueError, match=rf"^data.dev_files: {d}/dev.tsv is empty"):
+    source.open("dev")

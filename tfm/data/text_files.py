@@ -9,7 +9,8 @@ data.eval_sets), in one of two forms:
   'corpus/train.tsv'      (no '{lang}') one file, a pair a line: source text, a tab, target text
 
 Line i of one side is the translation of line i of the other; a line ends at '\\n' (a '\\r' before
-it is dropped); the last line may lack its '\\n'. Relative paths are relative to the working
+it is dropped); the last line may lack its '\\n'; a UTF-8 byte-order mark at the start of a file is
+dropped (the version below stays the raw bytes'). Relative paths are relative to the working
 directory. Lines are returned as bytes, as TFDS's array_record gives them, so the pipeline treats
 them alike: an empty side or a side that is not UTF-8 is counted and skipped, not an error.
 
@@ -33,6 +34,7 @@ import os
 import numpy as np
 
 LANG = "{lang}"
+BOM = b"\xef\xbb\xbf"  # UTF-8's byte-order mark: dropped at the start of a file
 
 
 def paths(spec: str, source_lang: str, target_lang: str) -> tuple[str, ...]:
@@ -49,16 +51,18 @@ def _read(path: str, key: str) -> bytes:
                      "sentence a line")
   with open(path, "rb") as f:
     data = f.read()
-  if not data.strip():
+  if not data.removeprefix(BOM).strip():
     raise ValueError(f"{key}: {path} is empty; expected a text file, one sentence a line")
   return data
 
 
 def _lines(data: bytes) -> tuple[np.ndarray, np.ndarray]:
-  """int64 [lines] starts and ends (exclusive, without '\\n' or '\\r\\n') of the lines of `data`."""
+  """int64 [lines] starts and ends (exclusive, without '\\n' or '\\r\\n') of the lines of `data`,
+  after a leading byte-order mark."""
   array = np.frombuffer(data, np.uint8)
   newlines = np.flatnonzero(array == ord("\n"))
-  starts = np.concatenate([[0], newlines + 1]).astype(np.int64)
+  first = len(BOM) if data.startswith(BOM) else 0
+  starts = np.concatenate([[first], newlines + 1]).astype(np.int64)
   ends = np.concatenate([newlines, [len(array)]]).astype(np.int64)
   if starts[-1] == len(array):  # the file ends with '\n': no line after it
     starts, ends = starts[:-1], ends[:-1]
