@@ -139,13 +139,78 @@ def test_cache_gives_the_same_batches_and_an_edited_file_a_new_cache(tmp_path, c
   assert first.exists()
 
 
-def test_vocabulary_file_is_named_by_the_train_files(tmp_path, corpus):
+def test_vocabulary_file_is_named_by_the_train_files_contents(tmp_path, corpus):
   d, _ = corpus
   a, b = _cfg(tmp_path, d), _cfg(tmp_path, d, train_files=str(d / "dev.{lang}"))
   assert tokenizer.vocab_filename(a) != tokenizer.vocab_filename(b)
   assert tokenizer.vocab_filename(a).startswith("spm_text-")
   assert tokenizer.vocab_filename(a) == tokenizer.vocab_filename(a.replace(source_lang="xx",
                                                                             target_lang="en"))
+  # The key, computed here from the files' bytes: the SHA-256 of their sorted SHA-256s.
+  digests = sorted(hashlib.sha256((d / f"train.{s}").read_bytes()).hexdigest() for s in ("en", "xx"))
+  key = hashlib.sha256("\n".join(digests).encode()).hexdigest()[:12]
+  assert tokenizer.vocab_filename(a) == f"spm_text-{key}_en-xx_120.model"
+
+
+def test_another_corpus_at_the_same_path_gets_its_own_vocabulary(tmp_path, corpus, monkeypatch):
+  """A shared data.vocab_dir: a corpus written where another was (the same data.train_files)
+  trains its own vocabulary instead of reusing the other's, and the files are read once for the
+  name however often it is asked for."""
+  d, _ = corpus
+  cfg = _cfg(tmp_path, d)
+  first = tokenizer.get_tokenizer(cfg, None, source=sources.DataSource.of(cfg))
+  other = ["quiz wavy fjord cry"] * 200  # w, v, y, f, j, q, c, r: no letter of WORDS
+  _write(d / "train.en", other)
+  _write(d / "train.xx", [s.upper() for s in other])
+  reads = collections.Counter()
+  read = text_files._read  # pylint: disable=protected-access
+
+  def counted(path, key):
+    reads[path] += 1
+    return read(path, key)
+
+  monkeypatch.setattr(text_files, "_read", counted)
+  names = {tokenizer.vocab_filename(cfg) for _ in range(3)}
+  assert len(names) == 1 and sorted(reads.values()) == [1, 1]
+  second = tokenizer.get_tokenizer(cfg, None, source=sources.DataSource.of(cfg))
+  assert second.path != first.path
+  assert sorted(os.listdir(tmp_path / "vocab")) == sorted(
+      os.path.basename(t.path) for t in (first, second))
+  assert tokenizer.UNK_ID in first.encode("wavy") and tokenizer.UNK_ID not in second.encode("wavy")
+
+
+def test_a_trained_models_text_vocabulary_without_the_train_files(tmp_path, corpus):
+  """tfm eval / translate where the train files are not (a workdir copied elsewhere): the one text
+  vocabulary of the languages and size in the workdir is the model's; in a shared data.vocab_dir
+  the files are needed, and their absence is named."""
+  d, _ = corpus
+  work = tmp_path / "work"
+  cfg = _cfg(tmp_path, d, vocab_dir=None)
+  trained = tokenizer.get_tokenizer(cfg, str(work), source=sources.DataSource.of(cfg))
+  for s in ("en", "xx"):
+    os.rename(d / f"train.{s}", d / f"moved.{s}")
+  assert tokenizer.get_tokenizer(cfg, str(work), train=False).path == trained.path
+  with pytest.raises(ValueError, match=rf"^data.train_files: {d}/train.en does not exist"):
+    tokenizer.get_tokenizer(cfg, str(work))  # training a new one needs the files
+  shared = cfg.replace(vocab_dir=str(work))
+  with pytest.raises(ValueError, match=rf"^data.train_files: {d}/train.en does not exist"):
+    tokenizer.get_tokenizer(shared, None, train=False)
+
+
+def test_a_workdirs_vocabulary_named_by_the_path_is_taken_over(tmp_path, corpus):
+  """A run trained when text vocabularies were named by data.train_files as written resumes (and
+  is evaluated) with that vocabulary: copied to the contents' name, so the loop's later lookup
+  finds it instead of training another."""
+  d, _ = corpus
+  work = tmp_path / "work"
+  cfg = _cfg(tmp_path, d, vocab_dir=None)
+  trained = tokenizer.get_tokenizer(cfg, str(work), source=sources.DataSource.of(cfg))
+  digest = hashlib.sha256(cfg.train_files.encode()).hexdigest()[:12]
+  old = work / f"spm_text-{digest}_en-xx_120.model"
+  os.rename(trained.path, old)
+  again = tokenizer.get_tokenizer(cfg, str(work), train=False)
+  assert again.path == trained.path and open(again.path, "rb").read() == old.read_bytes()
+  assert tokenizer.get_tokenizer(cfg, str(work)).path == trained.path  # found, not trained anew
 
 
 def test_mismatched_line_counts_name_both_files(tmp_path, corpus):

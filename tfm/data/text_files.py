@@ -21,9 +21,10 @@ without exactly one tab.
 `TextFileSplit` has the split interface of sources.TextPairSource: `len(split)`, `split[i] ->
 (source bytes, target bytes)`, batched reads, `version`; it pickles (grain worker processes get
 the bytes and line offsets). Its `version` is a SHA-256 of the files' contents, which keys the
-token cache (tfm/data/cache.py), so an edited file never reads ids cached from its old text. The
-files are held in memory whole (their bytes and int64 [lines] offsets): meant for corpora of up to
-a few million lines.
+token cache (tfm/data/cache.py), so an edited file never reads ids cached from its old text.
+`content_key` hashes the same files' contents regardless of direction: the vocabulary's file name
+(tfm/data/tokenizer.py). The files are held in memory whole (their bytes and int64 [lines]
+offsets): meant for corpora of up to a few million lines.
 """
 
 from __future__ import annotations
@@ -56,6 +57,48 @@ def _read(path: str, key: str) -> bytes:
   return data
 
 
+# SHA-256 of a file's bytes, by (path, device, inode, size, modification and change times): a run
+# asks for the train files' digests several times (the vocabulary's name, the split) and reads
+# them once. The change time moves on every write, also where the modification time is set back.
+_DIGESTS: dict[tuple, str] = {}
+
+
+def _stat_key(path: str) -> tuple:
+  s = os.stat(path)
+  return (os.path.abspath(path), s.st_dev, s.st_ino, s.st_size, s.st_mtime_ns, s.st_ctime_ns)
+
+
+def _remember(path: str, before: tuple, digest: str) -> None:
+  """Keeps a digest read between two stats that agree (a file written meanwhile is not kept)."""
+  try:
+    if _stat_key(path) == before:
+      _DIGESTS[before] = digest
+  except OSError:
+    pass
+
+
+def file_digest(path: str, key: str) -> str:
+  """SHA-256 (hex) of a file's bytes, read once while the file is unchanged; raises the one-line
+  error of a missing or empty file, naming `key`."""
+  try:
+    before = _stat_key(path)
+  except OSError:
+    before = None
+  if before in _DIGESTS:
+    return _DIGESTS[before]
+  digest = hashlib.sha256(_read(path, key)).hexdigest()
+  if before is not None:
+    _remember(path, before, digest)
+  return digest
+
+
+def content_key(spec, source_lang: str, target_lang: str, key: str) -> str:
+  """SHA-256 (hex) of the contents of the files `spec` names, the same for both directions (the
+  files' digests sorted): what a vocabulary trained on them is named by."""
+  digests = sorted(file_digest(path, key) for path in paths(spec, source_lang, target_lang))
+  return hashlib.sha256("\n".join(digests).encode()).hexdigest()
+
+
 def _lines(data: bytes) -> tuple[np.ndarray, np.ndarray]:
   """int64 [lines] starts and ends (exclusive, without '\\n' or '\\r\\n') of the lines of `data`,
   after a leading byte-order mark."""
@@ -77,7 +120,15 @@ class TextFileSplit:
   def __init__(self, spec: str, source_lang: str, target_lang: str, key: str):
     self.spec, self.key = spec, key
     self.paths = paths(spec, source_lang, target_lang)
-    datas = [_read(path, key) for path in self.paths]
+    datas = []
+    for path in self.paths:
+      try:
+        before = _stat_key(path)
+      except OSError:
+        before = None
+      datas.append(_read(path, key))
+      if before is not None:
+        _remember(path, before, hashlib.sha256(datas[-1]).hexdigest())
     digest = hashlib.sha256()
     for data in datas:
       digest.update(hashlib.sha256(data).digest())

@@ -7,15 +7,22 @@ Token id contract (used by the model and the decoder):
 The vocabulary is trained on the training split, both languages, at most `max_sentences`
 sentences (a fixed-seed sample of the pairs), and cached as
 `<vocab_dir>/spm_<dataset>_<lang1>-<lang2>_<size>.model` (for text files, <dataset> is 'text-'
-and a hash of data.train_files as written), so a different corpus or size never reuses a wrong
-file. The directory may be any epath (a local path, gs://...). Training writes
-a local temporary file, copies it next to the target and renames it there, so a reader never
-sees a half-written model.
+and a hash of the train files' contents, text_files.content_key), so a different corpus or size
+never reuses a wrong file, even one at the same path in a shared data.vocab_dir. The directory
+may be any epath (a local path, gs://...). Training writes a local temporary file, copies it next
+to the target and renames it there, so a reader never sees a half-written model.
+
+A trained model's vocabulary (get_tokenizer(train=False): `tfm eval`, `translate`, a resumed
+run) of text files is found by that name while the train files are readable; where they are not
+(the workdir copied to a machine without them), the one text vocabulary of the languages and size
+in the run's workdir is its own. A workdir written when the name was keyed by data.train_files as
+written has its vocabulary copied to the new name on first use.
 """
 
 from __future__ import annotations
 
 import hashlib
+import logging
 import os
 import re
 import tempfile
@@ -26,7 +33,10 @@ from etils import epath
 
 from tfm import storage
 from tfm.data import sources
+from tfm.data import text_files
 from tfm.data.datasets import TEXT
+
+log = logging.getLogger(__name__)
 
 PAD_ID, EOS_ID, UNK_ID = 0, 1, 2
 DEFAULT_MAX_SENTENCES = 1_000_000  # sentences (both languages together) used to train the vocab
@@ -93,16 +103,47 @@ class Tokenizer:
 
 
 def vocab_filename(cfg) -> str:
-  """Cache file name keyed by dataset (text files: their data.train_files), language pair
-  (unordered) and size.
+  """Cache file name keyed by dataset (text files: the contents of data.train_files' files),
+  language pair (unordered) and size.
 
-  Text files are named by the string, not their contents: the vocabulary a model learned stays
-  its own (and `tfm eval` finds it) even where a file changes later."""
+  Text files are named by their contents, not by data.train_files as written: another corpus at
+  the same path (a shared data.vocab_dir) never reuses this one's vocabulary. The files are read
+  once while unchanged (text_files.file_digest); a missing or empty one raises the one-line error
+  naming data.train_files."""
   slug = re.sub(r"[^A-Za-z0-9]+", "-", cfg.dataset).strip("-")
   if cfg.dataset == TEXT:
-    slug += "-" + hashlib.sha256(cfg.train_files.encode("utf-8")).hexdigest()[:12]
-  langs = "-".join(sorted((cfg.source_lang, cfg.target_lang)))
-  return f"spm_{slug}_{langs}_{cfg.vocab_size}.model"
+    slug += "-" + text_files.content_key(cfg.train_files, cfg.source_lang, cfg.target_lang,
+                                         "data.train_files")[:12]
+  return f"spm_{slug}_{_langs_and_size(cfg)}.model"
+
+
+def _langs_and_size(cfg) -> str:
+  return f"{'-'.join(sorted((cfg.source_lang, cfg.target_lang)))}_{cfg.vocab_size}"
+
+
+def _named_as_written(cfg) -> str:
+  """The name a text vocabulary had when it was keyed by data.train_files as written (a string)."""
+  digest = hashlib.sha256(cfg.train_files.encode("utf-8")).hexdigest()[:12]
+  return f"spm_text-{digest}_{_langs_and_size(cfg)}.model"
+
+
+def _trained_text_vocab(cfg, directory: epath.Path) -> epath.Path:
+  """Where a trained model of text files keeps its vocabulary (see the module docstring)."""
+  try:
+    path = directory / vocab_filename(cfg)
+  except ValueError:  # the train files cannot be read here
+    if cfg.vocab_dir is not None:
+      raise
+    own = sorted(directory.glob(f"spm_text-*_{_langs_and_size(cfg)}.model"))
+    if len(own) != 1:
+      raise
+    return own[0]
+  old = directory / _named_as_written(cfg) if isinstance(cfg.train_files, str) else None
+  if not path.exists() and old is not None and old.exists():
+    storage.write_atomically(path, old.read_bytes())
+    log.info("vocabulary %s copied to %s (text vocabularies are named by the train files' "
+             "contents)", old, path)
+  return path
 
 
 def _as_text(value) -> str | None:
@@ -172,11 +213,16 @@ def get_tokenizer(cfg, vocab_dir: str | None = None, *, source: sources.DataSour
   if directory is None:
     raise ValueError("data.vocab_dir is None and no vocab_dir was passed to get_tokenizer; "
                      "expected a directory to cache the SentencePiece model in")
-  path = epath.Path(directory) / vocab_filename(cfg)
+  if cfg.dataset == TEXT and not train:
+    path = _trained_text_vocab(cfg, epath.Path(directory))
+  else:
+    path = epath.Path(directory) / vocab_filename(cfg)
   if not path.exists():
     if not train:
-      raise FileNotFoundError(f"{path}: the vocabulary this model was trained with is missing; "
-                              "restore it there, or point data.vocab_dir at it")
+      others = ("" if cfg.dataset != TEXT else " (text vocabularies are named by the train files' "
+                "contents: were data.train_files' files changed since?)")
+      raise FileNotFoundError(f"{path}: the vocabulary this model was trained with is missing"
+                              f"{others}; restore it there, or point data.vocab_dir at it")
     if source is None:
       raise ValueError(f"{path}: no vocabulary there, and no data source was given to train it "
                        "from (get_tokenizer(..., source=DataSource.of(config.data)))")
