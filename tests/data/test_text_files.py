@@ -4,6 +4,7 @@ bad input stops with one line naming the config key and the file."""
 
 import collections
 import hashlib
+import json
 import os
 import pickle
 
@@ -11,8 +12,10 @@ import numpy as np
 import pytest
 
 import tfm_data_testlib as testlib
+from tfm import config as config_lib
 from tfm.data import cache, pipeline, sources, text_files, tokenizer
 from tfm.data.config import DataConfig
+from tfm.train import workdir as workdir_lib
 
 WORDS = "alpha beta gamma delta epsilon zeta eta theta iota kappa lambda mu nu xi".split()
 
@@ -150,6 +153,13 @@ def test_vocabulary_file_is_named_by_the_train_files_contents(tmp_path, corpus):
   digests = sorted(hashlib.sha256((d / f"train.{s}").read_bytes()).hexdigest() for s in ("en", "xx"))
   key = hashlib.sha256("\n".join(digests).encode()).hexdigest()[:12]
   assert tokenizer.vocab_filename(a) == f"spm_text-{key}_en-xx_120.model"
+  # The same files elsewhere, or named per language: the same vocabulary.
+  copy = tmp_path / "copy"
+  copy.mkdir()
+  for s in ("en", "xx"):
+    (copy / f"{s}.txt").write_bytes((d / f"train.{s}").read_bytes())
+  per_language = a.replace(train_files={"en": str(copy / "en.txt"), "xx": str(copy / "xx.txt")})
+  assert tokenizer.vocab_filename(per_language) == tokenizer.vocab_filename(a)
 
 
 def test_another_corpus_at_the_same_path_gets_its_own_vocabulary(tmp_path, corpus, monkeypatch):
@@ -211,6 +221,120 @@ def test_a_workdirs_vocabulary_named_by_the_path_is_taken_over(tmp_path, corpus)
   again = tokenizer.get_tokenizer(cfg, str(work), train=False)
   assert again.path == trained.path and open(again.path, "rb").read() == old.read_bytes()
   assert tokenizer.get_tokenizer(cfg, str(work)).path == trained.path  # found, not trained anew
+
+
+def test_a_file_per_language_given_as_a_mapping(tmp_path, corpus):
+  """{source_lang: file, target_lang: file}: the pairs of the files in either direction, the same
+  version (token cache) as the same files named with {lang}; the mapping round-trips through
+  config.json and the command line, and a resume with its keys in another order is the same run."""
+  d, pairs = corpus
+  for s, name in (("en", "src-train.txt"), ("xx", "tgt-train.txt")):
+    os.rename(d / f"train.{s}", d / name)
+  files = {"en": str(d / "src-train.txt"), "xx": str(d / "tgt-train.txt")}
+  cfg = _cfg(tmp_path, d, train_files=files)
+  split = sources.DataSource.of(cfg).open("train")
+  assert [split[i] for i in range(len(split))] == [(e.encode(), x.encode())
+                                                   for e, x in pairs["train"]]
+  back = cfg.replace(source_lang="xx", target_lang="en")
+  split_back = sources.DataSource.of(back).open("train")
+  assert [split_back[i] for i in range(len(split_back))] == [(x.encode(), e.encode())
+                                                             for e, x in pairs["train"]]
+  for s, name in (("en", "src-train.txt"), ("xx", "tgt-train.txt")):
+    os.link(d / name, d / f"train.{s}")
+  assert split.version == sources.DataSource.of(_cfg(tmp_path, d)).open("train").version
+  assert split_back.version != split.version  # the other direction: other cached ids
+  # Hashable (a sweep groups runs by their data), and config.json's JSON object reads back as it.
+  whole = config_lib.Config(data=cfg.replace(vocab_size=37000))
+  saved = json.loads(json.dumps(whole.to_dict()))
+  assert saved["data"]["train_files"] == files
+  assert config_lib.build(saved) == whole and hash(config_lib.build(saved)) == hash(whole)
+  reordered = whole.replace(data=whole.data.replace(train_files=dict(reversed(files.items()))))
+  assert workdir_lib.incompatible_keys(saved, reordered.to_dict()) == []
+  other = whole.replace(data=whole.data.replace(train_files=str(d / "train.{lang}")))
+  assert workdir_lib.incompatible_keys(saved, other.to_dict()) == ["data.train_files"]
+  # The command line carries it as a Python literal; a plain path stays a string.
+  base = ["data.dataset=text", "data.source_lang=en", "data.target_lang=xx",
+          f"data.dev_files={d}/dev.{{lang}}"]
+  loaded = config_lib.load_config("configs/quickstart.py", base + [f"data.train_files={files!r}"])
+  assert loaded.data.train_files == files
+  loaded = config_lib.load_config("configs/quickstart.py", base + [f"data.train_files={d}/t.tsv"])
+  assert loaded.data.train_files == f"{d}/t.tsv"
+
+
+def test_a_mapping_of_other_keys_is_refused_in_one_line(tmp_path, corpus):
+  d, pairs = corpus
+  with pytest.raises(ValueError, match=r"^config key data.train_files: expected the keys "
+                                       r"data.source_lang and data.target_lang \('en', 'xx': a "
+                                       r"file per language\) or 'columns' and 'tsv' .*, got "
+                                       r"\{'en': '.*', 'es': '.*'\}$"):
+    _cfg(tmp_path, d, train_files={"en": str(d / "train.en"), "es": str(d / "train.xx")})
+  with pytest.raises(ValueError, match=r"^config key data.dev_files: expected a path string for "
+                                       r"each language \('xx' has none\)"):
+    _cfg(tmp_path, d, dev_files={"en": str(d / "dev.en"), "xx": ""})
+  with pytest.raises(ValueError, match=r"^config key data.eval_sets.news: expected a split "
+                                       r"\(train, dev, test\) or text files: the keys"):
+    _cfg(tmp_path, d, eval_sets={"dev": "dev", "news": {"en": str(d / "test.en")}})
+  # Its files are checked as the other forms' are: there, not empty, as many lines a side.
+  _write(d / "short.xx", [x for _, x in pairs["train"]][:-1])
+  short = _cfg(tmp_path, d, train_files={"en": str(d / "train.en"), "xx": str(d / "short.xx")})
+  with pytest.raises(ValueError, match=rf"^data.train_files: {d}/train.en has 200 lines but "
+                                       rf"{d}/short.xx has 199; expected the same number"):
+    sources.DataSource.of(short).open("train")
+  gone = _cfg(tmp_path, d, eval_sets={"dev": "dev", "news": {"en": str(d / "test.en"),
+                                                             "xx": str(d / "gone.xx")}})
+  with pytest.raises(ValueError, match=rf"^data.eval_sets.news: {d}/gone.xx does not exist"):
+    sources.check_text_files(sources.DataSource.of(gone))
+
+
+def test_a_tsv_is_read_in_the_direction_its_columns_are_declared(tmp_path, corpus):
+  """An undeclared TSV's first column is the config's source; {'tsv': ..., 'columns': 'en,xx'}
+  names the columns' languages, so a config of the other direction reads it the other way round,
+  with its own token cache."""
+  d, pairs = corpus
+  _write(d / "train.tsv", [f"{e}\t{x}" for e, x in pairs["train"]])
+  declared = {"tsv": str(d / "train.tsv"), "columns": "en,xx"}
+  read = lambda cfg: [tuple(p) for p in sources.DataSource.of(cfg).open("train")._getitems(
+      range(200))]
+  en_xx = [(e.encode(), x.encode()) for e, x in pairs["train"]]
+  xx_en = [(x, e) for e, x in en_xx]
+  forward = _cfg(tmp_path, d, train_files=declared)
+  assert read(forward) == en_xx
+  reversed_declared = forward.replace(source_lang="xx", target_lang="en")
+  assert read(reversed_declared) == xx_en
+  reversed_undeclared = reversed_declared.replace(train_files=str(d / "train.tsv"))
+  assert read(reversed_undeclared) == en_xx  # columns as (source, target), whatever the languages
+  versions = {c.train_files if isinstance(c.train_files, str) else c.source_lang:
+              sources.DataSource.of(c).open("train").version
+              for c in (forward, reversed_declared, reversed_undeclared)}
+  assert versions["en"] == versions[str(d / "train.tsv")] != versions["xx"]
+  assert tokenizer.vocab_filename(forward) == tokenizer.vocab_filename(reversed_declared)
+  # Declared columns back to front: the same pairs as the other declaration, reversed.
+  assert read(forward.replace(train_files={**declared, "columns": "xx,en"})) == xx_en
+  for columns in ("en,es", "en", "en,xx,en"):
+    with pytest.raises(ValueError, match=r"^config key data.train_files: expected 'columns' naming "
+                                         r"the TSV's two columns' languages, .* \('en,xx' or "
+                                         r"'xx,en'\), got"):
+      _cfg(tmp_path, d, train_files={**declared, "columns": columns})
+
+
+def test_a_byte_order_mark_is_not_part_of_the_first_line(tmp_path, corpus):
+  d, pairs = corpus
+  bom = b"\xef\xbb\xbf"
+  for s in ("en", "xx"):
+    (d / f"train.{s}").write_bytes(bom + (d / f"train.{s}").read_bytes())
+  (d / "dev.tsv").write_bytes(bom + "".join(f"{e}\t{x}\n" for e, x in pairs["dev"]).encode())
+  cfg = _cfg(tmp_path, d, dev_files=str(d / "dev.tsv"))
+  source = sources.DataSource.of(cfg)
+  train, dev = source.open("train"), source.open("dev")
+  assert train[0] == tuple(s.encode() for s in pairs["train"][0]) and len(train) == 200
+  assert dev[0] == tuple(s.encode() for s in pairs["dev"][0]) and len(dev) == 20
+  # The version stays the raw bytes' (a file with a mark and one without are other files).
+  raw = hashlib.sha256(b"".join(hashlib.sha256((d / f"train.{s}").read_bytes()).digest()
+                                for s in ("en", "xx"))).hexdigest()
+  assert train.version == f"text-sha256-{raw}"
+  (d / "dev.tsv").write_bytes(bom + b"\n")
+  with pytest.raises(ValueError, match=rf"^data.dev_files: {d}/dev.tsv is empty"):
+    source.open("dev")
 
 
 def test_mismatched_line_counts_name_both_files(tmp_path, corpus):
@@ -327,23 +451,3 @@ def test_two_hosts_read_disjoint_halves_that_make_the_whole(tmp_path, corpus):
   assert halves[1] == collections.Counter(pairs["train"][1::2])
   assert sorted(p.parent.name for p in (tmp_path / "cache").glob("*/host-*/meta.json")) == [
       "host-0-of-2", "host-1-of-2"]
-
-
-def test_a_byte_order_mark_is_not_part_of_the_first_line(tmp_path, corpus):
-  d, pairs = corpus
-  bom = b"\xef\xbb\xbf"
-  for s in ("en", "xx"):
-    (d / f"train.{s}").write_bytes(bom + (d / f"train.{s}").read_bytes())
-  (d / "dev.tsv").write_bytes(bom + "".join(f"{e}\t{x}\n" for e, x in pairs["dev"]).encode())
-  cfg = _cfg(tmp_path, d, dev_files=str(d / "dev.tsv"))
-  source = sources.DataSource.of(cfg)
-  train, dev = source.open("train"), source.open("dev")
-  assert train[0] == tuple(s.encode() for s in pairs["train"][0]) and len(train) == 200
-  assert dev[0] == tuple(s.encode() for s in pairs["dev"][0]) and len(dev) == 20
-  # The version stays the raw bytes' (a file with a mark and one without are other files).
-  raw = hashlib.sha256(b"".join(hashlib.sha256((d / f"train.{s}").read_bytes()).digest()
-                                for s in ("en", "xx"))).hexdigest()
-  assert train.version == f"text-sha256-{raw}"
-  (d / "dev.tsv").write_bytes(bom + b"\n")
-  with pytest.raises(ValueError, match=rf"^data.dev_files: {d}/dev.tsv is empty"):
-    source.open("dev")

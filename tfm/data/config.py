@@ -14,6 +14,8 @@ and plain parallel text files, one sentence a line (tfm/data/text_files.py)::
 
   dataset='text', source_lang='en', target_lang='es',
   train_files='corpus/train.{lang}', dev_files='corpus/dev.{lang}', test_files='corpus/test.tsv'
+  train_files={'en': 'data/src-train.txt', 'es': 'data/tgt-train.txt'}   # a file per language
+  test_files={'tsv': 'corpus/test.tsv', 'columns': 'es,en'}               # a TSV's column languages
 
 Every check raises `ValueError` naming the offending key as `data.<key>`, so a bad command-line
 override is easy to trace.
@@ -26,6 +28,7 @@ import re
 from typing import Mapping
 
 from tfm import sections
+from tfm.data import text_files
 from tfm.data.datasets import TEXT, resolve_dataset
 
 OVERLONG_POLICIES = ("filter", "truncate")
@@ -59,12 +62,15 @@ class DataConfig:
       resumed run may change it.
 
   Plain text files (data.dataset='text'; tfm/data/text_files.py): train_files, dev_files and
-    test_files name a split's files as one string each, either 'dir/train.{lang}' (a file per
-    side, '{lang}' replaced by source_lang and by target_lang) or 'dir/train.tsv' (no '{lang}':
-    one file, source<TAB>target a line). train_files is required; dev_files where a dev
-    evaluation reads the dev split (the default eval_sets), test_files for `tfm eval --split test`.
-    They go through the vocabulary, the token cache (keyed by the files' contents), packing,
-    resume and host sharding as a TFDS split does.
+    test_files name a split's files, as 'dir/train.{lang}' (a file per side, '{lang}' replaced by
+    source_lang and by target_lang), {source_lang: path, target_lang: path} (a file per side,
+    named by language), 'dir/train.tsv' (no '{lang}': one file, source<TAB>target a line) or
+    {'tsv': path, 'columns': 'en,es'} (a TSV whose columns' languages are declared: either
+    direction reads it). A mapping is held as a text_files.FrozenDict (hashable; config.json holds
+    it as a JSON object). train_files is required; dev_files where a dev evaluation reads the dev
+    split (the default eval_sets), test_files for `tfm eval --split test`. They go through the
+    vocabulary (named by the train files' contents), the token cache (keyed by the files'
+    contents), packing, resume and host sharding as a TFDS split does.
 
   Evaluation sets (the training loop's loss/perplexity and BLEU, and `tfm eval`): eval_sets maps
     a name to a split of the dataset ('dev', 'test', 'train') or to text files (a spec as above),
@@ -90,23 +96,30 @@ class DataConfig:
   cache: bool = False  # True: tokenize the train split once into a token cache, read ids back
   cache_dir: str | None = None  # token caches; None = <data_dir or TFDS default>/tfm_cache
   eval_max_examples: int | None = None  # dev/test subset size; None = the whole split
-  train_files: str | None = None  # dataset='text': 'dir/train.{lang}' or 'dir/train.tsv'
-  dev_files: str | None = None  # dataset='text': the dev split's files, as train_files
-  test_files: str | None = None  # dataset='text': the test split's files, as train_files
-  eval_sets: Mapping[str, str] | None = None  # name -> split or files; None = {'dev': 'dev'}
+  # dataset='text': a string ('dir/train.{lang}' or 'dir/train.tsv') or a mapping ({'en': path,
+  # 'es': path}, or {'tsv': path, 'columns': 'en,es'}); typed `object` so that the command line
+  # takes a Python literal (a mapping) as well as a plain string.
+  train_files: object | None = None
+  dev_files: object | None = None  # dataset='text': the dev split's files, as train_files
+  test_files: object | None = None  # dataset='text': the test split's files, as train_files
+  eval_sets: Mapping[str, object] | None = None  # name -> split or files; None = {'dev': 'dev'}
 
   def __post_init__(self):
-    # Held as ((name, spec), ...): a frozen config is hashable (a sweep groups runs by their data).
+    # Mappings held as FrozenDicts, eval_sets as ((name, spec), ...): a frozen config is hashable
+    # (a sweep groups runs by their data).
+    for key in FILES_KEYS.values():
+      object.__setattr__(self, key, text_files.as_spec(getattr(self, key)))
     if self.eval_sets is not None and not isinstance(self.eval_sets, (str, bytes)):
       items = self.eval_sets.items() if hasattr(self.eval_sets, "items") else self.eval_sets
       try:
-        object.__setattr__(self, "eval_sets", tuple((name, spec) for name, spec in items))
+        object.__setattr__(self, "eval_sets", tuple((name, text_files.as_spec(spec))
+                                                    for name, spec in items))
       except (TypeError, ValueError):
         _fail("eval_sets", "a mapping of names to a split or text files, or None", self.eval_sets)
     validate_data_config(self)
 
   @property
-  def eval_set_items(self) -> tuple[tuple[str, str], ...]:
+  def eval_set_items(self) -> tuple[tuple[str, object], ...]:
     """(name, split or text files spec) of every evaluation set, in order."""
     return DEFAULT_EVAL_SETS if self.eval_sets is None else self.eval_sets
 
@@ -169,8 +182,10 @@ def validate_data_config(cfg: DataConfig) -> None:
 def _validate_files(cfg: DataConfig) -> None:
   for key in FILES_KEYS.values():
     value = getattr(cfg, key)
-    if value is not None and (not isinstance(value, str) or not value.strip()):
-      _fail(key, "a path string ('dir/train.{lang}', or a .tsv) or None", value)
+    wrong = None if value is None else text_files.check_spec(value, cfg.source_lang,
+                                                             cfg.target_lang)
+    if wrong:
+      _fail(key, wrong if isinstance(value, Mapping) else f"{wrong}, or None", value)
     if value is not None and cfg.dataset != TEXT:
       _fail(key, f"None with data.dataset={cfg.dataset!r} (text files are read with "
             f"data.dataset={TEXT!r})", value)
@@ -190,9 +205,9 @@ def _validate_eval_sets(cfg: DataConfig) -> None:
       _fail("eval_sets", "names of letters, digits, '_', '-' or '.', not 'train' or 'data'", name)
     if names.count(name) > 1:
       _fail("eval_sets", "distinct names", name)
-    if not isinstance(spec, str) or not spec.strip():
-      _fail(f"eval_sets.{name}", f"a split ({', '.join(SPLITS)}) or text files "
-            "('dir/dev.{lang}' or a .tsv)", spec)
+    wrong = text_files.check_spec(spec, cfg.source_lang, cfg.target_lang)
+    if wrong:
+      _fail(f"eval_sets.{name}", f"a split ({', '.join(SPLITS)}) or text files: {wrong}", spec)
     if name in SPLITS and spec != name:
       _fail(f"eval_sets.{name}", f"{name!r}: the name of a split can only name that split",
             spec)

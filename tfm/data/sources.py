@@ -50,8 +50,8 @@ class DataSource:
   None; data_dir: the TFDS directory (None = TFDS's default); manual_dir: the dataset's manually
   downloaded files, for building it (data.manual_dir); splits: ('train' | 'dev' | 'test', the
   TFDS (and export) split name) pairs; files: for data.dataset='text', ('train' | 'dev' |
-  'test', its data.<split>_files) for the splits given; eval_sets: (name, split or text files)
-  of data.eval_sets ((('dev', 'dev'),) by default).
+  'test', its data.<split>_files: a string or a mapping, text_files' forms) for the splits given;
+  eval_sets: (name, split or text files) of data.eval_sets ((('dev', 'dev'),) by default).
   """
   name: str
   source_lang: str
@@ -60,8 +60,8 @@ class DataSource:
   manual_dir: str | None
   export: str | None
   splits: tuple[tuple[str, str], ...] = tuple(SPLITS.items())
-  files: tuple[tuple[str, str], ...] = ()
-  eval_sets: tuple[tuple[str, str], ...] = (("dev", "dev"),)
+  files: tuple[tuple[str, object], ...] = ()  # a spec: a string or a text_files.FrozenDict
+  eval_sets: tuple[tuple[str, object], ...] = (("dev", "dev"),)
 
   @classmethod
   def of(cls, cfg: DataConfig) -> DataSource:

@@ -1,28 +1,42 @@
 """Plain parallel text files as a split: one sentence a line, read without TFDS.
 
-A split's files are given as one string (data.train_files, dev_files, test_files, or a value of
-data.eval_sets), in one of two forms:
+A split's files (data.train_files, dev_files, test_files, or a value of data.eval_sets) are given
+in one of four forms:
 
-  'corpus/train.{lang}'   a file per side: '{lang}' is replaced by data.source_lang for the source
-                          file and by data.target_lang for the target file (corpus/train.en and
-                          corpus/train.es), so either direction reads the same files
-  'corpus/train.tsv'      (no '{lang}') one file, a pair a line: source text, a tab, target text
+  'corpus/train.{lang}'     a file per side: '{lang}' is replaced by data.source_lang for the source
+                            file and by data.target_lang for the target file (corpus/train.en and
+                            corpus/train.es), so either direction reads the same files
+  {'en': 'data/src-train.txt', 'es': 'data/tgt-train.txt'}
+                            a file per side, named by language: the keys must be exactly
+                            data.source_lang and data.target_lang; either direction reads them
+  'corpus/train.tsv'        (a string without '{lang}') one file, a pair a line: two texts split by
+                            a tab, read as (source, target): the first column is the source
+  {'tsv': 'corpus/train.tsv', 'columns': 'en,es'}
+                            one such file whose columns' languages are declared: the column of
+                            data.source_lang is the source, so a config of the other direction
+                            reads it the other way round
+
+A mapping is held as a `FrozenDict` (hashable: a frozen config is; written to config.json as a
+JSON object and read back as the same value). On the command line a mapping is a Python literal:
+--config.data.train_files="{'en': 'data/src-train.txt', 'es': 'data/tgt-train.txt'}".
 
 Line i of one side is the translation of line i of the other; a line ends at '\\n' (a '\\r' before
 it is dropped); the last line may lack its '\\n'; a UTF-8 byte-order mark at the start of a file is
-dropped (the version below stays the raw bytes'). Relative paths are relative to the working
-directory. Lines are returned as bytes, as TFDS's array_record gives them, so the pipeline treats
-them alike: an empty side or a side that is not UTF-8 is counted and skipped, not an error.
+dropped (the version below stays the raw bytes'). Relative paths are relative to the working directory. Lines are returned as bytes, as
+TFDS's array_record gives them, so the pipeline treats them alike: an empty side or a side that is
+not UTF-8 is counted and skipped, not an error.
 
 Whatever would make the pairs wrong stops the run when the split is opened, in one line naming the
 config key and the file: a missing or empty file, two sides of different line counts, a TSV line
-without exactly one tab.
+without exactly one tab. A mapping of the wrong keys is refused when the config is built
+(`check_spec`, called by tfm/data/config.py).
 
 `TextFileSplit` has the split interface of sources.TextPairSource: `len(split)`, `split[i] ->
 (source bytes, target bytes)`, batched reads, `version`; it pickles (grain worker processes get
-the bytes and line offsets). Its `version` is a SHA-256 of the files' contents, which keys the
-token cache (tfm/data/cache.py), so an edited file never reads ids cached from its old text.
-`content_key` hashes the same files' contents regardless of direction: the vocabulary's file name
+the bytes and line offsets). Its `version` is a SHA-256 of the files' contents in the order read
+(and, for a TSV read target column first, a mark of that), which keys the token cache
+(tfm/data/cache.py), so an edited file never reads ids cached from its old text. `content_key`
+hashes the same files' contents regardless of direction: the vocabulary's file name
 (tfm/data/tokenizer.py). The files are held in memory whole (their bytes and int64 [lines]
 offsets): meant for corpora of up to a few million lines.
 """
@@ -31,19 +45,91 @@ from __future__ import annotations
 
 import hashlib
 import os
+from typing import Any, Mapping
 
 import numpy as np
 
 LANG = "{lang}"
 BOM = b"\xef\xbb\xbf"  # UTF-8's byte-order mark: dropped at the start of a file
+TSV_KEYS = ("columns", "tsv")  # the keys of a TSV whose columns' languages are declared
 
 
-def paths(spec: str, source_lang: str, target_lang: str) -> tuple[str, ...]:
+class FrozenDict(dict):
+  """A read-only dict that hashes: a files value given as a mapping, in a frozen config."""
+
+  __slots__ = ()
+
+  def __hash__(self) -> int:
+    return hash(tuple(sorted(self.items())))
+
+  def _read_only(self, *args, **kwargs):
+    raise TypeError("a text files mapping is read-only")
+
+  __setitem__ = __delitem__ = clear = pop = popitem = setdefault = update = _read_only
+  __ior__ = _read_only
+
+  def __reduce__(self):
+    return (type(self), (dict(self),))
+
+
+def as_spec(value: Any) -> Any:
+  """A files value as held in a DataConfig: a mapping (dict, ConfigDict, JSON object) becomes a
+  FrozenDict of its items; anything else is returned as it is (validated by `check_spec`)."""
+  if isinstance(value, Mapping) or (hasattr(value, "items") and not isinstance(value, (str, bytes))):
+    return FrozenDict((k, v) for k, v in value.items())
+  return value
+
+
+def check_spec(value: Any, source_lang: str, target_lang: str) -> str | None:
+  """What is wrong with a files value of a config whose languages are source_lang / target_lang,
+  as 'expected ...' (None: nothing). Checks its form only; the files are read when opened."""
+  forms = (f"a path string ('dir/train.{LANG}', or a .tsv), a file per language "
+           f"({{{source_lang!r}: ..., {target_lang!r}: ...}}), or a .tsv with its columns' "
+           f"languages ({{'tsv': ..., 'columns': '{source_lang},{target_lang}'}})")
+  if isinstance(value, str):
+    return None if value.strip() else forms
+  if not isinstance(value, Mapping):
+    return forms
+  langs = {source_lang, target_lang}
+  if set(value) == langs:
+    bad = [k for k in sorted(value) if not isinstance(value[k], str) or not value[k].strip()]
+    return (f"a path string for each language ({', '.join(map(repr, bad))} has none)"
+            if bad else None)
+  if set(value) == set(TSV_KEYS):
+    if not isinstance(value["tsv"], str) or not value["tsv"].strip():
+      return "a path string as 'tsv'"
+    columns = value["columns"].split(",") if isinstance(value["columns"], str) else None
+    if columns is None or len(columns) != 2 or set(c.strip() for c in columns) != langs:
+      return (f"'columns' naming the TSV's two columns' languages, data.source_lang and "
+              f"data.target_lang in the file's order ('{source_lang},{target_lang}' or "
+              f"'{target_lang},{source_lang}')")
+    return None
+  return (f"the keys data.source_lang and data.target_lang ({source_lang!r}, {target_lang!r}: a "
+          f"file per language) or {' and '.join(map(repr, TSV_KEYS))} (a .tsv and its columns' "
+          "languages)")
+
+
+def paths(spec, source_lang: str, target_lang: str) -> tuple[str, ...]:
   """The files a spec names: (source file, target file), or (tsv file,)."""
+  if isinstance(spec, Mapping):
+    if _per_language(spec, source_lang, target_lang):
+      return os.path.expanduser(spec[source_lang]), os.path.expanduser(spec[target_lang])
+    return (os.path.expanduser(spec["tsv"]),)
   spec = os.path.expanduser(spec)
   if LANG in spec:
     return spec.replace(LANG, source_lang), spec.replace(LANG, target_lang)
   return (spec,)
+
+
+def _per_language(spec: Mapping, source_lang: str, target_lang: str) -> bool:
+  return source_lang in spec and target_lang in spec
+
+
+def target_column_first(spec, source_lang: str, target_lang: str) -> bool:
+  """True for a TSV whose declared first column is not data.source_lang's: read the other way."""
+  if not isinstance(spec, Mapping) or _per_language(spec, source_lang, target_lang):
+    return False
+  return spec["columns"].split(",")[0].strip() != source_lang
 
 
 def _read(path: str, key: str) -> bytes:
@@ -117,7 +203,7 @@ class TextFileSplit:
   """One split read from text files (see the module docstring); `key` is the config key that named
   them, for error messages (e.g. 'data.train_files')."""
 
-  def __init__(self, spec: str, source_lang: str, target_lang: str, key: str):
+  def __init__(self, spec, source_lang: str, target_lang: str, key: str):
     self.spec, self.key = spec, key
     self.paths = paths(spec, source_lang, target_lang)
     datas = []
@@ -132,7 +218,8 @@ class TextFileSplit:
     digest = hashlib.sha256()
     for data in datas:
       digest.update(hashlib.sha256(data).digest())
-    self.version = f"text-sha256-{digest.hexdigest()}"
+    swapped = len(datas) == 1 and target_column_first(spec, source_lang, target_lang)
+    self.version = f"text-sha256-{digest.hexdigest()}" + ("-target-column-first" if swapped else "")
     if len(datas) == 2:
       (src_starts, src_ends), (tgt_starts, tgt_ends) = _lines(datas[0]), _lines(datas[1])
       if len(src_starts) != len(tgt_starts):
@@ -144,11 +231,13 @@ class TextFileSplit:
     else:
       src_starts, tgt_ends = _lines(datas[0])
       src_ends, tgt_starts = self._tabs(datas[0], src_starts, tgt_ends)
+      if swapped:  # the first column is the target language's
+        src_starts, src_ends, tgt_starts, tgt_ends = tgt_starts, tgt_ends, src_starts, src_ends
       self._data = (datas[0], datas[0])
     self._offsets = (src_starts, src_ends, tgt_starts, tgt_ends)
 
   def _tabs(self, data: bytes, starts: np.ndarray, ends: np.ndarray):
-    """(source ends, target starts) of a TSV's lines: at each line's one tab."""
+    """(first column's ends, second column's starts) of a TSV's lines: at each line's one tab."""
     tabs = np.flatnonzero(np.frombuffer(data, np.uint8) == ord("\t"))
     line_of_tab = np.searchsorted(starts, tabs, side="right") - 1
     counts = np.bincount(line_of_tab, minlength=len(starts))
