@@ -150,7 +150,8 @@ def test_vocabulary_file_is_named_by_the_train_files_contents(tmp_path, corpus):
   assert tokenizer.vocab_filename(a) == tokenizer.vocab_filename(a.replace(source_lang="xx",
                                                                             target_lang="en"))
   # The key, computed here from the files' bytes: the SHA-256 of their sorted SHA-256s.
-  digests = sorted(hashlib.sha256((d / f"train.{s}").read_bytes()).hexdigest() for s in ("en", "xx"))
+  digests = sorted(hashlib.sha256((d / f"train.{s}").read_bytes()).hexdigest()
+                   for s in ("en", "xx"))
   key = hashlib.sha256("\n".join(digests).encode()).hexdigest()[:12]
   assert tokenizer.vocab_filename(a) == f"spm_text-{key}_en-xx_120.model"
   # The same files elsewhere, or named per language: the same vocabulary.

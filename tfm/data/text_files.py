@@ -22,9 +22,9 @@ JSON object and read back as the same value). On the command line a mapping is a
 
 Line i of one side is the translation of line i of the other; a line ends at '\\n' (a '\\r' before
 it is dropped); the last line may lack its '\\n'; a UTF-8 byte-order mark at the start of a file is
-dropped (the version below stays the raw bytes'). Relative paths are relative to the working directory. Lines are returned as bytes, as
-TFDS's array_record gives them, so the pipeline treats them alike: an empty side or a side that is
-not UTF-8 is counted and skipped, not an error.
+dropped (the version below stays the raw bytes'). Relative paths are relative to the working
+directory. Lines are returned as bytes, as TFDS's array_record gives them, so the pipeline treats
+them alike: an empty side or a side that is not UTF-8 is counted and skipped, not an error.
 
 Whatever would make the pairs wrong stops the run when the split is opened, in one line naming the
 config key and the file: a missing or empty file, two sides of different line counts, a TSV line
@@ -75,7 +75,7 @@ class FrozenDict(dict):
 def as_spec(value: Any) -> Any:
   """A files value as held in a DataConfig: a mapping (dict, ConfigDict, JSON object) becomes a
   FrozenDict of its items; anything else is returned as it is (validated by `check_spec`)."""
-  if isinstance(value, Mapping) or (hasattr(value, "items") and not isinstance(value, (str, bytes))):
+  if isinstance(value, Mapping) or (hasattr(value, "items") and not isinstance(value, str)):
     return FrozenDict((k, v) for k, v in value.items())
   return value
 
