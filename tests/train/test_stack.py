@@ -123,21 +123,35 @@ def test_members_may_differ_in_their_seeds_dropout_and_smoothing_only():
   assert stack.structure_config([others[0], base]).model.dropout_rate == 0.1
 
 
-def test_members_with_their_own_dropout_smoothing_and_rate_train_as_their_solo_runs():
+# (model.dropout_rate, train.label_smoothing, train.learning_rate) of four members: Table 3's
+# base, D1-like, D4-like and a learning-rate sweep's point.
+ROWS_OF_A_TABLE = [(0.1, 0.1, 1.0), (0.0, 0.1, 1.0), (0.2, 0.0, 1.0), (0.1, 0.1, 3.0)]
+
+
+@pytest.mark.parametrize("dtype, train, loss_rtol, params_atol", [
+    ("float32", {}, 2e-6, 1e-4),
+    # bfloat16 activations (a member's keep probability divides in bfloat16, as its solo run's),
+    # with decoupled weight decay and clipping under the learning-rate ratio. The vmapped step's
+    # bfloat16 products round apart from the solo step's from the second step on: 3e-4 of a loss
+    # whose bfloat16 resolution is 8e-3.
+    ("bfloat16", {"weight_decay": 0.1, "grad_clip_norm": 0.5}, 1e-3, 1e-3),
+])
+def test_members_with_their_own_dropout_smoothing_and_rate_train_as_their_solo_runs(
+    dtype, train, loss_rtol, params_atol):
   """Table 3's base and D rows, and a learning-rate sweep's point, as one stack: four members of
   the Transformer with dropout rates 0.1, 0, 0.2 and 0.1, label smoothing 0.1, 0.1, 0 and 0.1 and
   learning-rate scales 1, 1, 1 and 3: each member's 3 stacked steps give its solo run's losses,
   gradient norms and state (the model built for the stack with the largest rate, each member's
-  keep probability, smoothing and learning-rate ratio traced)."""
+  keep probability, smoothing and learning-rate ratio traced), in float32 and bfloat16, with
+  weight decay and clipping."""
   import dataclasses  # pylint: disable=import-outside-toplevel
   from tfm.model.config import ModelConfig  # pylint: disable=import-outside-toplevel
   from tfm.model.transformer import Transformer  # pylint: disable=import-outside-toplevel
   base = ModelConfig(vocab_size=64, d_model=32, d_ff=64, num_heads=4, d_k=8, d_v=8,
-                     num_encoder_layers=1, num_decoder_layers=1, max_length=32)
-  # (model.dropout_rate, train.label_smoothing, train.learning_rate)
-  rows = [(0.1, 0.1, 1.0), (0.0, 0.1, 1.0), (0.2, 0.0, 1.0), (0.1, 0.1, 3.0)]
+                     num_encoder_layers=1, num_decoder_layers=1, max_length=32, dtype=dtype)
+  rows = ROWS_OF_A_TABLE
   setups = [helpers.Setup(Transformer(dataclasses.replace(base, dropout_rate=rate)),
-                          helpers.train_cfg(label_smoothing=smoothing, learning_rate=scale),
+                          helpers.train_cfg(label_smoothing=smoothing, learning_rate=scale, **train),
                           helpers.mesh_cfg(), jax.devices()[:1], seed=k)
             for k, (rate, smoothing, scale) in enumerate(rows)]
   configs = [s.experiment.config for s in setups]
@@ -146,13 +160,40 @@ def test_members_with_their_own_dropout_smoothing_and_rate_train_as_their_solo_r
   exp = helpers.Setup(Transformer(structure.model), structure.train, helpers.mesh_cfg(),
                       jax.devices()[:1]).experiment
   state = stack.stack_states([s.fresh_state() for s in setups], exp.state_shardings)
-  stacked_losses, state = _stacked_run(exp.stacked_train_step(3, stack.MemberScalars.of(configs)),
-                                       state, setups)
-  assert stack.MemberScalars.of(configs).learning_rate_ratio == (1.0, 1.0, 1.0, 3.0)
+  scalars = stack.MemberScalars.of(configs)
+  with pytest.raises(ValueError, match=r"a stacked step of 3 members was given \{'the state': 4, "
+                                       r"'the batch': 4, 'member scalar dropout_rate': 4, "):
+    _stacked_run(exp.stacked_train_step(3, scalars), state, setups)
+  stacked_losses, state = _stacked_run(exp.stacked_train_step(len(rows), scalars), state, setups)
+  assert scalars.learning_rate_ratio == (1.0, 1.0, 1.0, 3.0)
   differences = []
   for k in range(len(rows)):
-    np.testing.assert_allclose(stacked_losses[k], solo_losses[k], rtol=2e-6, atol=0)
+    np.testing.assert_allclose(stacked_losses[k], solo_losses[k], rtol=loss_rtol, atol=0)
     member = jax.device_get(stack.member_state(state, k, exp.state_shardings))
     differences.append(helpers.max_diff(member.params, solo_states[k].params, key_biases=False))
-  print(f"largest parameter difference, member against its solo run: {max(differences):.3g}")
-  assert max(differences) < 1e-4  # Adam's steps on near-zero gradients carry their rounding
+  print(f"largest parameter difference, member against its solo run ({dtype}, {train}): "
+        f"{max(differences):.3g}")
+  assert max(differences) <= params_atol  # float32: Adam's steps on near-zero gradients round
+  assert len({tuple(losses) for losses in stacked_losses}) == len(rows)  # four runs, four curves
+
+
+def test_a_stack_refuses_rbg_dropout_and_resolves_auto_to_threefry():
+  """vmap of RngBitGenerator draws every member's bits from the first member's key: an explicit
+  train.dropout_prng='rbg' is refused in one line; 'auto' gives a stack threefry on every
+  platform, and a run with rbg trains alone in a sweep (no stack class)."""
+  from tfm.train import platform_choices  # pylint: disable=import-outside-toplevel
+  rbg = [load_config("configs/quickstart.py", ["train.dropout_prng=rbg", f"train.seed={s}"])
+         for s in (0, 1)]
+  with pytest.raises(ValueError, match=r"^config key train\.dropout_prng: 'rbg' cannot serve a "
+                                       r"stack"):
+    stack.check_members(rbg)
+  assert stack.stack_class(rbg[0]) is None
+  assert stack.stack_class(load_config("configs/quickstart.py")) is not None
+  gpu = dict(platform_choices.AUTO["gpu"], dropout_prng="rbg")
+  try:
+    platform_choices.AUTO["gpu"], saved = gpu, platform_choices.AUTO["gpu"]
+    auto = load_config("configs/quickstart.py").train
+    assert platform_choices.resolve(auto, "gpu").dropout_prng == "rbg"
+    assert platform_choices.resolve(auto, "gpu", stacked=True).dropout_prng == "threefry"
+  finally:
+    platform_choices.AUTO["gpu"] = saved

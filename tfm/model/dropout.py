@@ -54,4 +54,7 @@ class Dropout(nn.Module):
       return x
     keep = 1.0 - self.rate if member is None else member
     mask = jax.random.bernoulli(self.make_rng("dropout"), p=keep, shape=x.shape)
-    return jax.lax.select(mask, x / keep, jnp.zeros_like(x))
+    # A member's keep is a float32 array: divided in x's dtype, as the solo run's Python float is
+    # (bfloat16 activations stay bfloat16; the same quotients, 1 - rate rounded once either way).
+    scale = keep if member is None else keep.astype(x.dtype)
+    return jax.lax.select(mask, x / scale, jnp.zeros_like(x))

@@ -242,7 +242,7 @@ def make_train_step(model: nn.Module, tx: optax.GradientTransformation, schedule
   platform = mesh.devices.flat[0].platform
   if members is not None:
     return _stacked_step(model, tx, schedule, label_smoothing, microbatches, mesh, rules,
-                         state_shardings, compiler_options, guard, prng, member_scalars)
+                         state_shardings, compiler_options, guard, prng, members, member_scalars)
   if keep_gradients is None:
     keep_gradients = platform == "cpu"
   settings = dict(model=model, tx=tx, schedule=schedule, label_smoothing=label_smoothing,
@@ -282,9 +282,10 @@ def member_sharding(sharding: NamedSharding) -> NamedSharding:
 
 
 def _stacked_step(model, tx, schedule, label_smoothing, microbatches, mesh, rules, state_shardings,
-                  compiler_options, guard, prng, member_scalars) -> OnMesh:
+                  compiler_options, guard, prng, members, member_scalars) -> OnMesh:
   """make_train_step's stacked form: train_step vmapped over the leading member axis, with each
-  member's dropout keep probabilities and label smoothing where they differ."""
+  member's dropout keep probabilities and label smoothing where they differ. A state, batch or
+  member scalars of another member count than `members` is refused when the step is traced."""
   settings = dict(model=model, microbatches=microbatches, grad_shardings=None, guard=guard,
                   prng=prng)
   keep, smoothing, ratio = ({}, None, None) if member_scalars is None else member_scalars.arrays()
@@ -297,6 +298,13 @@ def _stacked_step(model, tx, schedule, label_smoothing, microbatches, mesh, rule
                         label_smoothing=label_smoothing if smoothing is None else smoothing)
 
   def step(state, batch):
+    counts = {"the state": state.step.shape[0], "the batch": batch["targets"].shape[0],
+              **{f"member scalar {name}": x.shape[0] for name, x in
+                 [*keep.items(), ("label_smoothing", smoothing), ("learning_rate", ratio)]
+                 if x is not None}}
+    wrong = {what: n for what, n in counts.items() if n != members}
+    if wrong:
+      raise ValueError(f"a stacked step of {members} members was given {wrong} members")
     check_batch_size(batch["targets"].shape[1], mesh, rules, microbatches)
     return jax.vmap(member)(state, batch, keep, smoothing, ratio)
 
