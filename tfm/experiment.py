@@ -246,7 +246,7 @@ class Experiment:
     if (members, scalars) not in built:
       t = self.key.step_train
       tx, schedule = self.optimizer
-      choices = platform_choices.resolve(t, self.platform)
+      choices = platform_choices.resolve(t, self.platform, stacked=True)
       built[members, scalars] = make_train_step(
           self.model, tx, schedule, label_smoothing=t.label_smoothing,
           microbatches=t.microbatches, mesh=self.mesh, rules=self.rules,

@@ -62,9 +62,13 @@ def platform_name(platform: str) -> str:
   return "gpu" if platform in ("gpu", "cuda", "rocm") else platform
 
 
-def resolve(train, platform: str) -> Choices:
+def resolve(train, platform: str, stacked: bool = False) -> Choices:
   """The Choices of a train section (TrainConfig) on `platform`: each "auto" key as AUTO says for
-  that platform (the CPU's for a platform AUTO does not know)."""
-  auto = AUTO.get(platform_name(platform), CPU)
+  that platform (the CPU's for a platform AUTO does not know). stacked: for a stack's step
+  (tfm/train/stack.py), whose dropout masks only threefry draws member by member (stack.why_alone
+  refuses an explicit rbg)."""
+  auto = dict(AUTO.get(platform_name(platform), CPU))
+  if stacked:
+    auto["dropout_prng"] = "threefry"
   return Choices(**{key: auto[key] if getattr(train, key) == "auto" else getattr(train, key)
                     for key in KEYS})

@@ -90,31 +90,50 @@ def structure_config(configs: Sequence[config_lib.Config]) -> config_lib.Config:
   return first.replace(model=dataclasses.replace(first.model, **rates))
 
 
+def why_alone(config: config_lib.Config) -> str | None:
+  """Why a run of `config` cannot be a stack's member (one line naming the key), or None."""
+  if not config.data.packing:
+    return ("config key data.packing: a stack needs every member's batch of one shape, packed "
+            "rows (data.packing=True), not length buckets")
+  if config.train.dropout_prng == "rbg":
+    # vmap of XLA's RngBitGenerator draws every member's bits from the first member's key.
+    return ("config key train.dropout_prng: 'rbg' cannot serve a stack: vmapped, RngBitGenerator "
+            "draws every member's masks from the first member's key, so no member would be its "
+            "solo run; set 'threefry' or 'auto' (a stack resolves it to threefry)")
+  return None
+
+
+def _shared(config: config_lib.Config) -> dict:
+  """What runs must share to stack: the flattened config less STACK_KEYS and a table row's name
+  and figures (config_lib.EXTRAS: base and D1 are rows of one table)."""
+  values = config_lib.flatten(config.to_dict())
+  return {k: v for k, v in values.items() if k not in STACK_KEYS + config_lib.EXTRAS}
+
+
 def check_members(configs: Sequence[config_lib.Config]) -> None:
-  """Raises ValueError naming the first key, other than STACK_KEYS and a table row's name and
-  figures (config_lib.EXTRAS: base and D1 are rows of one table), in which a member differs from
-  the first, or why these configs cannot be stacked."""
+  """Raises ValueError naming the first key outside STACK_KEYS in which a member differs from the
+  first (_shared), or why these configs cannot be stacked (why_alone)."""
   if len(configs) < 1:
     raise ValueError("a stack needs at least one member")
-  first = config_lib.flatten(configs[0].to_dict())
+  first = _shared(configs[0])
   for i, config in enumerate(configs[1:], start=1):
-    other = config_lib.flatten(config.to_dict())
+    other = _shared(config)
     for key in sorted(set(first) | set(other)):
-      if key not in STACK_KEYS + config_lib.EXTRAS and first.get(key) != other.get(key):
+      if first.get(key) != other.get(key):
         raise ValueError(f"stack member {i} differs from member 0 in {key} ({other.get(key)!r} "
                          f"against {first.get(key)!r}): members may differ only in "
                          f"{', '.join(STACK_KEYS)}")
-  if not configs[0].data.packing:
-    raise ValueError("config key data.packing: a stack needs every member's batch of one shape, "
-                     "packed rows (data.packing=True), not length buckets")
+  reason = why_alone(configs[0])
+  if reason is not None:
+    raise ValueError(reason)
 
 
-def stack_class(config: config_lib.Config) -> str:
-  """What runs must share to stack (check_members): the config less STACK_KEYS and a table row's
-  name and figures, as text; runs of equal classes may train as one stack."""
-  values = config_lib.flatten(config.to_dict())
-  return json.dumps({k: v for k, v in values.items() if k not in STACK_KEYS + config_lib.EXTRAS},
-                    sort_keys=True, default=str)
+def stack_class(config: config_lib.Config) -> str | None:
+  """Runs of equal classes may train as one stack (check_members): what they share (_shared), as
+  text; None for a run that cannot stack (why_alone), which trains alone."""
+  if why_alone(config) is not None:
+    return None
+  return json.dumps(_shared(config), sort_keys=True, default=str)
 
 
 @functools.lru_cache(maxsize=None)
