@@ -26,6 +26,7 @@ step JAX's preemption service agrees on.
 from __future__ import annotations
 
 import contextlib
+import logging
 import os
 import sys
 from typing import Sequence
@@ -50,6 +51,8 @@ from tfm.train.preemption import Preemption
 from tfm.train.progress import Progress
 from tfm.train.step import member_sharding
 from tfm.train.workdir import Workdir
+
+logger = logging.getLogger(__name__)
 
 def prepare_data(config: Config, source: sources.DataSource, workdir: str):
   """The dataset (the Experiment's data source) on every host and the vocabulary in the workdir;
@@ -130,16 +133,30 @@ def _data_position(iterator):
   return accept
 
 
-def _restored_start(restored: list, workdirs: list[str]) -> int:
-  """The step every member resumes from (0: none has a checkpoint); members of a stack at
-  different steps cannot step together: one line names them."""
-  steps = [None if r is None else r[2] for r in restored]
-  if len(set(steps)) > 1:
-    found = ", ".join(f"{w}: {'none' if s is None else s}" for w, s in zip(workdirs, steps))
-    raise ckpt_lib.CheckpointError(f"the stack's runs have their latest checkpoints at different "
-                                   f"steps ({found}); resume each alone, or train the stack into "
-                                   "new workdirs")
-  return steps[0] or 0
+def _restore(checkpointers: list, exps: list, iterators: list) -> tuple[list, int]:
+  """(each run's restored (state, data state, step) or None, the step they resume from: 0 where
+  none has a checkpoint). A stack's members restore the newest step all of them hold (0 where
+  there is none): their asynchronous saves of one step end apart, so a kill in between leaves
+  some members a step ahead. Their checkpoints after that step are set aside (`<step>.ahead`) and
+  written again as the stack reaches them, so every member's series is the stack's. A member
+  whose checkpoint at that step cannot be read falls back to an older one, and the others follow
+  it down."""
+  held = [set(ck.all_steps()) for ck in checkpointers]
+  newest = max(set.intersection(*held) | {0}) if len(held) > 1 else None
+  while True:
+    restored = [ck.restore(e.abstract_state, accept=_data_position(it), newest=newest)
+                for ck, e, it in zip(checkpointers, exps, iterators)]
+    steps = {0 if r is None else r[2] for r in restored}
+    if len(steps) == 1:
+      break
+    newest = min(steps)  # a member fell back past a bad checkpoint: the others follow
+  start = steps.pop()
+  for ck in checkpointers if len(checkpointers) > 1 else ():
+    ahead = ck.set_aside_after(start)
+    if ahead:
+      logger.warning("%s: checkpoint(s) %s ahead of the step every member of the stack holds (%d): "
+                  "set aside as <step>.ahead, to be written again", ck.directory, ahead, start)
+  return restored, start
 
 
 def _train(configs: list[Config], held: list[Workdir], log: logs.WorkdirLog, stream,
@@ -178,9 +195,7 @@ def _train(configs: list[Config], held: list[Workdir], log: logs.WorkdirLog, str
     for checkpointer in checkpointers:
       cleanup.callback(checkpointer.close)
       cleanup.callback(checkpointer.wait)
-    restored = [ck.restore(e.abstract_state, accept=_data_position(it))
-                for ck, e, it in zip(checkpointers, exps, iterators)]
-    start = _restored_start(restored, workdirs)
+    restored, start = _restore(checkpointers, exps, iterators)
     states = [r[0] if r is not None else init_from_lib.start_state(c, e, w) if c.train.init_from
               else e.init_state() for c, e, w, r in zip(configs, exps, workdirs, restored)]
     state = states[0] if members is None else stack.stack_states(states, exp.state_shardings)

@@ -67,13 +67,55 @@ def test_each_member_is_its_solo_run_and_the_stack_resumes_bit_exact(experiment,
     assert helpers.max_diff(state, other) == 0.0
 
 
-def test_members_at_different_steps_are_refused_in_one_line(experiment, tmp_path):
-  run_train(_member(experiment, 0, "train.steps=3"), tmp_path / "run-s0")
-  with pytest.raises(ckpt_lib.CheckpointError, match=r"^the stack's runs have their latest "
-                     r"checkpoints at different steps \(.*run-s0: 3, .*run-s1: none\)"):
-    loop.train_stack([_member(experiment, s) for s in SEEDS],
-                     [str(tmp_path / f"run-s{s}") for s in SEEDS], stream=io.StringIO())
-  assert not (tmp_path / "run-s1").exists()  # nothing left behind
+# A child that trains a stack and is killed between its members' saves of step 6: member 0's
+# save written, member 1's never started (os._exit: no handler, no cleanup, as SIGKILL).
+_KILLED_MID_SAVE = """
+import json, os, sys
+from tfm import loop
+from tfm.config import load_config
+from tfm.train import checkpoint as ckpt_lib
+overrides, workdirs = json.loads(sys.argv[1]), json.loads(sys.argv[2])
+made, save = [], ckpt_lib.Checkpointer.save
+def save_or_die(self, step, *args, **kwargs):
+  if step == 6 and str(self.directory).startswith(workdirs[1]):
+    for other in made:
+      other.wait()
+    os._exit(9)
+  made.append(self)
+  return save(self, step, *args, **kwargs)
+ckpt_lib.Checkpointer.save = save_or_die
+loop.train_stack([load_config("configs/quickstart.py", o) for o in overrides], workdirs)
+"""
+
+
+@pytest.mark.slow
+def test_a_kill_between_the_members_saves_resumes_every_member_bit_exact(corpus, experiment,
+                                                                         tmp_path):
+  """Killed after member 0 saved step 6 and before member 1 did: the stack resumes both at step 3,
+  the newest step both hold (member 0's step 6 set aside), and ends at step 9 with the
+  checkpoints of a stack that was never stopped, to the bit."""
+  import json  # pylint: disable=import-outside-toplevel
+  import subprocess  # pylint: disable=import-outside-toplevel
+  import sys  # pylint: disable=import-outside-toplevel
+  from tests.integration.conftest import tiny_overrides  # pylint: disable=import-outside-toplevel
+  nine = ("train.steps=9",)
+  overrides = [tiny_overrides(corpus, *CADENCE, *nine, f"train.seed={s}", f"data.shuffle_seed={s}")
+               for s in SEEDS]
+  workdirs = [str(tmp_path / f"run-s{s}") for s in SEEDS]
+  child = subprocess.run([sys.executable, "-c", _KILLED_MID_SAVE, json.dumps(overrides),
+                          json.dumps(workdirs)], capture_output=True, text=True, timeout=300,
+                         check=False)
+  assert child.returncode == 9, child.stderr[-2000:]
+  assert [ckpt_lib.available_steps(w) for w in workdirs] == [[3, 6], [3]]
+  resumed = loop.train_stack([_member(experiment, s, *nine) for s in SEEDS], workdirs,
+                             stream=io.StringIO())
+  assert (tmp_path / "run-s0" / "checkpoints" / "6.ahead").is_dir()
+  straight = loop.train_stack([_member(experiment, s, *nine) for s in SEEDS],
+                              [str(tmp_path / f"straight-s{s}") for s in SEEDS],
+                              stream=io.StringIO())
+  for w, a, b in zip(workdirs, resumed, straight):
+    assert ckpt_lib.available_steps(w) == [3, 6, 9] and int(a.step) == 9
+    assert helpers.max_diff(a, b) == 0.0
 
 
 def test_configs_that_differ_in_more_than_seeds_and_scalars_are_refused(experiment, tmp_path):

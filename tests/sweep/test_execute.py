@@ -70,3 +70,16 @@ def test_stacks_are_groups_of_seeds_at_most_a_cap():
   assert [[r.name for r in g] for g in execute.groups(runs, stack=True, most=2)] == [
       ["base-s0", "base-s1"], ["base-s2"], ["A1-s0", "A1-s1"], ["A1-s2"]]
   assert execute.groups([], stack=True) == []  # every run finished before: nothing to stack
+
+
+def test_only_runs_resuming_from_one_step_stack(tmp_path):
+  """A rerun with a third seed: the two runs halfway through (latest checkpoint 3000) stack
+  together and the new one apart; a run that cannot stack (key None) trains alone."""
+  runs = [Run("configs/table3_mini.py", "base", (), seed) for seed in range(4)]
+  for run, steps in zip(runs, ([1000, 3000], [3000], [], [])):
+    for step in steps:
+      (tmp_path / run.name / "checkpoints" / str(step)).mkdir(parents=True)
+  workdir = lambda r: str(tmp_path / r.name)
+  key = execute.resuming_key(lambda r: None if r.seed == 3 else "base", workdir, lambda r: 6000)
+  assert [[r.name for r in g] for g in execute.groups(runs, stack=True, key=key)] == [
+      ["base-s0", "base-s1"], ["base-s2"], ["base-s3"]]

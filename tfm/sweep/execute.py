@@ -29,7 +29,7 @@ import signal
 import subprocess
 import sys
 import time
-from typing import Callable, Sequence, TextIO
+from typing import Any, Callable, Sequence, TextIO
 
 from tfm import config as config_lib
 from tfm import storage
@@ -263,18 +263,33 @@ def _reached(workdir: str, steps: int) -> int:
 
 
 def groups(runs: Sequence[Run], stack: bool, most: int = 0,
-           key: Callable[[Run], str] | None = None) -> list[list[Run]]:
+           key: Callable[[Run], Any] | None = None) -> list[list[Run]]:
   """The runs a Job takes: one each, or with `stack` the runs of equal `key` together (default:
   each group's seeds; the sweep's key is tfm/train/stack.py's stack_class, so Table 3's base and
-  D1-D4 stack too), at most `most` a stack (0: no cap), in the order of each stack's first run."""
+  D1-D4 stack too; a run whose key is None trains alone), at most `most` a stack (0: no cap), in
+  the order of each stack's first run."""
   if not stack:
     return [[r] for r in runs]
   key = key or (lambda r: r.group)
-  by_key: dict[str, list[Run]] = {}
-  for r in runs:
-    by_key.setdefault(key(r), []).append(r)
+  by_key: dict[Any, list[Run]] = {}
+  for i, r in enumerate(runs):
+    k = key(r)
+    by_key.setdefault(("alone", i) if k is None else k, []).append(r)
   size = most or max((len(g) for g in by_key.values()), default=1)
   return [g[i:i + size] for g in by_key.values() for i in range(0, len(g), size)]
+
+
+def resuming_key(stack_key: Callable[[Run], Any] | None, workdir: Callable[[Run], str],
+                 steps_of: Callable[[Run], int]) -> Callable[[Run], Any]:
+  """groups' key for pending runs: stack_key (default: a group's seeds) and the step a run resumes
+  from. A stack steps its runs together, so only runs at one step may stack: a rerun with more
+  seeds stacks the new runs apart from those halfway through. A run whose stack_key is None
+  trains alone."""
+  class_of = stack_key or (lambda r: r.group)
+  def key(r: Run):
+    c = class_of(r)
+    return None if c is None else (c, _reached(workdir(r), steps_of(r)))
+  return key
 
 
 def run_all(runs: Sequence[Run], root: str, *, shares: Sequence[Share], vocab_dir: str | None,
@@ -291,7 +306,7 @@ def run_all(runs: Sequence[Run], root: str, *, shares: Sequence[Share], vocab_di
   stream = stream or sys.stdout
   workdir = lambda run: os.path.join(root, run.name)
   pending_runs = [r for r in runs if not is_finished(workdir(r), steps_of(r))]
-  pending = groups(pending_runs, stack, stack_most, stack_key)
+  pending = groups(pending_runs, stack, stack_most, resuming_key(stack_key, workdir, steps_of))
   done_before = len(runs) - len(pending_runs)
   print(f"[sweep] {len(runs)} runs under {root}: {done_before} finished before, "
         f"{len(pending_runs)} to run" + (f" in {len(pending)} stacks" if stack else "")

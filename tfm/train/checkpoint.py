@@ -178,19 +178,22 @@ class Checkpointer:
     return sorted(self.manager.all_steps())
 
   def restore(self, abstract_state: Any, step: int | None = None,
-              accept: Callable[[Any, dict], None] | None = None) -> tuple[Any, dict, int] | None:
+              accept: Callable[[Any, dict], None] | None = None,
+              newest: int | None = None) -> tuple[Any, dict, int] | None:
     """Restores (state, this host's data state, step) onto the shardings of `abstract_state`.
 
-    step None: the latest good checkpoint, None if there is no checkpoint at all. Bad newer ones are
-    skipped with a warning and set aside; if no checkpoint can be restored (e.g. the model config
-    changed) this raises and renames nothing. An explicit step is restored or raises. accept(state,
-    data_state) may raise to reject a checkpoint (e.g. a data state the iterator cannot take).
+    step None: the latest good checkpoint (of those at most `newest`, where given), None if there
+    is no such checkpoint at all. Bad newer ones are skipped with a warning and set aside; if no
+    checkpoint can be restored (e.g. the model config changed) this raises and renames nothing.
+    An explicit step is restored or raises. accept(state, data_state) may raise to reject a
+    checkpoint (e.g. a data state the iterator cannot take).
     """
     self.manager.wait_until_finished()
     if step is not None:
       return self._restore(abstract_state, step, accept) + (step,)
     failed = []
-    for candidate in sorted(self.all_steps(), reverse=True):
+    candidates = [s for s in self.all_steps() if newest is None or s <= newest]
+    for candidate in sorted(candidates, reverse=True):
       try:
         restored = self._restore(abstract_state, candidate, accept)
       except ResumeRefused:
@@ -228,16 +231,26 @@ class Checkpointer:
       accept(state, data_state)
     return state, data_state
 
-  def _set_aside(self, step: int) -> None:
-    """Renames a bad step directory so a later save of the same step does not collide."""
+  def set_aside_after(self, step: int) -> list[int]:
+    """Sets aside the checkpoints after `step` (renamed `<step>.ahead`), so that training from
+    `step` writes them again; returns their steps. A stack's member a kill left ahead of the
+    others resumes with them (tfm/loop.py)."""
+    ahead = [s for s in self.all_steps() if s > step]
+    for s in ahead:
+      self._set_aside(s, "ahead")
+    return ahead
+
+  def _set_aside(self, step: int, why: str = "unreadable") -> None:
+    """Renames a step directory to `<step>.<why>[.N]` so a later save of the same step does not
+    collide."""
     if jax.process_index() == 0:
       path = self.directory / str(step)
-      target, n = self.directory / f"{step}.unreadable", 1
+      target, n = self.directory / f"{step}.{why}", 1
       while target.exists():
-        target, n = self.directory / f"{step}.unreadable.{n}", n + 1
+        target, n = self.directory / f"{step}.{why}.{n}", n + 1
       if path.exists():
         path.rename(target)
-    distributed.barrier(f"tfm-checkpoint-set-aside-{step}")
+    distributed.barrier(f"tfm-checkpoint-set-aside-{step}-{why}")
     self.manager.reload()
 
   def wait(self) -> None:
