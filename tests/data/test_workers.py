@@ -65,3 +65,31 @@ def test_resume_mid_epoch_with_workers_is_exact(cfg, tok):
   # A resumed run may change data.num_workers (tfm/train/workdir.py RESUMABLE_PREFIXES).
   in_process, _ = _batches(cfg, tok, 10, state)
   assert testlib.same_batches(in_process, expected)
+
+
+def test_a_sigterm_to_the_process_group_leaves_the_workers_reading(cfg, tok):
+  """A TERM (and an INT) to every process of the group reaches the worker processes too; the
+  training process trains on to the step its hosts agree to save at, so the chunks must keep
+  coming, the same as without the signal, and close() still ends the workers."""
+  import multiprocessing  # pylint: disable=import-outside-toplevel
+  import os  # pylint: disable=import-outside-toplevel
+  import signal  # pylint: disable=import-outside-toplevel
+  import time  # pylint: disable=import-outside-toplevel
+  want, _ = _batches(cfg, tok, 10)
+  it = pipeline.train_iterator(cfg.replace(num_workers=2), sources.DataSource.of(cfg), tok)
+  try:
+    got = _take(it, 2)
+    children = multiprocessing.active_children()
+    assert len(children) >= 2
+    for sig in (signal.SIGTERM, signal.SIGINT):
+      for child in children:
+        os.kill(child.pid, sig)
+    time.sleep(0.5)
+    got += _take(it, 8)
+    assert all(child.is_alive() for child in children)
+  finally:
+    it.close()
+  assert testlib.same_batches(got, want)
+  for child in children:
+    child.join(timeout=10)
+    assert not child.is_alive()

@@ -5,7 +5,8 @@ MapDataset's last map returns, here a dict of flat int32 arrays, examples.Encode
 The work of producing a chunk (reading records, SentencePiece, or gathering token ids from the
 token cache) runs in grain's read-ahead threads when num_workers == 0 (data.num_workers), or in
 `num_workers` processes (grain `mp_prefetch`: worker w produces chunks w, w + n, w + 2n, ... and
-the main process takes them round-robin, numpy arrays through shared memory).
+the main process takes them round-robin, numpy arrays through shared memory). Workers ignore a
+SIGTERM or SIGINT to the process group, as the batch process does (_worker_init).
 
 The state is the index of the next chunk, {'next_index': k}, whatever the worker count (the same
 dict grain's in-process iterator uses, so checkpoints written before this module still restore).
@@ -17,6 +18,10 @@ lazily, on the first `next()`, so restoring a new stream costs one start).
 
 from __future__ import annotations
 
+import os
+import signal
+import threading
+import time
 from typing import Any
 
 from absl import flags
@@ -37,6 +42,25 @@ def _plain(value):
   return np.array(value) if isinstance(value, np.ndarray) else value
 
 
+def _worker_init(worker_index: int, num_workers: int) -> None:
+  """Run by grain in each worker process before it reads: a SIGTERM or SIGINT to the whole process
+  group (SLURM's proctrack/pgid, a VM's shutdown, Ctrl-C) is the training process's to handle: it
+  trains on to the step its hosts agree to save at, and needs chunks until then
+  (tfm/data/batch_process.py does the same). The worker ends when the training process closes the
+  stream, or, orphaned by a kill, when a watchdog sees its parent gone."""
+  del worker_index, num_workers
+  signal.signal(signal.SIGTERM, signal.SIG_IGN)
+  signal.signal(signal.SIGINT, signal.SIG_IGN)
+  parent = os.getppid()
+
+  def watch():
+    while os.getppid() == parent:
+      time.sleep(1.0)
+    os._exit(0)  # pylint: disable=protected-access
+
+  threading.Thread(target=watch, name="tfm-orphan-watch", daemon=True).start()
+
+
 class ChunkStream:
   """Iterator over a grain MapDataset of chunks from a checkpointable index (module docstring)."""
 
@@ -55,7 +79,8 @@ class ChunkStream:
       if not flags.FLAGS.is_parsed():  # grain's worker processes read absl flags
         flags.FLAGS.mark_as_parsed()
       ds = ds.mp_prefetch(grain.MultiprocessingOptions(num_workers=self._num_workers,
-                                                      per_worker_buffer_size=WORKER_BUFFER))
+                                                      per_worker_buffer_size=WORKER_BUFFER),
+                          worker_init_fn=_worker_init)
     return iter(ds)
 
   def __iter__(self):
