@@ -73,13 +73,18 @@ def test_stacks_are_groups_of_seeds_at_most_a_cap():
 
 
 def test_only_runs_resuming_from_one_step_stack(tmp_path):
-  """A rerun with a third seed: the two runs halfway through (latest checkpoint 3000) stack
-  together and the new one apart; a run that cannot stack (key None) trains alone."""
-  runs = [Run("configs/table3_mini.py", "base", (), seed) for seed in range(4)]
-  for run, steps in zip(runs, ([1000, 3000], [3000], [], [])):
+  """A rerun with a third seed: the two runs halfway through stack together and the new one
+  apart; seed 3, whose stack was killed between its members' saves of step 3000, resumes with the
+  runs at 2000, its previous checkpoint (the loop restores all of them there); seed 4's previous
+  checkpoint, 3000, is no other run's step then, so it resumes alone from 4000; a run that cannot
+  stack (key None) trains alone."""
+  runs = [Run("configs/table3_mini.py", "base", (), seed) for seed in range(6)]
+  held = ([1000, 2000], [2000], [], [1000, 2000, 3000], [3000, 4000], [2000])
+  for run, steps in zip(runs, held):
     for step in steps:
       (tmp_path / run.name / "checkpoints" / str(step)).mkdir(parents=True)
   workdir = lambda r: str(tmp_path / r.name)
-  key = execute.resuming_key(lambda r: None if r.seed == 3 else "base", workdir, lambda r: 6000)
+  key = execute.resuming_key(runs, lambda r: None if r.seed == 5 else "base", workdir,
+                             lambda r: 6000)
   assert [[r.name for r in g] for g in execute.groups(runs, stack=True, key=key)] == [
-      ["base-s0", "base-s1"], ["base-s2"], ["base-s3"]]
+      ["base-s0", "base-s1", "base-s3"], ["base-s2"], ["base-s4"], ["base-s5"]]

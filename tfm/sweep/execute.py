@@ -279,16 +279,24 @@ def groups(runs: Sequence[Run], stack: bool, most: int = 0,
   return [g[i:i + size] for g in by_key.values() for i in range(0, len(g), size)]
 
 
-def resuming_key(stack_key: Callable[[Run], Any] | None, workdir: Callable[[Run], str],
-                 steps_of: Callable[[Run], int]) -> Callable[[Run], Any]:
-  """groups' key for pending runs: stack_key (default: a group's seeds) and the step a run resumes
-  from. A stack steps its runs together, so only runs at one step may stack: a rerun with more
-  seeds stacks the new runs apart from those halfway through. A run whose stack_key is None
-  trains alone."""
+def resuming_key(runs: Sequence[Run], stack_key: Callable[[Run], Any] | None,
+                 workdir: Callable[[Run], str], steps_of: Callable[[Run], int]
+                 ) -> Callable[[Run], Any]:
+  """groups' key for the pending `runs`: stack_key (default: a group's seeds) and the step a run
+  resumes from. A stack steps its runs together, so only runs at one step may stack: a rerun with
+  more seeds stacks the new runs apart from those halfway through. One exception keeps a stack
+  whole: members a kill left one checkpoint apart (their asynchronous saves of one step end
+  apart) resume together from the older step, which the loop restores for all of them
+  (tfm/loop.py). A run whose stack_key is None trains alone."""
   class_of = stack_key or (lambda r: r.group)
+  reached = {r: _reached(workdir(r), steps_of(r)) for r in runs}
   def key(r: Run):
     c = class_of(r)
-    return None if c is None else (c, _reached(workdir(r), steps_of(r)))
+    if c is None:
+      return None
+    held = [s for s in ckpt_lib.available_steps(workdir(r)) if s < reached[r]]
+    behind = {reached[q] for q in runs if q is not r and class_of(q) == c}
+    return c, held[-1] if held and held[-1] in behind else reached[r]
   return key
 
 
@@ -306,7 +314,8 @@ def run_all(runs: Sequence[Run], root: str, *, shares: Sequence[Share], vocab_di
   stream = stream or sys.stdout
   workdir = lambda run: os.path.join(root, run.name)
   pending_runs = [r for r in runs if not is_finished(workdir(r), steps_of(r))]
-  pending = groups(pending_runs, stack, stack_most, resuming_key(stack_key, workdir, steps_of))
+  pending = groups(pending_runs, stack, stack_most,
+                   resuming_key(pending_runs, stack_key, workdir, steps_of))
   done_before = len(runs) - len(pending_runs)
   print(f"[sweep] {len(runs)} runs under {root}: {done_before} finished before, "
         f"{len(pending_runs)} to run" + (f" in {len(pending)} stacks" if stack else "")
