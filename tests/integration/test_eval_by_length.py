@@ -8,10 +8,12 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
+import sacrebleu
 
 from tests.integration.conftest import run_train
 from tfm import cli
 from tfm.data import pipeline
+from tfm.decode.text import translate_texts
 from tfm.eval.restore import load_trained
 from tfm.model.transformer import Transformer
 
@@ -52,24 +54,32 @@ def test_buckets_hold_every_pair_and_their_perplexity_is_each_sentence_s(trained
   lengths = _lengths(t)
   longest = max(n for n, _, _ in lengths)
   assert longest > 16, "the fake dev set needs sources longer than training's"
-  edges = (12, 16, 2 * longest)
+  edges = (16, 24, 2 * longest)  # the training lengths, then longer ones
   assert cli.main(["tfm", "eval", f"--workdir={trained}", "--average=1", "--limit=4",
                    f"--length_buckets={','.join(map(str, edges))}"]) == 0
   name = f"eval_dev_4_avg1_first4_len{'-'.join(map(str, edges))}.json"
   result = json.load(open(f"{trained}/{name}"))
   assert result["length_buckets"] == list(edges) and result["longer_than_buckets"] == 0
   buckets = result["by_length"]
-  assert [b["bucket"] for b in buckets] == ["1-12", "13-16", f"17-{2 * longest}"]
-  for b, (lo, hi) in zip(buckets, [(0, 12), (12, 16), (16, 2 * longest)]):
+  assert [b["bucket"] for b in buckets] == ["1-16", "17-24", f"25-{2 * longest}"]
+  pairs = pipeline.eval_text_pairs(t.config.data, t.experiment.data_source, "dev")
+  translate = t.experiment.translate_fn(eos_id=t.tokenizer.eos_id)
+  for b, (lo, hi) in zip(buckets, [(0, 16), (16, 24), (24, 2 * longest)]):
     members = [e for e in lengths if lo < e[0] <= hi]
-    assert b["sentences"] == len(members)
-    if members:  # every pair of the bucket, the long ones included, none truncated
-      assert b["target_tokens"] == sum(len(target) for _, _, target in members)
-      assert math.isclose(b["perplexity"], _perplexity(t, members), rel_tol=2e-4)
-      assert 0.0 <= b["bleu"] <= 100.0 and 0.0 <= b["tokenized_bleu"] <= 100.0
-  assert buckets[2]["sentences"] > 0
+    assert b["sentences"] == len(members) > 0
+    # every pair of the bucket, the long ones included, none truncated
+    assert b["target_tokens"] == sum(len(target) for _, _, target in members)
+    assert math.isclose(b["perplexity"], _perplexity(t, members), rel_tol=2e-4)
+  # BLEU beyond the training lengths: sacreBLEU of the long bucket's sources, chosen here and
+  # translated in one batch of their own at the run's settings
+  chosen = [(s, g) for (s, g), e in zip(pairs, lengths) if 24 < e[0]]
+  hyps, _ = translate_texts(translate, t.params, t.tokenizer, [s for s, _ in chosen],
+                            batch_size=8, max_input_length=2 * longest)
+  assert buckets[2]["bleu"] == pytest.approx(
+      sacrebleu.corpus_bleu(hyps, [[g for _, g in chosen]]).score, abs=1e-9)
+  assert all(b["bleu"] >= 0 and b["tokenized_bleu"] >= 0 for b in buckets)
   out = capsys.readouterr().out
-  assert f"length 17-{2 * longest}" in out
+  assert f"length 25-{2 * longest}" in out
 
 
 def test_one_bucket_over_the_training_lengths_is_the_plain_evaluation(trained):
@@ -83,25 +93,34 @@ def test_one_bucket_over_the_training_lengths_is_the_plain_evaluation(trained):
   short = [e for e in _lengths(t) if e[0] <= 16]
   assert bucket["sentences"] == len(short)
   assert result["longer_than_buckets"] == len(_lengths(t)) - len(short)
-  # The plain dev perplexity reads the pairs data.overlong='filter' keeps: both sides <= 16.
+  # The plain dev perplexity reads the pairs data.overlong='filter' keeps: both sides <= 16; the
+  # bucket every source of at most 16 pieces, whatever its target's length.
   both = [e for e in short if len(e[2]) <= 16]
-  if len(both) == len(short):
-    assert math.isclose(bucket["perplexity"], result["perplexity"], rel_tol=1e-5)
+  assert math.isclose(result["perplexity"], _perplexity(t, both), rel_tol=2e-4)
   assert math.isclose(bucket["perplexity"], _perplexity(t, short), rel_tol=2e-4)
 
 
 def test_a_learned_table_too_short_says_so(experiment_module, tmp_path):
-  """A learned position table of 21 rows (data.max_length 16 + 5 decoded) cannot score sources
-  of 17-40 pieces: the bucket says why, and the others are scored."""
-  run_train(experiment_module(*TRAIN, "model.positions=learned", "model.max_length=21",
+  """A learned position table of 27 rows (data.max_length 16, eval.max_extra_length 5): sources of
+  17-40 pieces have no rows, and that bucket says why while the others are scored. The check is the
+  decode's: with --max_extra_length=8 (16 + 8 fits the table) sources of 17-21 pieces would
+  decode past row 27, so that bucket gets no BLEU, though the run's own 5 would have fitted."""
+  run_train(experiment_module(*TRAIN, "model.positions=learned", "model.max_length=27",
                               "train.steps=2"), tmp_path)
   assert cli.main(["tfm", "eval", f"--workdir={tmp_path}", "--average=1",
                    "--length_buckets=16,40", "--out", f"{tmp_path}/e.json"]) == 0
   short, long = json.load(open(f"{tmp_path}/e.json"))["by_length"]
   assert "note" not in short and short["perplexity"] > 0 and "bleu" in short
-  if long["sentences"]:
-    assert "perplexity" not in long and "bleu" not in long
-    assert "past the learned table's 21 (model.max_length)" in long["note"]
+  assert long["sentences"] > 0
+  assert "perplexity" not in long and "bleu" not in long
+  assert "past the learned table's 27 (model.max_length)" in long["note"]
+  assert cli.main(["tfm", "eval", f"--workdir={tmp_path}", "--average=1", "--max_extra_length=8",
+                   "--length_buckets=16,21", "--out", f"{tmp_path}/e8.json"]) == 0
+  short, longer = json.load(open(f"{tmp_path}/e8.json"))["by_length"]
+  assert "note" not in short and "bleu" in short and longer["sentences"] > 0
+  assert "bleu" not in longer and longer["note"].endswith(
+      "no BLEU: sources of up to 21 pieces decode up to 29 positions, past the learned table's "
+      "27 (model.max_length)"), longer
 
 
 def test_bad_edges_are_named_in_one_line(trained, capsys):

@@ -190,7 +190,8 @@ def run(fv: flags.FlagValues, config):
       if edges:
         result.update(_by_length(t, exp.translate_fn(
             beam_size=point.beam_size, length_penalty=point.length_penalty,
-            max_extra_length=point.max_extra_length, eos_id=t.tokenizer.eos_id), name, edges))
+            max_extra_length=point.max_extra_length, eos_id=t.tokenizer.eos_id), name, edges,
+            point.max_extra_length))
       path = fv.out or epath.Path(fv.workdir) / result_name(
           name, t.steps, fv.limit or 0, point.suffix(configured), best=t.best is not None,
           buckets=edges)
@@ -220,9 +221,10 @@ def _print(result: dict) -> None:
     print(f"{key:>22}: {value}")
 
 
-def _by_length(t, translate, name: str, edges: tuple[int, ...]) -> dict:
-  """The evaluation by source length of set `name` (tfm/eval/by_length.py) with `translate`: the
-  result's length_buckets, longer_than_buckets and by_length."""
+def _by_length(t, translate, name: str, edges: tuple[int, ...], max_extra_length: int) -> dict:
+  """The evaluation by source length of set `name` (tfm/eval/by_length.py) with `translate`, which
+  decodes up to max_extra_length tokens past each source: the result's length_buckets,
+  longer_than_buckets and by_length."""
   # pylint: disable=import-outside-toplevel
   import jax
   from tfm.eval.by_length import ByLength
@@ -230,7 +232,7 @@ def _by_length(t, translate, name: str, edges: tuple[int, ...]) -> dict:
   exp, c = t.experiment, t.config
   by_length = ByLength(c, exp.data_source, t.tokenizer, exp.eval_step, exp.batch_sharding,
                        translate, edges=edges, batch_size=exp.decode_rows(c.eval.batch_size),
-                       split=name, row_multiple=exp.batch_shards)
+                       split=name, row_multiple=exp.batch_shards, max_extra_length=max_extra_length)
   total = sum(len(b.pairs) for b in by_length.buckets)
   progress = Counter(f"[eval] {name} by source length: decoding", total, "sentences", sys.stderr)
   return dict(length_buckets=list(edges), longer_than_buckets=by_length.beyond,

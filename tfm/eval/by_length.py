@@ -9,7 +9,7 @@ paper's tokenized BLEU (as tfm/eval/dev_bleu.py), over every pair of the bucket.
 
 A model with a learned position table (model.positions='learned') has no position past
 model.max_length - 1: a bucket whose rows are longer gets no perplexity, and one whose sources plus
-eval.max_extra_length decoded tokens exceed the table gets no BLEU; its entry says so ("note")
+the decode's max_extra_length tokens exceed the table gets no BLEU; its entry says so ("note")
 instead of reading positions the table does not have. Every other encoding computes positions of
 any length.
 """
@@ -28,16 +28,19 @@ class ByLength:
   """Holds a split's buckets; by_length(params) -> one dict per bucket (see __call__).
 
   eval_step, sharding, row_multiple: as tfm/eval/dev_loss.py's DevLoss; translate, batch_size,
-  compounds: as tfm/eval/dev_bleu.py's DevBleu. table: the learned position table's rows
-  (model.max_length) or None for encodings without one; max_extra_length: eval.max_extra_length.
+  compounds: as tfm/eval/dev_bleu.py's DevBleu. max_extra_length: the one `translate` decodes
+  with (tfm eval's grid point; default eval.max_extra_length), which decides whether a bucket's
+  decodes fit the learned position table (model.max_length; None for encodings without one).
   """
 
   def __init__(self, config, source, tokenizer, eval_step, sharding, translate, *, edges,
-               batch_size: int, split: str = "dev", row_multiple: int = 1):
+               batch_size: int, split: str = "dev", row_multiple: int = 1,
+               max_extra_length: int | None = None):
     data, model = config.data, config.model
     self.eval_step, self.sharding, self.translate = eval_step, sharding, translate
     self.tokenizer, self.batch_size, self.data = tokenizer, batch_size, data
-    self.compounds, self.extra = config.eval.compounds, config.eval.max_extra_length
+    self.compounds = config.eval.compounds
+    self.extra = config.eval.max_extra_length if max_extra_length is None else max_extra_length
     self.table = model.max_length if model.positions == "learned" else None
     self.buckets, self.beyond = split_by_length(
         data, source, tokenizer, split, edges, process_index=jax.process_index(),
