@@ -110,9 +110,11 @@ def _teacher_forced_logp(t, inputs, targets):
   """log P(target | input) token by token through uncached_step (the decoder rerun over the whole
   prefix at each step), independent of the score function's single pass."""
   make_state, step = uncached_step(t.model, t.params)
+  step = jax.jit(step)  # one program for every step: the prefix is as long as the longest target
+  longest = max(len(target) for target in targets) + 1
   out = []
   for source, target in zip(inputs, targets):
-    state = make_state(jnp.asarray(source[None]), len(target) + 1)
+    state = make_state(jnp.asarray(source[None]), longest)
     ids, total = 0, 0.0
     for token in target:
       logits, state = step(jnp.array([[ids]], jnp.int32), state)

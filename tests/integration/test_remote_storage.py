@@ -101,7 +101,7 @@ def _finish(procs, timeout):
   return outputs
 
 
-@pytest.mark.slow
+@pytest.mark.long  # two training processes on a GCS emulator, then eval and translate processes: CI runs it after the README's command
 def test_train_eval_translate_with_a_gs_workdir(gcs, corpus, tmp_path):
   workdir = f"gs://{BUCKET}/runs/tiny"
   flags = [f.replace("=configs/", f"={ROOT}/configs/") for f in tiny_flags(

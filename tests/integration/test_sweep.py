@@ -30,7 +30,7 @@ def _tensorboard_hparams(workdir):
   return found
 
 
-@pytest.mark.slow
+@pytest.mark.long  # a sweep of runs, each a `tfm train` and a `tfm eval` process: CI runs it after the README's command
 def test_grid_sweep_records_failures_and_skips_finished_runs(corpus, tmp_path, capsys):
   root = tmp_path / "sweep"
   overrides = sweep_overrides(corpus, 3)
@@ -102,7 +102,7 @@ def _term_eval_children(root, stop):
     time.sleep(0.05)
 
 
-@pytest.mark.slow
+@pytest.mark.long  # sweeps of runs, each a `tfm train` and a `tfm eval` process: CI runs it after the README's command
 def test_a_run_without_dev_figures_on_disk_or_a_stopped_eval_is_not_finished(corpus, tmp_path,
                                                                                capsys):
   """`tfm eval` prints its figures and exits 0 where it cannot save them, and a TERM to the

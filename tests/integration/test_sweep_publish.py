@@ -19,7 +19,7 @@ def _argv(corpus, root, published, *extra):
           + [f"--config.{o}" for o in overrides])
 
 
-@pytest.mark.slow
+@pytest.mark.long  # two sweeps, each run a `tfm train` and a `tfm eval` process: CI runs it after the README's command
 def test_published_runs_resume_a_sweep_on_a_fresh_root(corpus, tmp_path, capsys):
   published = tmp_path / "results"
   assert cli.main(_argv(corpus, tmp_path / "root1", published)) == 0

@@ -72,7 +72,7 @@ def test_plan_of_a_tiny_step(capsys):
   assert plan["compile_s"] > 0 and plan["remedies"] == []
 
 
-@pytest.mark.slow
+@pytest.mark.long  # libtpu compiles a plan and each remedy it tries: CI runs it after the README's command
 @needs_libtpu
 def test_a_step_too_big_for_hbm_names_the_change_that_fits(capsys):
   # A 4M-piece vocabulary: ~1.07B parameters, whose float32 values, Adam moments and gradients do

@@ -74,7 +74,7 @@ def test_tiny_model_on_8_devices(tmp_path):
                                           "data": {"position": 7}, "step": 2}
 
 
-@pytest.mark.slow
+@pytest.mark.long  # a process of 8 devices compiling every mesh: CI runs it after the README's command
 def test_transformer_on_8_devices(tmp_path):
   """The project's Transformer (1 + 1 layers) on a (2, 2, 2) mesh with 2 microbatches."""
   result = run_script("transformer", tmp_path)
@@ -88,7 +88,7 @@ def test_transformer_on_8_devices(tmp_path):
     assert decode[name]["output_tokens"] > 8, decode
 
 
-@pytest.mark.slow
+@pytest.mark.long  # a process of 8 devices compiling every mesh: CI runs it after the README's command
 def test_scanned_transformer_on_8_devices(tmp_path):
   """model.scan_layers (2 + 2 layers stacked) on the (2, 2, 2) mesh: each stacked weight is split
   as its layer's weight is and replicated along the layers axis; training and decoding equal one
@@ -104,7 +104,7 @@ def test_scanned_transformer_on_8_devices(tmp_path):
   assert beam["same_tokens"] and beam["score_diff"] < 1e-4 and beam["output_tokens"] > 8, beam
 
 
-@pytest.mark.slow
+@pytest.mark.long  # a process of 8 devices compiling every form: CI runs it after the README's command
 def test_the_accelerator_forms_on_8_devices(tmp_path):
   """The Transformer with dropout on the (2, 2, 2) mesh: with the select guard (a GPU's form of
   the non-finite guard) the same losses, gradient norms and parameters as on one device, and it
