@@ -195,7 +195,8 @@ def test_sharded_on_2_devices(tmp_path):
   out = tmp_path / "sharded.json"
   env = dict(os.environ, PYTHONPATH=str(ROOT), JAX_PLATFORMS="cpu",
              XLA_FLAGS="--xla_force_host_platform_device_count=2 --xla_backend_optimization_level=0 "
-                       "--xla_llvm_disable_expensive_passes=true")
+                       "--xla_llvm_disable_expensive_passes=true --xla_cpu_use_fusion_emitters=false "
+                       "--xla_cpu_parallel_codegen_split_count=1")
   proc = subprocess.run([sys.executable, "-m", "tests.eval.test_averaging", str(out)], cwd=ROOT,
                         env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
                         timeout=300)

@@ -42,7 +42,7 @@ def plan_json(capsys, *overrides, flags=()):
   return json.loads(out)
 
 
-@pytest.mark.slow
+@pytest.mark.long  # libtpu compiles the step for a TPU topology: CI runs it after the README's command
 @needs_libtpu
 def test_plan_of_a_tiny_step(capsys):
   # 30 rows of 64 tokens do not split over the 4 chips: rounded up to 32 rows.

@@ -20,7 +20,9 @@ import os
 os.environ["XLA_FLAGS"] = " ".join([os.environ.get("XLA_FLAGS", ""),
                                     "--xla_force_host_platform_device_count=8",
                                     "--xla_backend_optimization_level=0",
-                                    "--xla_llvm_disable_expensive_passes=true"])
+                                    "--xla_llvm_disable_expensive_passes=true",
+                                    "--xla_cpu_use_fusion_emitters=false",
+                                    "--xla_cpu_parallel_codegen_split_count=1"])
 
 import json  # noqa: E402
 import sys  # noqa: E402
