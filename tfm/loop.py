@@ -195,6 +195,7 @@ def _train(configs: list[Config], held: list[Workdir], log: logs.WorkdirLog, str
     for checkpointer in checkpointers:
       cleanup.callback(checkpointer.close)
       cleanup.callback(checkpointer.wait)
+      checkpointer.peers = [c for c in checkpointers if c is not checkpointer]  # a stack's
     restored, start = _restore(checkpointers, exps, iterators)
     states = [r[0] if r is not None else init_from_lib.start_state(c, e, w) if c.train.init_from
               else e.init_state() for c, e, w, r in zip(configs, exps, workdirs, restored)]

@@ -192,6 +192,31 @@ def test_a_kill_during_the_next_save_leaves_the_previous_checkpoint(tmp_path):
   checkpointer.close()
 
 
+def test_a_stacks_members_keep_the_newest_step_all_of_them_hold(tmp_path):
+  """keep=1 for two members of a stack (peers): member 0's step 2 on disk does not delete its
+  step 1 while member 1 holds only 1, so a kill then leaves a step both can resume from; once
+  both hold 2, both delete 1. A `<step>.ahead` copy set aside at a resume goes once that step is
+  written again."""
+  members = [Checkpointer(str(tmp_path / f"m{k}"), keep=1) for k in range(2)]
+  for checkpointer in members:
+    checkpointer.peers = [c for c in members if c is not checkpointer]
+  state = lambda v: {"w": jax.numpy.full((4,), float(v))}
+  for checkpointer in members:
+    checkpointer.save(1, state(1), {})
+    checkpointer.wait()
+  (tmp_path / "m1" / "checkpoints" / "2.ahead").mkdir()
+  members[0].save(2, state(2), {})
+  members[0].wait()
+  assert [available_steps(tmp_path / f"m{k}") for k in range(2)] == [[1, 2], [1]]
+  members[1].save(2, state(2), {})
+  members[1].wait()
+  members[0].wait()
+  assert [available_steps(tmp_path / f"m{k}") for k in range(2)] == [[2], [2]]
+  assert not (tmp_path / "m1" / "checkpoints" / "2.ahead").exists()
+  for checkpointer in members:
+    checkpointer.close()
+
+
 def test_an_optimizer_state_numbered_by_optax_chain_is_named_and_its_params_still_restore(
     tiny_setup, tmp_path):
   """Checkpoints of older tfm versions held opt_state as optax.chain's tuple (opt_state/0/mu/...)."""

@@ -135,6 +135,7 @@ class Checkpointer:
                                            create=True, cleanup_tmp_directories=True)
     self.manager = ocp.CheckpointManager(self.directory, options=options,
                                          item_names=(STATE, DATA, MANIFEST))
+    self.peers: list[Checkpointer] = []  # a stack's other members' (tfm/loop.py): see _prune
 
   def save(self, step: int, state: Any, data_state: Any = None, force: bool = True,
            data_payload: dict | None = None) -> bool:
@@ -163,12 +164,26 @@ class Checkpointer:
     """Deletes the finished checkpoints outside the last `keep` of the series, but never the
     newest. Called only with no save in flight (wait()), so that a checkpoint is deleted only once
     the one that replaces it is on disk: a kill at any moment leaves `keep` readable ones (a
-    best checkpoint, keep=1, is never gone before its successor is written)."""
+    best checkpoint, keep=1, is never gone before its successor is written).
+
+    A stack's member (`peers`: the other members' Checkpointers) also keeps the newest step every
+    member has on disk, so a kill between the members' saves leaves a step all of them can resume
+    from (tfm/loop.py); and `<step>.ahead` copies set aside at a resume go once that step is
+    written again."""
     steps = self.all_steps()
     kept = set(periodic(steps, self.period, self.final_step)[-self.keep:]) | set(steps[-1:])
+    if self.peers:
+      common = set(steps).intersection(*(ocp.utils.checkpoint_steps(p.directory)
+                                         for p in self.peers))
+      kept |= {max(common)} if common else set()
     for step in steps:
       if step not in kept:
         self.manager.delete(step)
+    if jax.process_index() == 0 and self.directory.exists():
+      for path in self.directory.iterdir():
+        aside = re.fullmatch(r"(\d+)\.ahead(\.\d+)?", path.name)
+        if aside and int(aside[1]) in steps:
+          path.rmtree()
 
   def latest_step(self) -> int | None:
     return self.manager.latest_step()
