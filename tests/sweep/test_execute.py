@@ -88,3 +88,13 @@ def test_only_runs_resuming_from_one_step_stack(tmp_path):
                              lambda r: 6000)
   assert [[r.name for r in g] for g in execute.groups(runs, stack=True, key=key)] == [
       ["base-s0", "base-s1", "base-s3"], ["base-s2"], ["base-s4"], ["base-s5"]]
+
+
+def test_a_stack_of_one_is_the_runs_own_train_command(tmp_path):
+  """A run that trains alone under --stack (the only seed left, or train.dropout_prng=rbg, which
+  no stack takes) gets its own `tfm train`, not a stack of one (`--seeds`), which refuses rbg."""
+  from tfm.sweep.runs import stack_train_argv  # pylint: disable=import-outside-toplevel
+  run = Run("configs/quickstart.py", None, (), 0, overrides=("train.dropout_prng=rbg",))
+  argv = stack_train_argv([run], str(tmp_path))
+  assert argv == run.train_argv(str(tmp_path / run.name))
+  assert not any(a.startswith(("--seeds", "--members")) for a in argv)

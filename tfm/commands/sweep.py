@@ -179,8 +179,7 @@ def run(fv: flags.FlagValues, config: config_lib.Config | None):
   if fv.dry_run and not fv.slurm:
     for group in execute.groups(runs, fv.stack, fv.stack_most, stack_key):
       workdirs = [os.path.join(root, r.name) for r in group]
-      train = (stack_train_argv(group, root, vocab_dir, write=False) if fv.stack
-               else group[0].train_argv(workdirs[0], vocab_dir))
+      train = stack_train_argv(group, root, vocab_dir, write=False)  # one run: its own
       print(f"# {', '.join(r.name for r in group)}\ntfm {' '.join(train)}")
       for r, workdir in zip(group, workdirs):
         print(f"tfm eval --workdir={workdir} --split=dev --limit={eval_limit(r)}")

@@ -328,9 +328,7 @@ def run_all(runs: Sequence[Run], root: str, *, shares: Sequence[Share], vocab_di
     stop.append(signum)
 
   def train_argv(group: list[Run]) -> list[str]:
-    if len(group) == 1 and not stack:
-      return group[0].train_argv(workdir(group[0]), vocab_dir)
-    return runs_lib.stack_train_argv(group, root, vocab_dir)
+    return runs_lib.stack_train_argv(group, root, vocab_dir)  # a group of one: the run's own
 
   previous = {s: signal.signal(s, interrupt) for s in (signal.SIGINT, signal.SIGTERM)}
   try:

@@ -70,8 +70,11 @@ def stack_train_argv(runs: Sequence[Run], root: str, vocab_dir: str | None = Non
   as each alone would be: the seeds of one group as `tfm train --seeds`; runs of several groups
   (Table 3's base and D rows, a grid over a learning rate) as `tfm train --members=FILE`, FILE
   (ROOT/stacks/FIRST.json, written unless `write` is False) naming each run's config and
-  workdir."""
+  workdir. A stack of one is that run's own `tfm train`, as a run alone (one that cannot stack,
+  train.dropout_prng=rbg, trains so)."""
   first = runs[0]
+  if len(runs) == 1:
+    return first.train_argv(os.path.join(root, first.name), vocab_dir)
   if all(r.group == first.group for r in runs):
     seeded = ("train.seed=", "data.shuffle_seed=")
     overrides = [o for o in first.config_overrides(vocab_dir) if not o.startswith(seeded)]
