@@ -37,12 +37,15 @@ def _lengths(t):
 
 
 def _perplexity(t, examples) -> float:
-  """exp(summed NLL / target tokens) of `examples`, each run through the model alone, unpadded."""
+  """exp(summed NLL / target tokens) of `examples`, each run through the model alone (a row of
+  its own, padded with zeros to one shape for all: the model masks the padding)."""
   model = Transformer(t.config.model)
   logits_of = jax.jit(lambda p, x, y: model.apply({"params": p}, x, y))
+  pad = lambda ids, n: jnp.asarray([list(ids) + [0] * (n - len(ids))])
+  sources, targets = max(len(e[1]) for e in examples), max(len(e[2]) for e in examples)
   nll, tokens = 0.0, 0
   for _, source, target in examples:
-    logits = logits_of(t.params, jnp.asarray([source]), jnp.asarray([target]))[0]
+    logits = logits_of(t.params, pad(source, sources), pad(target, targets))[0, :len(target)]
     logp = jax.nn.log_softmax(logits.astype(jnp.float32))
     nll -= float(jnp.sum(jnp.take_along_axis(logp, jnp.asarray(target)[:, None], -1)))
     tokens += len(target)
