@@ -12,7 +12,7 @@ import pytest
 from tests.integration.conftest import run_train
 from tfm import cli
 from tfm.experiment import Experiment
-from tfm.sweep import execute
+from tfm.sweep import stacking
 from tfm.train import best as best_lib
 from tfm.train import checkpoint as ckpt_lib
 from tfm.train import events
@@ -82,10 +82,10 @@ def test_a_stopped_run_is_finished(stopped, capsys):
   assert cli.main(["tfm", "eval", f"--workdir={workdir}", "--limit=4", "--average=1"]) == 0
   result = json.loads(open(f"{workdir}/eval_dev_{ended['step']}_avg1_first4.json").read())
   assert result["checkpoints"] == [ended["step"]]
-  assert execute._reached(workdir, STEPS) == STEPS  # pylint: disable=protected-access
+  assert stacking.reached(workdir, STEPS) == STEPS
   os.rename(f"{workdir}/{best_lib.STOPPED}", f"{workdir}/aside.json")
   try:
-    assert execute._reached(workdir, STEPS) == ended["step"]  # pylint: disable=protected-access
+    assert stacking.reached(workdir, STEPS) == ended["step"]
   finally:
     os.rename(f"{workdir}/aside.json", f"{workdir}/{best_lib.STOPPED}")
 

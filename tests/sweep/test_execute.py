@@ -6,7 +6,7 @@ import os
 import subprocess
 import sys
 
-from tfm.sweep import execute
+from tfm.sweep import execute, stacking
 from tfm.sweep.result import RunResult
 from tfm.sweep.runs import Run
 
@@ -64,12 +64,12 @@ def test_one_row_of_a_table_is_a_run_named_after_the_row(tmp_path, capsys):
 
 def test_stacks_are_groups_of_seeds_at_most_a_cap():
   runs = [Run("configs/table3_mini.py", row, (), seed) for row in ("base", "A1") for seed in range(3)]
-  assert [[r.name for r in g] for g in execute.groups(runs, stack=False)] == [[r.name] for r in runs]
-  assert [[r.name for r in g] for g in execute.groups(runs, stack=True)] == [
+  assert [[r.name for r in g] for g in stacking.groups(runs, stack=False)] == [[r.name] for r in runs]
+  assert [[r.name for r in g] for g in stacking.groups(runs, stack=True)] == [
       ["base-s0", "base-s1", "base-s2"], ["A1-s0", "A1-s1", "A1-s2"]]
-  assert [[r.name for r in g] for g in execute.groups(runs, stack=True, most=2)] == [
+  assert [[r.name for r in g] for g in stacking.groups(runs, stack=True, most=2)] == [
       ["base-s0", "base-s1"], ["base-s2"], ["A1-s0", "A1-s1"], ["A1-s2"]]
-  assert execute.groups([], stack=True) == []  # every run finished before: nothing to stack
+  assert stacking.groups([], stack=True) == []  # every run finished before: nothing to stack
 
 
 def test_only_runs_resuming_from_one_step_stack(tmp_path):
@@ -84,9 +84,9 @@ def test_only_runs_resuming_from_one_step_stack(tmp_path):
     for step in steps:
       (tmp_path / run.name / "checkpoints" / str(step)).mkdir(parents=True)
   workdir = lambda r: str(tmp_path / r.name)
-  key = execute.resuming_key(runs, lambda r: None if r.seed == 5 else "base", workdir,
+  key = stacking.resuming_key(runs, lambda r: None if r.seed == 5 else "base", workdir,
                              lambda r: 6000)
-  assert [[r.name for r in g] for g in execute.groups(runs, stack=True, key=key)] == [
+  assert [[r.name for r in g] for g in stacking.groups(runs, stack=True, key=key)] == [
       ["base-s0", "base-s1", "base-s3"], ["base-s2"], ["base-s4"], ["base-s5"]]
 
 

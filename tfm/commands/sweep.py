@@ -38,7 +38,7 @@ from tfm import config as config_lib
 from tfm import storage
 from tfm.commands import UsageError
 from tfm.commands.sweep_results import SweepResults
-from tfm.sweep import execute, publish, report, slurm
+from tfm.sweep import execute, publish, report, slurm, stacking
 from tfm.sweep.result import RunResult
 from tfm.sweep.runs import Run, expand, parse_grid, stack_train_argv
 
@@ -177,7 +177,7 @@ def run(fv: flags.FlagValues, config: config_lib.Config | None):
   from tfm.train.stack import stack_class  # pylint: disable=import-outside-toplevel
   stack_key = lambda r: stack_class(configs[r])  # runs that may train as one stack
   if fv.dry_run and not fv.slurm:
-    for group in execute.groups(runs, fv.stack, fv.stack_most, stack_key):
+    for group in stacking.groups(runs, fv.stack, fv.stack_most, stack_key):
       workdirs = [os.path.join(root, r.name) for r in group]
       train = stack_train_argv(group, root, vocab_dir, write=False)  # one run: its own
       print(f"# {', '.join(r.name for r in group)}\ntfm {' '.join(train)}")
