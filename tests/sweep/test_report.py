@@ -194,7 +194,7 @@ def test_table_and_figure(tmp_path):
   assert "Changes within the seeds' spread: A1." in table
   assert "Diverged (failed, non-finite, or over 2x base's PPL): C5, C3." in table
   assert "- C5-s1: tfm train exited with 1: boom" in table
-  assert "## At a glance (the README's copy)\n\n" + report.glance_markdown(RESULTS) in table
+  assert "## At a glance (docs/table3.md's copy)\n\n" + report.glance_markdown(RESULTS) in table
   assert "each dev evaluation during training" not in table  # two rows with curves: no Spearman
   assert len((tmp_path / "results.jsonl").read_text().splitlines()) == len(RESULTS)
   png = tmp_path / "table3.png"
@@ -255,7 +255,7 @@ def test_collect_orders_table_rows_as_the_paper_whichever_sweep_ran_them(tmp_pat
 
 
 def test_glance_tables():
-  """The README's copy: rows as columns, changes in percent of base's PPL, every mark explained by
+  """docs/table3.md's copy: rows as columns, changes in percent of base's PPL, every mark explained by
   the fixture's numbers (base 11, A1 13 within base's range of 2, C1 10.5 against the paper's +24%,
   C3 30 over twice base's, C5 on one seed, E's paper PPL equal to base's)."""
   tables, legend = report.glance_markdown(RESULTS, per_table=4).rstrip("\n").rsplit("\n\n", 1)

@@ -126,7 +126,7 @@ def table_markdown(results: Sequence[RunResult], command: str | None = None,
   if has_paper:
     out += [""] + _comparison_lines(c)
     glance = _glance(rows, c)
-    out += ["", "## At a glance (the README's copy)", "", glance.rstrip("\n")] if glance else []
+    out += ["", "## At a glance (docs/table3.md's copy)", "", glance.rstrip("\n")] if glance else []
   lengths = by_length.table(results)
   if lengths:
     out += [""] + by_length.markdown(lengths)
@@ -147,7 +147,7 @@ def _short_percent(x) -> str:
 
 
 def glance_markdown(results: Sequence[RunResult], per_table: int = 10) -> str:
-  """The rows as columns, `per_table` to a table (the README's copy): mean dev PPL, ours and the
+  """The rows as columns, `per_table` to a table (docs/table3.md's copy): mean dev PPL, ours and the
   paper's change from base. Key rows bold; a change against the paper's direction bold; `~` a
   change within the seeds' spread; failed runs and diverged rows say so. Then both
   Spearman figures."""
