@@ -54,6 +54,7 @@ from tfm.train.workdir import Workdir
 
 logger = logging.getLogger(__name__)
 
+
 def prepare_data(config: Config, source: sources.DataSource, workdir: str):
   """The dataset (the Experiment's data source) on every host and the vocabulary in the workdir;
   returns the tokenizer.
@@ -151,11 +152,13 @@ def _restore(checkpointers: list, exps: list, iterators: list) -> tuple[list, in
       break
     newest = min(steps)  # a member fell back past a bad checkpoint: the others follow
   start = steps.pop()
-  for ck in checkpointers if len(checkpointers) > 1 else ():
-    ahead = ck.set_aside_after(start)
-    if ahead:
-      logger.warning("%s: checkpoint(s) %s ahead of the step every member of the stack holds (%d): "
-                  "set aside as <step>.ahead, to be written again", ck.directory, ahead, start)
+  if len(checkpointers) > 1:
+    for ck in checkpointers:
+      ahead = ck.set_aside_after(start)
+      if ahead:
+        logger.warning("%s: checkpoint(s) %s ahead of the step every member of the stack holds "
+                       "(%d): set aside as <step>.ahead, to be written again", ck.directory, ahead,
+                       start)
   return restored, start
 
 
