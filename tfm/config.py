@@ -37,7 +37,8 @@ SECTIONS = ("model", "data", "train", "mesh", "eval")
 # out at that value, so runs published before it keep matching (tfm/sweep/publish.py).
 ADDED_LATER = {"model.matmul_precision": "default", "eval.length_buckets": (),
                "data.train_files": None, "data.dev_files": None, "data.test_files": None,
-               "data.eval_sets": None, "train.best_metric": "none", "train.patience": 0,
+               "data.eval_sets": None, "data.mixture": None, "data.mixture_weights": None,
+               "train.best_metric": "none", "train.patience": 0,
                "train.init_from": None, "train.init_checkpoint": "last",
                "train.init_optimizer": False}
 # Keys a config may hold beside the sections: a table config's rows, one row's name and figures.

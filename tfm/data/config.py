@@ -17,6 +17,14 @@ and plain parallel text files, one sentence a line (tfm/data/text_files.py)::
   train_files={'en': 'data/src-train.txt', 'es': 'data/tgt-train.txt'}   # a file per language
   test_files={'tsv': 'corpus/test.tsv', 'columns': 'es,en'}               # a TSV's column languages
 
+A weighted mixture of sources (tfm/data/mixture.py) trains on several at once, each source the
+keys it changes from the section's (its dataset, languages' feature keys, files) and a weight::
+
+  dataset='bible_translate/web-sparv', source_lang='en', target_lang='es',
+  mixture=({'name': 'web', 'weight': 7}, {'name': 'kjv', 'dataset': 'bible_translate/kjv-sparv',
+           'weight': 3})
+  mixture_weights='7:3'    # overrides the weights in order: a sweep grid's key (1:1,7:3,9:1)
+
 Every check raises `ValueError` naming the offending key as `data.<key>`, so a bad command-line
 override is easy to trace.
 """
@@ -25,7 +33,7 @@ from __future__ import annotations
 
 import dataclasses
 import re
-from typing import Mapping
+from typing import Mapping, Sequence
 
 from tfm import sections
 from tfm.data import text_files
@@ -39,6 +47,11 @@ DEFAULT_EVAL_SETS = (("dev", "dev"),)  # data.eval_sets=None: the dataset's dev 
 # 'train' and 'data' are the train metrics' and the pipeline figures' prefixes.
 _EVAL_SET_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]*")
 _RESERVED_NAMES = ("train", "data")
+# What a source of data.mixture may set (the rest of the section is shared by every source):
+# where its train split comes from, plus its name and weight.
+MIXTURE_KEYS = ("name", "weight", "dataset", "source_lang", "target_lang", "data_dir", "manual_dir",
+                "train_files", "dev_files", "test_files")
+EVAL_SOURCE_KEYS = ("source", "split")  # an evaluation set {'source': NAME, 'split': 'dev'}
 
 
 @dataclasses.dataclass(frozen=True)
@@ -72,6 +85,20 @@ class DataConfig:
     vocabulary (named by the train files' contents), the token cache (keyed by the files'
     contents), packing, resume and host sharding as a TFDS split does.
 
+  Weighted mixtures (tfm/data/mixture.py): mixture is a sequence of sources, each a mapping of
+    'weight' (a positive number; the weights are normalized to sum to 1), an optional 'name'
+    (default: the dataset's config, 'web-sparv', or its builder; 'text' for text files) and any
+    of dataset, source_lang, target_lang, data_dir, manual_dir, train_files, dev_files,
+    test_files: the source is this section with those keys replaced. Each example of the train
+    batches comes from source i with probability w_i, drawn from data.shuffle_seed and the
+    example's index on its host; every source is shuffled and repeated on its own (an epoch of a
+    small source ends sooner). mixture_weights ('7:3', or a sequence of numbers) replaces the
+    sources' weights in order, so an ablation of the weights is one key of a sweep grid
+    (`--grid data.mixture_weights=1:1,7:3`). The section's own dataset stays the run's for
+    evaluation (its dev split, 'dev', by default); an evaluation set {'source': NAME} (with
+    'split': 'test' or 'train', default 'dev') reads a source's own split. The vocabulary is
+    trained on a sample of the sources in proportion to the weights (tfm/data/tokenizer.py).
+
   Evaluation sets (the training loop's loss/perplexity and BLEU, and `tfm eval`): eval_sets maps
     a name to a split of the dataset ('dev', 'test', 'train') or to text files (a spec as above),
     e.g. {'dev': 'dev', 'news': 'corpus/newstest.{lang}'}; each is evaluated and reported on its
@@ -103,6 +130,10 @@ class DataConfig:
   dev_files: object | None = None  # dataset='text': the dev split's files, as train_files
   test_files: object | None = None  # dataset='text': the test split's files, as train_files
   eval_sets: Mapping[str, object] | None = None  # name -> split or files; None = {'dev': 'dev'}
+  # Several train sources, each {'weight': w, 'name': ..., <data keys it changes>}; None = the one
+  # dataset above. Typed `object` (a Python literal on the command line).
+  mixture: Sequence[Mapping[str, object]] | None = None
+  mixture_weights: Sequence[float] | None = None  # '7:3' or (7, 3): the sources' weights, in order
 
   def __post_init__(self):
     # Mappings held as FrozenDicts, eval_sets as ((name, spec), ...): a frozen config is hashable
@@ -116,6 +147,15 @@ class DataConfig:
                                                     for name, spec in items))
       except (TypeError, ValueError):
         _fail("eval_sets", "a mapping of names to a split or text files, or None", self.eval_sets)
+    if self.mixture is not None and not isinstance(self.mixture, (str, bytes, Mapping)):
+      try:
+        object.__setattr__(self, "mixture", tuple(text_files.as_spec(
+            {k: text_files.as_spec(v) for k, v in source.items()}) for source in self.mixture))
+      except (TypeError, AttributeError):
+        _fail("mixture", "a sequence of sources, each a mapping with a 'weight', or None",
+              self.mixture)
+    if isinstance(self.mixture_weights, list):
+      object.__setattr__(self, "mixture_weights", tuple(self.mixture_weights))
     validate_data_config(self)
 
   @property
@@ -126,6 +166,23 @@ class DataConfig:
   @property
   def eval_set_names(self) -> tuple[str, ...]:
     return tuple(name for name, _ in self.eval_set_items)
+
+  @property
+  def mixture_sources(self) -> tuple[tuple[str, float, "DataConfig"], ...]:
+    """(name, weight normalized to sum 1, the source's own DataConfig) of each source of
+    data.mixture, in order; () without a mixture. A source's DataConfig is this section with the
+    source's keys replaced, no mixture, and evaluation sets it never reads."""
+    if self.mixture is None:
+      return ()
+    weights = mixture_weights(self)
+    out = []
+    for source, weight, name in zip(self.mixture, weights, mixture_names(self)):
+      changes = {k: v for k, v in source.items() if k not in ("name", "weight")}
+      if "dataset" in changes:  # another dataset: none of the section's files
+        changes = {**{key: None for key in FILES_KEYS.values()}, **changes}
+      out.append((name, weight, dataclasses.replace(
+          self, mixture=None, mixture_weights=None, eval_sets=_SOURCE_EVAL_SETS, **changes)))
+    return tuple(out)
 
   def replace(self, **changes) -> "DataConfig":
     """A copy with `changes` (validated again)."""
@@ -139,6 +196,94 @@ def from_mapping(values) -> DataConfig:
 
 def _fail(key: str, expected: str, got) -> None:
   sections.fail(f"data.{key}", expected, got)
+
+
+# A source's own DataConfig evaluates nothing (the run's evaluation sets are the section's); its
+# one evaluation set, the train split, is one every source has.
+_SOURCE_EVAL_SETS = (("source", "train"),)
+_WEIGHTS_FORM = "'w1:w2:...' (e.g. '7:3') or a sequence of positive numbers, one a source, or None"
+
+
+def mixture_weights(cfg: DataConfig) -> tuple[float, ...]:
+  """The sources' weights (data.mixture_weights where set, else each source's 'weight'),
+  normalized to sum to 1."""
+  given = cfg.mixture_weights
+  if given is None:
+    raw = [source.get("weight") for source in cfg.mixture]
+  elif isinstance(given, str):
+    raw = [_number(part) for part in given.split(":")]
+  else:
+    raw = list(given)
+  total = sum(raw)
+  return tuple(float(w) / total for w in raw)
+
+
+def _number(text: str):
+  try:
+    return float(text)
+  except ValueError:
+    return None
+
+
+def mixture_names(cfg: DataConfig) -> tuple[str, ...]:
+  """Each source's name: its 'name', else its dataset's config ('web-sparv'), builder, or
+  'text'."""
+  names = []
+  for source in cfg.mixture:
+    dataset = source.get("dataset", cfg.dataset)
+    names.append(source.get("name", dataset.split(":")[0].rsplit("/", 1)[-1]
+                            if isinstance(dataset, str) else dataset))
+  return tuple(names)
+
+
+def _validate_mixture(cfg: DataConfig) -> None:
+  if cfg.mixture is None:
+    if cfg.mixture_weights is not None:
+      _fail("mixture_weights", "None without data.mixture (the weights of its sources)",
+            cfg.mixture_weights)
+    return
+  if not isinstance(cfg.mixture, tuple) or len(cfg.mixture) < 1:
+    _fail("mixture", "a sequence of sources, each a mapping with a 'weight', or None",
+          cfg.mixture)
+  for i, source in enumerate(cfg.mixture):
+    unknown = sorted(set(source) - set(MIXTURE_KEYS))
+    if unknown:
+      _fail(f"mixture[{i}]", f"a mapping of the keys {', '.join(MIXTURE_KEYS)}", dict(source))
+    if cfg.mixture_weights is None and not (sections.is_number(source.get("weight"))
+                                            and source["weight"] > 0):
+      _fail(f"mixture[{i}].weight", "a positive number (or data.mixture_weights)",
+            source.get("weight"))
+  given = cfg.mixture_weights
+  if given is not None:
+    raw = ([_number(p) for p in given.split(":")] if isinstance(given, str) else
+           list(given) if isinstance(given, tuple) else None)
+    if raw is None or len(raw) != len(cfg.mixture) or not all(
+        sections.is_number(w) and w > 0 for w in raw):
+      _fail("mixture_weights", f"{len(cfg.mixture)} weights, {_WEIGHTS_FORM}", given)
+  names = mixture_names(cfg)
+  for i, name in enumerate(names):
+    if not isinstance(name, str) or not _EVAL_SET_NAME.fullmatch(name):
+      _fail(f"mixture[{i}].name", "a name of letters, digits, '_', '-' or '.'", name)
+    if names.count(name) > 1:
+      _fail(f"mixture[{i}].name", f"a name no other source has (two are {name!r}: give each "
+            "source a 'name')", name)
+  try:
+    cfg.mixture_sources  # pylint: disable=pointless-statement
+  except ValueError as e:  # a source's own keys: named as data.mixture[i]'s
+    i = next(i for i, source in enumerate(cfg.mixture) if not _builds(cfg, source))
+    raise ValueError(f"data.mixture[{i}] ({names[i]}): {e}") from None
+
+
+def _builds(cfg: DataConfig, source) -> bool:
+  changes = {k: v for k, v in source.items() if k not in ("name", "weight")}
+  if "dataset" in changes:
+    changes = {**{key: None for key in FILES_KEYS.values()}, **changes}
+  try:
+    dataclasses.replace(cfg, mixture=None, mixture_weights=None, eval_sets=_SOURCE_EVAL_SETS,
+                        **changes)
+  except ValueError:
+    return False
+  return True
 
 
 def validate_data_config(cfg: DataConfig) -> None:
@@ -175,6 +320,7 @@ def validate_data_config(cfg: DataConfig) -> None:
                                             or cfg.eval_max_examples < 1):
     _fail("eval_max_examples", "a positive integer or None", cfg.eval_max_examples)
   _validate_files(cfg)
+  _validate_mixture(cfg)
   _validate_eval_sets(cfg)
   resolve_dataset(cfg)
 
@@ -205,6 +351,9 @@ def _validate_eval_sets(cfg: DataConfig) -> None:
       _fail("eval_sets", "names of letters, digits, '_', '-' or '.', not 'train' or 'data'", name)
     if names.count(name) > 1:
       _fail("eval_sets", "distinct names", name)
+    if isinstance(spec, Mapping) and "source" in spec:
+      _validate_source_set(cfg, name, spec)
+      continue
     wrong = text_files.check_spec(spec, cfg.source_lang, cfg.target_lang)
     if wrong:
       _fail(f"eval_sets.{name}", f"a split ({', '.join(SPLITS)}) or text files: {wrong}", spec)
@@ -214,3 +363,31 @@ def _validate_eval_sets(cfg: DataConfig) -> None:
     if spec in SPLITS and cfg.dataset == TEXT and getattr(cfg, FILES_KEYS[spec]) is None:
       _fail(FILES_KEYS[spec], f"the {spec} split's text files: data.eval_sets evaluates the "
             f"{spec} split as {name!r}", None)
+
+
+def _validate_source_set(cfg: DataConfig, name: str, spec) -> None:
+  """An evaluation set {'source': NAME, 'split': 'dev'}: a split of a source of data.mixture."""
+  key = f"eval_sets.{name}"
+  if cfg.mixture is None:
+    _fail(key, "a split or text files (a {'source': ...} set names a source of data.mixture, "
+          "and there is none)", spec)
+  if set(spec) - set(EVAL_SOURCE_KEYS):
+    _fail(key, "{'source': NAME} or {'source': NAME, 'split': 'dev' | 'test' | 'train'}", spec)
+  sources = {source_name: sub for source_name, _, sub in cfg.mixture_sources}
+  if spec["source"] not in sources:
+    _fail(f"{key}.source", f"a source of data.mixture ({', '.join(sources)})", spec["source"])
+  split = spec.get("split", "dev")
+  if split not in SPLITS:
+    _fail(f"{key}.split", f"a split ({', '.join(SPLITS)})", split)
+  sub = sources[spec["source"]]
+  if sub.dataset == TEXT and getattr(sub, FILES_KEYS[split]) is None:
+    i = list(sources).index(spec["source"])
+    _fail(f"mixture[{i}].{FILES_KEYS[split]}", f"the {split} split's text files: "
+          f"data.eval_sets evaluates it as {name!r}", None)
+
+
+def eval_split(spec) -> tuple[str | None, object]:
+  """(source name or None, split or text files) of an evaluation set's spec."""
+  if isinstance(spec, Mapping) and "source" in spec:
+    return spec["source"], spec.get("split", "dev")
+  return None, spec

@@ -23,6 +23,8 @@ Stages (per host):
   -> ChunkStream (workers.py: grain read-ahead threads, or data.num_workers processes; state =
      the next chunk's index, the same for any worker count)
   -> ExampleCursor (skips and counts bad data)
+  data.mixture: the stages above for each source (its own shuffle seed) -> MixtureCursor, each
+     example drawn from source i with probability w_i (tfm/data/mixture.py)
   -> packed: PackedBatcher(rows)  |  bucketed: BucketBatcher(boundaries)
 Each batch is a dict of int32 arrays [rows, length] with keys batching.BATCH_KEYS, where
 rows = tokens_per_batch // max_length // process_count (packed; length = max_length) or
@@ -45,6 +47,7 @@ from tfm.data import bucketing
 from tfm.data import cache
 from tfm.data import cursor
 from tfm.data import examples as examples_lib
+from tfm.data import mixture
 from tfm.data import packing
 from tfm.data import shuffle
 from tfm.data import sources
@@ -88,6 +91,8 @@ class TrainIterator:
     mode: read into the current window)."""
     out = self._efficiency.summary()
     out.update(self._batcher.cursor.counters.values)
+    if isinstance(self._batcher.cursor, mixture.MixtureCursor):  # data.mixture: from_<source>
+      out.update(self._batcher.cursor.source_counts())
     return out
 
   def close(self) -> None:
@@ -177,10 +182,8 @@ def train_iterator(cfg: DataConfig, source: sources.DataSource, tokenizer, *, pr
     raise ValueError(f"config key data.packing=False (length-bucketed batches) runs on one host, "
                      f"not {process_count}: each host picks its own bucket for a step, so the "
                      "hosts' batches would differ in shape; use data.packing=True")
-  stream = workers.ChunkStream(train_chunks(cfg, source, tokenizer, process_index=process_index,
-                                            process_count=process_count, num_epochs=num_epochs),
-                               cfg.num_workers)
-  example_cursor = cursor.ExampleCursor(stream)
+  example_cursor, stream = _train_cursor(cfg, source, tokenizer, process_index, process_count,
+                                         num_epochs)
   if cfg.packing:
     batcher = packing.PackedBatcher(
         example_cursor, batching.host_rows(cfg, process_count, row_multiple), cfg.max_length)
@@ -192,6 +195,27 @@ def train_iterator(cfg: DataConfig, source: sources.DataSource, tokenizer, *, pr
         window_tokens=_WINDOW_BATCHES * cfg.tokens_per_batch // process_count,
         seed=cfg.shuffle_seed)
   return TrainIterator(batcher, stream)
+
+
+def _train_cursor(cfg: DataConfig, source: sources.DataSource, tokenizer, process_index: int,
+                  process_count: int, num_epochs: int | None):
+  """(cursor over this host's train examples, what closes its streams): the dataset's, or with
+  data.mixture a MixtureCursor over each source's (tfm/data/mixture.py), each source shuffled
+  with its own seed."""
+  keywords = dict(process_index=process_index, process_count=process_count,
+                  num_epochs=num_epochs)
+  if not cfg.mixture:
+    stream = workers.ChunkStream(train_chunks(cfg, source, tokenizer, **keywords), cfg.num_workers)
+    return cursor.ExampleCursor(stream), stream
+  streams = [workers.ChunkStream(train_chunks(
+      sub.replace(shuffle_seed=mixture.source_seed(cfg.shuffle_seed, i)), member, tokenizer,
+      **keywords), cfg.num_workers)
+             for i, ((_, _, sub), (_, _, member)) in enumerate(zip(cfg.mixture_sources,
+                                                                   source.mixture))]
+  names, weights = zip(*[(name, weight) for name, weight, _ in cfg.mixture_sources])
+  return mixture.MixtureCursor(names, weights, [cursor.ExampleCursor(s) for s in streams],
+                               seed=cfg.shuffle_seed, process_index=process_index), (
+                                   mixture.Streams(streams))
 
 
 def eval_batches(cfg: DataConfig, source: sources.DataSource, tokenizer, split: str = "dev", *,

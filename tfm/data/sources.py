@@ -33,7 +33,7 @@ from etils import epath
 from tfm import storage
 from tfm.data import exported
 from tfm.data import text_files
-from tfm.data.config import FILES_KEYS, DataConfig
+from tfm.data.config import FILES_KEYS, DataConfig, eval_split
 from tfm.data.datasets import TEXT, check_features, resolve_dataset
 
 log = logging.getLogger(__name__)
@@ -51,7 +51,9 @@ class DataSource:
   downloaded files, for building it (data.manual_dir); splits: ('train' | 'dev' | 'test', the
   TFDS (and export) split name) pairs; files: for data.dataset='text', ('train' | 'dev' |
   'test', its data.<split>_files: a string or a mapping, text_files' forms) for the splits given;
-  eval_sets: (name, split or text files) of data.eval_sets ((('dev', 'dev'),) by default).
+  eval_sets: (name, split or text files) of data.eval_sets ((('dev', 'dev'),) by default);
+  mixture: (name, weight, DataSource) of each source of data.mixture (() without one): the train
+  batches read those sources' train splits (tfm/data/mixture.py), not this one's.
   """
   name: str
   source_lang: str
@@ -62,6 +64,7 @@ class DataSource:
   splits: tuple[tuple[str, str], ...] = tuple(SPLITS.items())
   files: tuple[tuple[str, object], ...] = ()  # a spec: a string or a text_files.FrozenDict
   eval_sets: tuple[tuple[str, object], ...] = (("dev", "dev"),)
+  mixture: tuple[tuple[str, float, "DataSource"], ...] = ()
 
   @classmethod
   def of(cls, cfg: DataConfig) -> DataSource:
@@ -74,7 +77,14 @@ class DataSource:
     return cls(name=spec.name, source_lang=cfg.source_lang, target_lang=cfg.target_lang,
                data_dir=cfg.data_dir, manual_dir=cfg.manual_dir,
                export=None if text else exported.find(cfg), files=files,
-               eval_sets=cfg.eval_set_items)
+               eval_sets=cfg.eval_set_items,
+               mixture=tuple((name, weight, cls.of(sub))
+                             for name, weight, sub in cfg.mixture_sources))
+
+  @property
+  def train_sources(self) -> tuple["DataSource", ...]:
+    """The sources whose train splits the run trains on: the mixture's, or this one."""
+    return tuple(source for _, _, source in self.mixture) or (self,)
 
   @property
   def is_text(self) -> bool:
@@ -97,6 +107,9 @@ class DataSource:
     random access (no download)."""
     sets = dict(self.eval_sets)
     if split not in SPLITS and split in sets:
+      source_name, spec = eval_split(sets[split])
+      if source_name is not None:  # {'source': NAME, 'split': ...}: a mixture source's split
+        return {name: source for name, _, source in self.mixture}[source_name].open(spec)
       if sets[split] not in SPLITS:
         return text_files.TextFileSplit(sets[split], self.source_lang, self.target_lang,
                                         f"data.eval_sets.{split}")
@@ -262,10 +275,12 @@ def check_text_files(source: DataSource) -> None:
   """Opens every text-file split a run reads (its train files where data.dataset='text', and each
   evaluation set given as files), so that a missing, empty or mismatched file stops it in one line
   before its workdir is made (tfm/loop.py): nothing half written is left behind."""
-  names = (("train",) if source.is_text else ()) + tuple(
+  names = (("train",) if source.is_text and not source.mixture else ()) + tuple(
       name for name, split in source.eval_sets if split not in SPLITS or source.is_text)
   for name in names:
     source.open(name)
+  for _, _, member in source.mixture:
+    check_text_files(member)
 
 
 def prepare(source: DataSource, create_data_dir: bool = False):
@@ -275,8 +290,11 @@ def prepare(source: DataSource, create_data_dir: bool = False):
   Idempotent: an already prepared dataset is left as is. Returns the tfds builder, or None where
   the source is an export or text files (which are ready as they are). A data.data_dir that does
   not exist is an error unless create_data_dir (`tfm prepare-data`): training never silently
-  builds a second copy of a dataset in a mistyped directory.
+  builds a second copy of a dataset in a mistyped directory. A mixture's sources (data.mixture)
+  are prepared first, then the section's own dataset (its dev and test splits are evaluated).
   """
+  for _, _, member in source.mixture:  # each source of a mixture, then the evaluated dataset
+    prepare(member, create_data_dir)
   if source.export is not None or source.is_text:
     return None
   _check_manual_dir(source)

@@ -5,9 +5,11 @@ Token id contract (used by the model and the decoder):
   unk_id = 2, no BOS (bos_id = -1).
 
 The vocabulary is trained on the training split, both languages, at most `max_sentences`
-sentences (a fixed-seed sample of the pairs), and cached as
+sentences (a fixed-seed sample of the pairs; a mixture's sources in proportion to their weights,
+`training_sentences`), and cached as
 `<vocab_dir>/spm_<dataset>_<lang1>-<lang2>_<size>.model` (for text files, <dataset> is 'text-'
-and a hash of the train files' contents, text_files.content_key), so a different corpus or size
+and a hash of the train files' contents, text_files.content_key; for a mixture, 'mix-' and a
+hash of its sources and weights, `mixture_key`), so a different corpus or size
 never reuses a wrong file, even one at the same path in a shared data.vocab_dir. The directory
 may be any epath (a local path, gs://...). Training writes a local temporary file, copies it next
 to the target and renames it there, so a reader never sees a half-written model.
@@ -110,11 +112,20 @@ def vocab_filename(cfg) -> str:
   the same path (a shared data.vocab_dir) never reuses this one's vocabulary. The files are read
   once while unchanged (text_files.file_digest); a missing or empty one raises the one-line error
   naming data.train_files."""
+  if cfg.mixture:
+    return f"spm_{mixture_key(cfg)}_{_langs_and_size(cfg)}.model"
   slug = re.sub(r"[^A-Za-z0-9]+", "-", cfg.dataset).strip("-")
   if cfg.dataset == TEXT:
     slug += "-" + text_files.content_key(cfg.train_files, cfg.source_lang, cfg.target_lang,
                                          "data.train_files")[:12]
   return f"spm_{slug}_{_langs_and_size(cfg)}.model"
+
+
+def mixture_key(cfg) -> str:
+  """'mix-' and a hash of a mixture's sources (each one's vocabulary name: its dataset, or its
+  text files' contents) and their normalized weights: the vocabulary is trained on that sample."""
+  sources = [(vocab_filename(sub), round(weight, 12)) for _, weight, sub in cfg.mixture_sources]
+  return "mix-" + hashlib.sha256(repr(sources).encode("utf-8")).hexdigest()[:12]
 
 
 def _langs_and_size(cfg) -> str:
@@ -146,6 +157,18 @@ def _trained_text_vocab(cfg, directory: epath.Path) -> epath.Path:
   return path
 
 
+def _trained_mixture_vocab(cfg, directory: epath.Path) -> epath.Path:
+  """A trained model's mixture vocabulary: by name, or where its text files cannot be read here,
+  the one mixture vocabulary of the languages and size in the run's workdir."""
+  try:
+    return directory / vocab_filename(cfg)
+  except ValueError:
+    own = sorted(directory.glob(f"spm_mix-*_{_langs_and_size(cfg)}.model"))
+    if cfg.vocab_dir is not None or len(own) != 1:
+      raise
+    return own[0]
+
+
 def _as_text(value) -> str | None:
   if isinstance(value, bytes):
     try:
@@ -159,12 +182,28 @@ def _as_text(value) -> str | None:
 def training_sentences(data: sources.DataSource, max_sentences: int) -> list[str]:
   """Up to `max_sentences` sentences (source and target sides) of the data source's train split.
 
-  When the split is larger, a fixed-seed random subset of pairs is taken, in index order.
+  When the split is larger, a fixed-seed random subset of pairs is taken, in index order. A
+  mixture (data.mixture) gives each source a share of the pairs equal to its weight w_i: n_i =
+  round(w_i * N) pairs of source i, N the largest total in which no source repeats a pair
+  (N <= len_i / w_i for every i) and at most max_sentences / 2, so that the vocabulary's text has
+  the mixture's proportions, those the model trains on.
   """
-  source = data.open("train")
-  num_pairs = min(len(source), max(1, max_sentences // 2))
+  if not data.mixture:
+    split = data.open("train")
+    return _sentences(split, min(len(split), max(1, max_sentences // 2)), _SAMPLE_SEED)
+  splits = [(weight, member.open("train")) for _, weight, member in data.mixture]
+  total = min([max(1, max_sentences // 2)] + [int(len(split) / weight) for weight, split in splits])
+  sentences = []
+  for i, (weight, split) in enumerate(splits):
+    sentences += _sentences(split, min(len(split), max(1, round(weight * total))),
+                            [_SAMPLE_SEED, i])
+  return sentences
+
+
+def _sentences(source, num_pairs: int, seed) -> list[str]:
+  """Both sides of `num_pairs` pairs of a split (all of it, or a sample drawn with `seed`)."""
   if num_pairs < len(source):
-    rng = np.random.default_rng(_SAMPLE_SEED)
+    rng = np.random.default_rng(seed)
     indices = np.sort(rng.choice(len(source), size=num_pairs, replace=False))
   else:
     indices = np.arange(len(source))
@@ -213,7 +252,9 @@ def get_tokenizer(cfg, vocab_dir: str | None = None, *, source: sources.DataSour
   if directory is None:
     raise ValueError("data.vocab_dir is None and no vocab_dir was passed to get_tokenizer; "
                      "expected a directory to cache the SentencePiece model in")
-  if cfg.dataset == TEXT and not train:
+  if cfg.mixture and not train:
+    path = _trained_mixture_vocab(cfg, epath.Path(directory))
+  elif cfg.dataset == TEXT and not train:
     path = _trained_text_vocab(cfg, epath.Path(directory))
   else:
     path = epath.Path(directory) / vocab_filename(cfg)

@@ -155,8 +155,8 @@ def _evaluate_and_keep_best(r: StepRunner, state, step: int, due: Due) -> bool:
   if due.evaluate:
     stats = r.per_run(r.batches.stats())  # the pipeline so far (it reads a few batches ahead)
     for k, run in enumerate(r.runs):
-      run.writer.write(step, {s: stats[k][s] for s in DATA_STATS if s in stats[k]},
-                       prefix="data")
+      run.writer.write(step, {s: v for s, v in stats[k].items()  # from_<source>: data.mixture
+                              if s in DATA_STATS or s.startswith("from_")}, prefix="data")
       for name in r.eval_sets:
         with r.progress.timed(f"evaluating {name} loss", evaluation=True) as timed:
           dev = r.evaluate_dev(r.member_params(state.params, k), k, name)

@@ -1,0 +1,221 @@
+"""Weighted mixtures (data.mixture, tfm/data/mixture.py): each example of the train batches comes
+from source i with probability w_i (the counts checked against Binomial(n, w_i)'s 4-sigma bounds),
+the batches are a function of data.shuffle_seed and resume bit-exact, each source repeats at its
+own rate, the vocabulary's text has the weights' proportions, a source's splits are evaluation
+sets, and a sweep grid over data.mixture_weights gives runs of those weights."""
+
+import collections
+import json
+import math
+import os
+
+import numpy as np
+import pytest
+
+from tfm import config as config_lib
+from tfm.data import mixture, pipeline, sources, tokenizer
+from tfm.data.config import DataConfig
+from tfm.sweep import runs as runs_lib
+
+A_WORDS = "alpha beta gamma delta epsilon zeta eta theta".split()
+B_WORDS = "red green blue cyan magenta yellow black white".split()
+
+
+def _write_corpus(d, name, n, seed, words):
+  rng = np.random.default_rng(seed)
+  en = [f"{name} {i} " + " ".join(rng.choice(words, int(rng.integers(1, 6)))) for i in range(n)]
+  xx = [" ".join(reversed(s.upper().split())) for s in en]
+  for lang, lines in (("en", en), ("xx", xx)):
+    (d / f"{name}.{lang}").write_text("\n".join(lines) + "\n", encoding="utf-8")
+  return list(zip(en, xx))
+
+
+@pytest.fixture(scope="module")
+def corpora(tmp_path_factory):
+  """Two text corpora of distinct words: 'a' (240 train pairs, 12 dev) and 'b' (60 train pairs,
+  so that it runs through several epochs), a pair's sides en and XX (upper-cased, reversed)."""
+  d = tmp_path_factory.mktemp("mix")
+  pairs = {"a": _write_corpus(d, "a", 240, 0, A_WORDS), "b": _write_corpus(d, "b", 60, 1, B_WORDS),
+           "bdev": _write_corpus(d, "bdev", 12, 2, B_WORDS)}
+  return d, pairs
+
+
+def _cfg(d, weights=(0.7, 0.3), **changes):
+  values = dict(
+      dataset="text", source_lang="en", target_lang="xx", train_files=str(d / "a.{lang}"),
+      dev_files=str(d / "a.{lang}"), vocab_size=150, vocab_dir=str(d / "vocab"), max_length=32,
+      tokens_per_batch=32 * 4, overlong="truncate", shuffle_seed=3, cache_dir=str(d / "cache"),
+      mixture=({"name": "a", "weight": weights[0]},
+               {"name": "b", "train_files": str(d / "b.{lang}"),
+                "dev_files": str(d / "bdev.{lang}"), "weight": weights[1]}))
+  values.update(changes)
+  return DataConfig(**values)
+
+
+def _tokenizer(cfg):
+  return tokenizer.get_tokenizer(cfg, source=sources.DataSource.of(cfg))
+
+
+def _segments(batches, tok):
+  """The (source, target) texts of every packed segment, in batch order."""
+  out = []
+  for b in batches:
+    for row in range(b["inputs"].shape[0]):
+      for s in np.unique(b["inputs_segmentation"][row]):
+        if s:
+          out.append((tok.decode(b["inputs"][row][b["inputs_segmentation"][row] == s]),
+                      tok.decode(b["targets"][row][b["targets_segmentation"][row] == s])))
+  return out
+
+
+def _within_binomial(count, n, w, sigmas=4.0):
+  """|count - n w| <= sigmas * sqrt(n w (1 - w)): Binomial(n, w)'s bound, computed here."""
+  return abs(count - n * w) <= sigmas * math.sqrt(n * w * (1 - w))
+
+
+def test_draws_follow_the_weights_within_binomial_bounds():
+  """Over 3 blocks of draws the counts of each source lie within 4 sigma of Binomial(n, w_i);
+  draws are a function of (seed, host, block): equal when repeated, different for another seed
+  or host."""
+  weights = (0.6, 0.3, 0.1)
+  got = np.concatenate([mixture.draws(weights, 5, 0, b) for b in range(3)])
+  n = got.size
+  for i, w in enumerate(weights):
+    assert _within_binomial(int((got == i).sum()), n, w), (i, int((got == i).sum()), n * w)
+  assert np.array_equal(got[:mixture.BLOCK], mixture.draws(weights, 5, 0, 0))
+  assert not np.array_equal(got[:mixture.BLOCK], mixture.draws(weights, 6, 0, 0))
+  assert not np.array_equal(got[:mixture.BLOCK], mixture.draws(weights, 5, 1, 0))
+  assert mixture.source_seed(0, 0) != mixture.source_seed(0, 1)
+
+
+def test_batches_come_from_the_sources_by_their_weights(corpora):
+  """Every packed pair is one of its source's pairs; the [data] counts (from_a, from_b) are the
+  pairs seen from each, within Binomial(n, w_i)'s bounds; the small source b repeats epoch after
+  epoch, each of its pairs as often as every other (complete epochs) or once more."""
+  d, pairs = corpora
+  cfg = _cfg(d)
+  tok = _tokenizer(cfg)
+  it = pipeline.train_iterator(cfg, sources.DataSource.of(cfg), tok)
+  batches = [next(it) for _ in range(60)]
+  stats = it.stats()
+  it.close()
+  seen = _segments(batches, tok)
+  by_source = {name: collections.Counter(p for p in seen if p in set(pairs[name]))
+               for name in ("a", "b")}
+  assert sum(by_source["a"].values()) + sum(by_source["b"].values()) == len(seen)
+  # The cursor reads ahead of the packed batches by at most the example that did not fit.
+  n = stats["examples_kept"]
+  assert n - 1 <= len(seen) <= n
+  assert stats["from_a"] + stats["from_b"] == n
+  assert abs(stats["from_b"] - sum(by_source["b"].values())) <= 1
+  assert _within_binomial(stats["from_a"], n, 0.7) and _within_binomial(stats["from_b"], n, 0.3)
+  times = by_source["b"]
+  assert len(times) == len(pairs["b"]) and max(times.values()) - min(times.values()) <= 1
+  assert min(times.values()) >= 3  # b (60 pairs) went through several epochs
+
+
+def test_mixture_resume_is_bit_exact_and_seeded(corpora):
+  """Batches 0..11 in one go equal batches 0..4, the state saved as JSON, then batches 5..11 of a
+  new iterator restored from it; the token cache gives the same batches; another shuffle seed
+  others."""
+  d, _ = corpora
+  cfg = _cfg(d)
+  tok = _tokenizer(cfg)
+  source = sources.DataSource.of(cfg)
+  it = pipeline.train_iterator(cfg, source, tok)
+  straight = [next(it) for _ in range(12)]
+  it.close()
+  it = pipeline.train_iterator(cfg.replace(cache=True), source, tok)
+  first = [next(it) for _ in range(5)]
+  state = json.loads(json.dumps(it.get_state()))
+  it.close()
+  it = pipeline.train_iterator(cfg, source, tok)
+  it.set_state(state)
+  rest = [next(it) for _ in range(7)]
+  it.close()
+  for a, b in zip(straight, first + rest):
+    assert a.keys() == b.keys() and all(np.array_equal(a[k], b[k]) for k in a)
+  it = pipeline.train_iterator(cfg.replace(shuffle_seed=4), source, tok)
+  other = next(it)
+  it.close()
+  assert not np.array_equal(other["inputs"], straight[0]["inputs"])
+  lone = pipeline.train_iterator(cfg.replace(mixture=None), sources.DataSource.of(
+      cfg.replace(mixture=None)), tok)
+  with pytest.raises(ValueError, match=r"not one of a mixture of \['a', 'b'\]"):
+    pipeline.train_iterator(cfg, source, tok).set_state(lone.get_state())
+  lone.close()
+
+
+def test_the_vocabulary_is_trained_on_the_weights_proportions(corpora):
+  """n_i = round(w_i N) pairs of source i, N = min(max_sentences / 2, min_i len_i / w_i): with
+  weights 1:3, b (60 pairs) bounds N to 80, so 20 of a's pairs and all of b's; the file's name
+  changes with the weights."""
+  d, pairs = corpora
+  cfg = _cfg(d, weights=(1, 3))
+  got = tokenizer.training_sentences(sources.DataSource.of(cfg), 1000)
+  a_sides = {s for p in pairs["a"] for s in p}
+  from_a = sum(s in a_sides for s in got)
+  assert (from_a, len(got) - from_a) == (2 * 20, 2 * 60)
+  got = tokenizer.training_sentences(sources.DataSource.of(cfg), 60)  # N = 30: 8 + 22 pairs
+  from_a = sum(s in a_sides for s in got)
+  assert (from_a, len(got) - from_a) == (2 * round(0.25 * 30), 2 * round(0.75 * 30))
+  names = {tokenizer.vocab_filename(_cfg(d, weights=w)) for w in ((1, 3), (2, 6), (3, 1))}
+  assert len(names) == 2 and all(n.startswith("spm_mix-") for n in names)
+
+
+def test_a_sources_split_is_an_evaluation_set(corpora):
+  """{'source': 'b'} reads source b's dev files; the section's 'dev' stays its own dataset's."""
+  d, pairs = corpora
+  cfg = _cfg(d, eval_sets={"dev": "dev", "b": {"source": "b"}, "b_train": {"source": "b",
+                                                                          "split": "train"}})
+  source = sources.DataSource.of(cfg)
+  sources.check_text_files(source)
+  read = lambda name: [tuple(s.decode() for s in source.open(name)[i])
+                       for i in range(len(source.open(name)))]
+  assert read("b") == pairs["bdev"] and read("b_train") == pairs["b"]
+  assert read("dev") == pairs["a"]
+
+
+@pytest.mark.parametrize("changes, message", [
+    (dict(mixture_weights="7:x"), r"data.mixture_weights: expected 2 weights"),
+    (dict(mixture_weights=(1, 2, 3)), r"data.mixture_weights: expected 2 weights"),
+    (dict(mixture=({"weight": 1}, {"weight": 2})), r"data.mixture\[0\].name: expected a name no "
+     "other source has"),
+    (dict(mixture=({"name": "a", "weight": 0},)), r"data.mixture\[0\].weight: expected a "
+     "positive number"),
+    (dict(mixture=({"name": "a", "weight": 1, "vocab_size": 9},)), r"data.mixture\[0\]: expected "
+     "a mapping of the keys name, weight"),
+    (dict(mixture="a"), r"data.mixture: expected a sequence of sources"),
+    (dict(mixture=({"name": "a", "weight": 1, "dataset": "bible_translate/kjv-web"},)),
+     r"data.mixture\[0\] \(a\): data.source_lang='en' is not a language"),
+    (dict(mixture=None, mixture_weights="1:1"), r"data.mixture_weights: expected None without "
+     "data.mixture"),
+    (dict(eval_sets={"x": {"source": "c"}}), r"data.eval_sets.x.source: expected a source of "
+     r"data.mixture \(a, b\)"),
+    (dict(eval_sets={"x": {"source": "a", "split": "test"}}), r"data.mixture\[0\].test_files: "
+     "expected the test split's text files"),
+])
+def test_a_bad_mixture_is_refused_in_one_line(corpora, changes, message):
+  d, _ = corpora
+  with pytest.raises(ValueError, match=message):
+    _cfg(d, **changes)
+
+
+def test_weights_from_the_command_line_and_a_sweep_grid(corpora):
+  """data.mixture_weights='7:3' (a ratio) replaces the sources' weights; `--grid
+  data.mixture_weights=1:1,7:3,9:1` expands to runs with those normalized weights, the mixture
+  itself a command-line override of every run; config.json reads back the same section."""
+  d, _ = corpora
+  mix = ("({'name': 'web', 'weight': 1}, {'name': 'kjv', 'dataset': "
+         "'bible_translate/kjv-sparv', 'weight': 1})")
+  overrides = [f"data.mixture={mix}"]
+  grid = runs_lib.parse_grid(["data.mixture_weights=1:1,7:3,9:1"])
+  runs = runs_lib.expand("configs/quickstart.py", [None], grid, seeds=2, overrides=overrides)
+  got = [(r.seed, [w for _, w, _ in r.load().data.mixture_sources]) for r in runs]
+  assert got == [(s, [a / (a + b), b / (a + b)]) for a, b in ((1, 1), (7, 3), (9, 1))
+                 for s in (0, 1)]
+  assert len({r.group for r in runs}) == 3
+  config = runs[2].load()
+  assert config.data.shuffle_seed == 0 and config.data.mixture[1]["dataset"] == (
+      "bible_translate/kjv-sparv")
+  assert config_lib.build(json.loads(json.dumps(config.to_dict()))).data == config.data
