@@ -8,17 +8,22 @@ import collections
 import json
 import math
 import os
+import subprocess
+import sys
 
 import numpy as np
 import pytest
+import test_multihost
 
 from tfm import config as config_lib
+from tfm import sections
 from tfm.data import mixture, pipeline, sources, tokenizer
 from tfm.data.config import DataConfig
 from tfm.sweep import runs as runs_lib
 
 A_WORDS = "alpha beta gamma delta epsilon zeta eta theta".split()
 B_WORDS = "red green blue cyan magenta yellow black white".split()
+WORKER = os.path.join(os.path.dirname(__file__), "mixture_worker.py")
 
 
 def _write_corpus(d, name, n, seed, words):
@@ -219,3 +224,33 @@ def test_weights_from_the_command_line_and_a_sweep_grid(corpora):
   assert config.data.shuffle_seed == 0 and config.data.mixture[1]["dataset"] == (
       "bible_translate/kjv-sparv")
   assert config_lib.build(json.loads(json.dumps(config.to_dict()))).data == config.data
+
+
+@pytest.mark.long
+def test_two_processes_resume_their_mixtures_bit_exact(corpora, tmp_path):
+  """2 JAX processes: each reads only its own shard of each source (host i the pairs of index
+  i mod 2), draws its own sources within Binomial(n, w_i)'s bounds, and resumes bit-exact."""
+  d, _ = corpora
+  cfg = _cfg(d, weights=(0.6, 0.4))
+  _tokenizer(cfg)  # in the shared vocab_dir, as the lead host trains it before the others read
+  config_path = tmp_path / "data_config.json"
+  config_path.write_text(json.dumps(sections.to_dict(cfg)))
+  port = test_multihost._free_port()  # pylint: disable=protected-access
+  env = dict(os.environ, JAX_PLATFORMS="cpu",
+             PYTHONPATH=os.pathsep.join([os.getcwd(), os.environ.get("PYTHONPATH", "")]))
+  procs = [subprocess.Popen([sys.executable, WORKER, str(i), str(port), str(config_path),
+                             str(tmp_path / f"host{i}.json")],
+                            env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
+           for i in range(2)]
+  for p in procs:
+    out, _ = p.communicate(timeout=180)
+    assert p.returncode == 0, out.decode()[-3000:]
+  hosts = [json.loads((tmp_path / f"host{i}.json").read_text()) for i in range(2)]
+  for i, host in enumerate(hosts):
+    assert host["index"] == i and host["same"]
+    assert host["texts"] and all(int(t.split()[1]) % 2 == i for t in host["texts"])
+    n = host["stats"]["examples_kept"]
+    assert host["stats"]["from_a"] + host["stats"]["from_b"] == n
+    assert _within_binomial(host["stats"]["from_a"], n, 0.6)
+    assert _within_binomial(host["stats"]["from_b"], n, 0.4)
+  assert hosts[0]["texts"][:20] != hosts[1]["texts"][:20]
