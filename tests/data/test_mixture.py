@@ -179,6 +179,15 @@ def test_a_sources_split_is_an_evaluation_set(corpora):
                        for i in range(len(source.open(name)))]
   assert read("b") == pairs["bdev"] and read("b_train") == pairs["b"]
   assert read("dev") == pairs["a"]
+  # Checking a run's text files before it starts opens no TFDS source (it may not be prepared).
+  tfds_source = {"name": "k", "dataset": "bible_translate/kjv-sparv", "source_lang": "en",
+                 "target_lang": "es", "data_dir": str(d / "no_tfds"), "weight": 1}
+  cfg = _cfg(d, mixture=cfg.mixture + (tfds_source,), eval_sets={"k": {"source": "k"},
+                                                                 "b": {"source": "b"}})
+  sources.check_text_files(sources.DataSource.of(cfg))
+  with pytest.raises(ValueError, match=r"data.mixture\[1\].dev_files.*missing.en"):
+    sources.check_text_files(sources.DataSource.of(cfg.replace(eval_sets={"b": {"source": "b"}},
+        mixture=(cfg.mixture[0], {**cfg.mixture[1], "dev_files": str(d / "missing.{lang}")}))))
 
 
 @pytest.mark.parametrize("changes, message", [

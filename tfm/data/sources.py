@@ -65,6 +65,7 @@ class DataSource:
   files: tuple[tuple[str, object], ...] = ()  # a spec: a string or a text_files.FrozenDict
   eval_sets: tuple[tuple[str, object], ...] = (("dev", "dev"),)
   mixture: tuple[tuple[str, float, "DataSource"], ...] = ()
+  key: str = "data"  # how messages name its keys: 'data', or a mixture's 'data.mixture[i]'
 
   @classmethod
   def of(cls, cfg: DataConfig) -> DataSource:
@@ -78,8 +79,9 @@ class DataSource:
                data_dir=cfg.data_dir, manual_dir=cfg.manual_dir,
                export=None if text else exported.find(cfg), files=files,
                eval_sets=cfg.eval_set_items,
-               mixture=tuple((name, weight, cls.of(sub))
-                             for name, weight, sub in cfg.mixture_sources))
+               mixture=tuple((name, weight, dataclasses.replace(cls.of(sub),
+                                                                key=f"data.mixture[{i}]"))
+                             for i, (name, weight, sub) in enumerate(cfg.mixture_sources)))
 
   @property
   def train_sources(self) -> tuple["DataSource", ...]:
@@ -120,11 +122,11 @@ class DataSource:
     if self.is_text:
       files = dict(self.files)
       if split not in files:
-        raise ValueError(f"config key data.{FILES_KEYS[split]}: expected the {split} split's text "
-                         f"files ('dir/{split}.{{lang}}' or a .tsv) to read that split from, got "
-                         "None")
+        raise ValueError(f"config key {self.key}.{FILES_KEYS[split]}: expected the {split} "
+                         f"split's text files ('dir/{split}.{{lang}}' or a .tsv) to read that "
+                         "split from, got None")
       return text_files.TextFileSplit(files[split], self.source_lang, self.target_lang,
-                                      f"data.{FILES_KEYS[split]}")
+                                      f"{self.key}.{FILES_KEYS[split]}")
     name = self.split_name(split)
     if self.export is not None:
       return exported.ExportedSplit(self.export, name, self.source_lang, self.target_lang)
@@ -275,8 +277,11 @@ def check_text_files(source: DataSource) -> None:
   """Opens every text-file split a run reads (its train files where data.dataset='text', and each
   evaluation set given as files), so that a missing, empty or mismatched file stops it in one line
   before its workdir is made (tfm/loop.py): nothing half written is left behind."""
+  members = {name: member for name, _, member in source.mixture}
   names = (("train",) if source.is_text and not source.mixture else ()) + tuple(
-      name for name, split in source.eval_sets if split not in SPLITS or source.is_text)
+      name for name, split in source.eval_sets
+      if (members[eval_split(split)[0]].is_text if eval_split(split)[0] is not None
+          else split not in SPLITS or source.is_text))
   for name in names:
     source.open(name)
   for _, _, member in source.mixture:
