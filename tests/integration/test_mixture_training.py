@@ -1,13 +1,16 @@
 """A weighted mixture (data.mixture) through the training loop on the fake Bible corpus: the
-per-source counts in the [data] line, a source's own evaluation set, a bit-exact resume."""
+per-source counts in the [data] line, a source's own evaluation set, a bit-exact resume, and a
+sweep grid over its weights."""
 
+import json
 import re
 
 import jax
 import numpy as np
 import pytest
 
-from tests.integration.conftest import run_train
+from tests.integration.conftest import run_train, sweep_overrides
+from tfm import cli
 
 MIXTURE = ("data.mixture=({'name': 'web', 'weight': 7}, {'name': 'kjv', 'dataset': "
            "'bible_translate/kjv-sparv', 'weight': 3})")
@@ -32,3 +35,22 @@ def test_a_mixture_trains_counts_its_sources_and_resumes_exactly(experiment, tmp
   assert all(np.array_equal(x, y) for x, y in zip(
       jax.tree.leaves(jax.device_get(straight.params)),
       jax.tree.leaves(jax.device_get(resumed.params))))
+
+
+@pytest.mark.long  # a sweep of two `tfm train` and two `tfm eval` processes
+def test_an_ablation_of_the_weights_is_a_sweep_grid(corpus, tmp_path):
+  """`tfm sweep --grid data.mixture_weights=1:1,4:1` runs both weightings; each run's results and
+  config.json carry its weights."""
+  root = tmp_path / "sweep"
+  argv = (["tfm", "sweep", "--config=configs/quickstart.py", f"--root={root}", "--parallel=1",
+           "--eval_limit=4", "--grid=data.mixture_weights=1:1,4:1"]
+          + [f"--config.{o}" for o in sweep_overrides(corpus, 3, MIXTURE)])
+  assert cli.main(argv) == 0
+  lines = [json.loads(line) for line in (root / "results.jsonl").read_text().splitlines()]
+  assert sorted(r["name"] for r in lines) == ["data.mixture_weights=1_1-s0",
+                                              "data.mixture_weights=4_1-s0"]
+  for r in lines:
+    assert r["status"] == "ok" and r["steps"] == 3
+    ratio = r["changes"]["data.mixture_weights"]
+    config = json.loads((root / r["name"] / "config.json").read_text())
+    assert config["data"]["mixture_weights"] == ratio and ratio in ("1:1", "4:1")
