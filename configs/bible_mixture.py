@@ -7,7 +7,7 @@ WEB's. The vocabulary is trained on their text in the same 7:3 proportion. The d
 the WEB dev verses ('dev', the section's own dataset) and the KJV side of the same verses ('kjv').
 An ablation of the weights is a sweep grid:
 
-  ./launch.sh sweep --config configs/bible_mixture.py --grid data.mixture_weights=1:1,7:3,9:1 --seeds 2 ...
+  ./launch.sh sweep --config configs/bible_mixture.py --grid data.mixture_weights=1:1,7:3,9:1 --seeds 2 --root runs/mixture
 
 No download: both corpora are built from the Debian packages sword-text-web, sword-text-kjv and
 sword-text-sparv.
