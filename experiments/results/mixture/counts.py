@@ -1,6 +1,6 @@
 """A mixture's per-source counts against its weights, from a training log's [data] lines.
 
-  python experiments/mixture_counts.py RUN.log --weights web=0.7,kjv=0.3
+  .venv/bin/python experiments/results/mixture/counts.py RUN.log --weights web=0.7,kjv=0.3
 
 For each [data] line (step s, n = examples_kept, c_i = from_<name>), prints a markdown table row a
 source: c_i, the expectation n w_i, the binomial standard deviation sqrt(n w_i (1 - w_i)), the
