@@ -266,3 +266,24 @@ def test_two_processes_resume_their_mixtures_bit_exact(corpora, tmp_path):
     assert _within_binomial(host["stats"]["from_a"], n, 0.6)
     assert _within_binomial(host["stats"]["from_b"], n, 0.4)
   assert hosts[0]["texts"][:20] != hosts[1]["texts"][:20]
+
+
+def test_a_trained_mixtures_vocabulary_is_found_without_its_files(corpora, tmp_path):
+  """A workdir copied to a machine without the sources' text files still finds its vocabulary
+  (the one mixture vocabulary of its languages and size there); one it never had is an error."""
+  d, pairs = corpora
+  corpus = tmp_path / "corpus"
+  corpus.mkdir()
+  for name in ("a", "b", "bdev"):
+    for lang in ("en", "xx"):
+      (corpus / f"{name}.{lang}").write_bytes((d / f"{name}.{lang}").read_bytes())
+  cfg = _cfg(corpus, vocab_dir=None)
+  workdir = tmp_path / "run"
+  trained = tokenizer.get_tokenizer(cfg, str(workdir), source=sources.DataSource.of(cfg))
+  for path in corpus.iterdir():
+    path.unlink()
+  found = tokenizer.get_tokenizer(cfg, str(workdir), train=False)
+  assert found.model_sha256 == trained.model_sha256
+  assert found.encode(pairs["b"][0][0]) == trained.encode(pairs["b"][0][0])
+  with pytest.raises(ValueError, match=r"data.mixture\[0\] \(a\): .*data.train_files"):
+    tokenizer.get_tokenizer(cfg, str(tmp_path / "elsewhere"), train=False)

@@ -124,7 +124,12 @@ def vocab_filename(cfg) -> str:
 def mixture_key(cfg) -> str:
   """'mix-' and a hash of a mixture's sources (each one's vocabulary name: its dataset, or its
   text files' contents) and their normalized weights: the vocabulary is trained on that sample."""
-  sources = [(vocab_filename(sub), round(weight, 12)) for _, weight, sub in cfg.mixture_sources]
+  sources = []
+  for i, (name, weight, sub) in enumerate(cfg.mixture_sources):
+    try:
+      sources.append((vocab_filename(sub), round(weight, 12)))
+    except ValueError as e:  # its text files cannot be read: named as the mixture's source
+      raise ValueError(f"data.mixture[{i}] ({name}): {e}") from None
   return "mix-" + hashlib.sha256(repr(sources).encode("utf-8")).hexdigest()[:12]
 
 
