@@ -203,8 +203,10 @@ def test_a_sources_split_is_an_evaluation_set(corpora):
     (dict(mixture=({"name": "a", "weight": 1, "vocab_size": 9},)), r"data.mixture\[0\]: expected "
      "a mapping of the keys name, weight"),
     (dict(mixture="a"), r"data.mixture: expected a sequence of sources"),
+    (dict(mixture=({"name": "a", "weight": 1, "dataset": 5},)), r"config key "
+     r"data.mixture\[0\].dataset: expected a non-empty string, got 5"),
     (dict(mixture=({"name": "a", "weight": 1, "dataset": "bible_translate/kjv-web"},)),
-     r"data.mixture\[0\] \(a\): data.source_lang='en' is not a language"),
+     r"data.mixture\[0\]: data.source_lang='en' is not a language"),
     (dict(mixture=None, mixture_weights="1:1"), r"data.mixture_weights: expected None without "
      "data.mixture"),
     (dict(eval_sets={"x": {"source": "c"}}), r"data.eval_sets.x.source: expected a source of "

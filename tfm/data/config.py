@@ -177,11 +177,7 @@ class DataConfig:
     weights = mixture_weights(self)
     out = []
     for source, weight, name in zip(self.mixture, weights, mixture_names(self)):
-      changes = {k: v for k, v in source.items() if k not in ("name", "weight")}
-      if "dataset" in changes:  # another dataset: none of the section's files
-        changes = {**{key: None for key in FILES_KEYS.values()}, **changes}
-      out.append((name, weight, dataclasses.replace(
-          self, mixture=None, mixture_weights=None, eval_sets=_SOURCE_EVAL_SETS, **changes)))
+      out.append((name, weight, source_config(self, source)))
     return tuple(out)
 
   def replace(self, **changes) -> "DataConfig":
@@ -260,6 +256,14 @@ def _validate_mixture(cfg: DataConfig) -> None:
     if raw is None or len(raw) != len(cfg.mixture) or not all(
         sections.is_number(w) and w > 0 for w in raw):
       _fail("mixture_weights", f"{len(cfg.mixture)} weights, {_WEIGHTS_FORM}", given)
+  for i, source in enumerate(cfg.mixture):  # a source's own keys, named as data.mixture[i]'s
+    try:
+      source_config(cfg, source)
+    except ValueError as e:
+      message = str(e)
+      raise ValueError(message.replace("config key data.", f"config key data.mixture[{i}].", 1)
+                       if message.startswith("config key data.")
+                       else f"data.mixture[{i}]: {message}") from None
   names = mixture_names(cfg)
   for i, name in enumerate(names):
     if not isinstance(name, str) or not _EVAL_SET_NAME.fullmatch(name):
@@ -267,23 +271,17 @@ def _validate_mixture(cfg: DataConfig) -> None:
     if names.count(name) > 1:
       _fail(f"mixture[{i}].name", f"a name no other source has (two are {name!r}: give each "
             "source a 'name')", name)
-  try:
-    cfg.mixture_sources  # pylint: disable=pointless-statement
-  except ValueError as e:  # a source's own keys: named as data.mixture[i]'s
-    i = next(i for i, source in enumerate(cfg.mixture) if not _builds(cfg, source))
-    raise ValueError(f"data.mixture[{i}] ({names[i]}): {e}") from None
 
 
-def _builds(cfg: DataConfig, source) -> bool:
+def source_config(cfg: DataConfig, source) -> DataConfig:
+  """A mixture source's own DataConfig: the section with the source's keys replaced (a source that
+  names another dataset starts without the section's files), no mixture, and evaluation sets it
+  never reads."""
   changes = {k: v for k, v in source.items() if k not in ("name", "weight")}
   if "dataset" in changes:
     changes = {**{key: None for key in FILES_KEYS.values()}, **changes}
-  try:
-    dataclasses.replace(cfg, mixture=None, mixture_weights=None, eval_sets=_SOURCE_EVAL_SETS,
-                        **changes)
-  except ValueError:
-    return False
-  return True
+  return dataclasses.replace(cfg, mixture=None, mixture_weights=None,
+                             eval_sets=_SOURCE_EVAL_SETS, **changes)
 
 
 def validate_data_config(cfg: DataConfig) -> None:
