@@ -20,6 +20,7 @@ from tfm import sections
 from tfm.data import mixture, pipeline, sources, tokenizer
 from tfm.data.config import DataConfig
 from tfm.sweep import runs as runs_lib
+from tfm.train import workdir as workdir_lib
 
 A_WORDS = "alpha beta gamma delta epsilon zeta eta theta".split()
 B_WORDS = "red green blue cyan magenta yellow black white".split()
@@ -223,7 +224,8 @@ def test_a_bad_mixture_is_refused_in_one_line(corpora, changes, message):
 def test_weights_from_the_command_line_and_a_sweep_grid(corpora):
   """data.mixture_weights='7:3' (a ratio) replaces the sources' weights; `--grid
   data.mixture_weights=1:1,7:3,9:1` expands to runs with those normalized weights, the mixture
-  itself a command-line override of every run; config.json reads back the same section."""
+  itself a command-line override of every run; config.json reads back the same section; a resume
+  with other weights is refused."""
   d, _ = corpora
   mix = ("({'name': 'web', 'weight': 1}, {'name': 'kjv', 'dataset': "
          "'bible_translate/kjv-sparv', 'weight': 1})")
@@ -238,6 +240,9 @@ def test_weights_from_the_command_line_and_a_sweep_grid(corpora):
   assert config.data.shuffle_seed == 0 and config.data.mixture[1]["dataset"] == (
       "bible_translate/kjv-sparv")
   assert config_lib.build(json.loads(json.dumps(config.to_dict()))).data == config.data
+  # A resumed run may not change the weights (its checkpoints' data position is another's).
+  assert workdir_lib.incompatible_keys(runs[0].load().to_dict(), runs[2].load().to_dict()) == [
+      "data.mixture_weights"]
 
 
 @pytest.mark.long
