@@ -294,3 +294,25 @@ def test_a_trained_mixtures_vocabulary_is_found_without_its_files(corpora, tmp_p
   assert found.encode(pairs["b"][0][0]) == trained.encode(pairs["b"][0][0])
   with pytest.raises(ValueError, match=r"data.mixture\[0\] \(a\): .*data.train_files"):
     tokenizer.get_tokenizer(cfg, str(tmp_path / "elsewhere"), train=False)
+
+
+@pytest.mark.long  # starts worker processes and a batch process
+def test_worker_processes_and_a_batch_process_give_a_mixtures_batches(corpora):
+  """data.num_workers=1 (a worker process a source) and train.input=process (the pipeline in a
+  process of its own) make the same batches and counts as the pipeline in this process."""
+  from tfm.data import batch_process  # pylint: disable=import-outside-toplevel
+  d, _ = corpora
+  cfg = _cfg(d)
+  tok = _tokenizer(cfg)
+  source = sources.DataSource.of(cfg)
+  made = []
+  for build in (lambda: pipeline.train_iterator(cfg, source, tok),
+                lambda: pipeline.train_iterator(cfg.replace(num_workers=1), source, tok),
+                lambda: batch_process.BatchProcess(cfg, source, tok)):
+    it = build()
+    batches = [next(it) for _ in range(8)]
+    made.append((batches, {k: v for k, v in it.stats().items() if k.startswith("from_")}))
+    it.close()
+  for batches, counts in made[1:]:
+    assert counts == made[0][1] and counts["from_a"] > 0 and counts["from_b"] > 0
+    assert all(np.array_equal(a[k], b[k]) for a, b in zip(made[0][0], batches) for k in a)
