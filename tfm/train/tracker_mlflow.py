@@ -5,7 +5,8 @@
   experiment  train.tracker_experiment, the sweep's, $MLFLOW_EXPERIMENT_NAME or 'tfm' (created if
               absent); the run named after its workdir, tagged with it (and a sweep's row, group,
               seed)
-  params      the config, flattened ('model.num_layers': '6'; lists and mappings as JSON)
+  params      the config, flattened ('model.num_layers': '6', 'model.dtype': 'bfloat16'; lists
+              and mappings as JSON)
   metrics     each figure at its step (MLflow's metric history); files as artifacts
 
 The run's id is kept in WORKDIR/trackers/mlflow.json with the URI: a resumed run (or its `tfm
@@ -142,7 +143,7 @@ class MLflow:
 
   def params(self, values: Mapping[str, Any]) -> None:
     from mlflow.entities import Param  # pylint: disable=import-outside-toplevel
-    values = {k: str(v)[:PARAM_LENGTH] for k, v in values.items()}
+    values = {k: trackers.param_text(v)[:PARAM_LENGTH] for k, v in values.items()}
     changed = sorted(k for k, v in values.items()
                      if k in self.logged_params and self.logged_params[k] != v)
     if changed:

@@ -90,11 +90,17 @@ def run_identity(train, workdir: str, tracker: str) -> tuple[str, str, dict[str,
   return experiment, name, tags
 
 
-def flat_params(config_dict: Mapping[str, Any]) -> dict[str, str]:
-  """A config (Config.to_dict()) as {'section.key': text}: JSON for lists and mappings."""
+def flat_params(config_dict: Mapping[str, Any]) -> dict[str, Any]:
+  """A config (Config.to_dict()) as {'section.key': value}, tuples as lists (a tracker that keeps
+  text writes lists and mappings as JSON: param_text)."""
   from tfm.config import flatten  # pylint: disable=import-outside-toplevel
-  return {key: value if isinstance(value, str) else json.dumps(value, default=str)
+  return {key: json.loads(json.dumps(value, default=str))
           for key, value in sorted(flatten(config_dict).items())}
+
+
+def param_text(value: Any) -> str:
+  """A param as text: str() of a scalar ('0.1', 'True', 'None'), JSON of a list or mapping."""
+  return json.dumps(value) if isinstance(value, (list, dict)) else str(value)
 
 
 def check(train, workdir: str) -> None:
