@@ -8,7 +8,8 @@
   loop:   tfm/train/runner.py's run_steps: step (one jit, state donated; the first one's
           compilation timed and shown) ... every
           train.log_every steps the only host sync: metrics fetched, non-finite updates checked,
-          a console line (step/total, ETA, MFU on accelerators) and TensorBoard scalars;
+          a console line (step/total, ETA, MFU on accelerators) and the figures to the run's
+          trackers (train.trackers: TensorBoard by default, MLflow, W&B; tfm/train/trackers.py);
           every train.eval_every the input pipeline's packing efficiency and dropped-example
           counts, dev loss / perplexity (and dev BLEU every eval.bleu_every), for each
           evaluation set of data.eval_sets under its name (the dev split as 'dev' by default);

@@ -70,7 +70,7 @@ class WandB:
   def __init__(self, train, workdir: str, experiment: str, run_name: str, tags: Mapping[str, str],
                stream):
     wandb = _wandb()
-    self.workdir = workdir
+    self.workdir, self.stream, self._warned = workdir, stream, False
     state = trackers.read_state(workdir, self.name)
     self.run_id = state.get("run_id") or secrets.token_hex(6)  # W&B ids: [a-z0-9]
     self.steps: dict[str, int] = dict(state.get("steps", {}))  # tag -> its last step logged
@@ -101,7 +101,11 @@ class WandB:
     new = {k: float(v) for k, v in values.items() if step > self.floor.get(k, -1)}
     if not new:
       return
-    self.run.log(new, step=int(step))
+    try:
+      self.run.log(new, step=int(step))
+    except Exception as e:  # pylint: disable=broad-except
+      self._warn(f"could not log step {step}", e)  # never stops the training
+      return
     self.steps.update({k: int(step) for k in new})
     state = trackers.read_state(self.workdir, self.name)
     trackers.write_state(self.workdir, self.name, {**state, "steps": self.steps})
@@ -110,11 +114,23 @@ class WandB:
     """A copy of the file in the run's files (W&B would link to it, and the file changes)."""
     target = os.path.join(self.run.dir, folder, os.path.basename(path))
     os.makedirs(os.path.dirname(target), exist_ok=True)
-    shutil.copyfile(path, target)
-    self.run.save(target, base_path=self.run.dir, policy="now")
+    try:
+      shutil.copyfile(path, target)
+      self.run.save(target, base_path=self.run.dir, policy="now")
+    except Exception as e:  # pylint: disable=broad-except
+      self._warn(f"could not keep {path}", e)
+
+  def _warn(self, what: str, error: Exception) -> None:
+    if not self._warned:
+      print(f"[wandb] run {self.run_id}: {what} ({' '.join(str(error).split())[:200]}); training "
+            "goes on", file=self.stream, flush=True)
+    self._warned = True
 
   def sync(self) -> None:
     pass
 
   def close(self, ok: bool = True) -> None:
-    self.run.finish(exit_code=0 if ok else 1)
+    try:
+      self.run.finish(exit_code=0 if ok else 1)
+    except Exception as e:  # pylint: disable=broad-except
+      self._warn("could not finish", e)
