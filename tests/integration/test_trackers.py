@@ -163,3 +163,19 @@ def test_a_server_that_does_not_answer_stops_the_run_before_anything_is_written(
   assert "\n" not in message and uri in message and "train.mlflow_tracking_uri" in message
   assert "MLFLOW_TRACKING_URI" in message
   assert not (tmp_path / "run").exists()  # nothing half written
+
+
+def test_wandb_online_without_a_server_that_answers_stops_the_run_before_anything_is_written(
+    corpus, tmp_path, monkeypatch):
+  lib.require("wandb")
+  base = f"http://127.0.0.1:{lib.free_port()}"  # nothing listens there
+  monkeypatch.setenv("WANDB_BASE_URL", base)
+  monkeypatch.setenv("WANDB_API_KEY", "0" * 40)
+  config = load_config("configs/quickstart.py", tiny_overrides(
+      corpus, "train.trackers=tensorboard,wandb", "train.wandb_mode=online"))
+  with pytest.raises(ValueError) as e:
+    run_train(config, tmp_path / "run")
+  message = str(e.value)
+  assert "\n" not in message and base in message and "train.wandb_mode=offline" in message
+  assert "WANDB_API_KEY" in message
+  assert not (tmp_path / "run").exists()
