@@ -179,3 +179,34 @@ def test_wandb_online_without_a_server_that_answers_stops_the_run_before_anythin
   assert "\n" not in message and base in message and "train.wandb_mode=offline" in message
   assert "WANDB_API_KEY" in message
   assert not (tmp_path / "run").exists()
+
+
+def test_a_server_that_fails_during_the_run_gets_the_figures_later(server, tmp_path):
+  """Mid-run, a failed request never stops the run: one line says so, the figures are kept and
+  sent with the next log, each step once."""
+  import io  # pylint: disable=import-outside-toplevel
+  from tfm.train import trackers  # pylint: disable=import-outside-toplevel
+  from tfm.train.config import TrainConfig  # pylint: disable=import-outside-toplevel
+  console = io.StringIO()
+  train = TrainConfig(trackers=("mlflow",), mlflow_tracking_uri=server,
+                      tracker_experiment="outage")
+  run = trackers.open_run(train, str(tmp_path / "run"), {"train.steps": 9}, console)
+  (mlflow,) = run.all
+  send = mlflow.client.log_batch
+  run.metrics(1, {"train/loss": 3.0})
+
+  def down(*args, **kwargs):
+    raise ConnectionError("connection refused")
+
+  mlflow.client.log_batch = down
+  run.metrics(2, {"train/loss": 2.0})
+  run.metrics(3, {"train/loss": 1.5, "dev/perplexity": 9.0})
+  mlflow.client.log_batch = send
+  run.metrics(4, {"train/loss": 1.0})
+  run.close()
+  lines = console.getvalue().splitlines()
+  assert sum("could not log to" in line for line in lines) == 1  # said once an outage
+  assert "training goes on" in lines[1] and lines[-1] == f"[mlflow] logging to {server} again"
+  histories = _histories(_client(server), mlflow.run_id)
+  assert histories == {"train/loss": [(1, 3.0), (2, 2.0), (3, 1.5), (4, 1.0)],
+                       "dev/perplexity": [(3, 9.0)]}
