@@ -97,15 +97,17 @@ def read_back(uri: str, root: str) -> list[dict]:
 
 def table(rows: list[dict]) -> str:
   head = ("run", "row", "seed", "params", "tags", "points", "same steps", "max rel. diff",
-          "train/loss ML | TB", "dev/perplexity ML | TB", "sweep/bleu ML | TB", "artifacts")
-  pair = lambda p: "-" if p[0] is None else f"{p[0]:.4f} | {p[1]:.4f}"
+          "train/loss MLflow / TB", "dev/perplexity MLflow / TB", "sweep/dev_ppl MLflow / TB",
+          "sweep/bleu MLflow / TB", "artifacts")
+  pair = lambda p: "-" if p[0] is None else f"{p[0]:.4f} / {p[1]:.4f}"
   lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
   for r in rows:
     lines.append("| " + " | ".join([
         r["run"], r["row"] or "", r["seed"] or "", str(r["params"]), str(r["tags"]),
         str(r["points"]), "yes" if r["same_tags_and_steps"] else "NO",
         f"{r['max_relative_difference']:.1e}", pair(r["train_loss"]), pair(r["dev_ppl"]),
-        pair(r["sweep_bleu"]), ", ".join(r["artifacts"])]) + " |")
+        pair(r["sweep_dev_ppl"]), pair(r["sweep_bleu"]),
+        ", ".join(a for a in r["artifacts"] if a != "eval")]) + " |")
   return "\n".join(lines)
 
 
