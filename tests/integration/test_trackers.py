@@ -134,7 +134,8 @@ def test_a_sweeps_stacked_rows_are_one_experiment_tagged_by_row_and_seed(server,
   experiment = client.get_experiment_by_name("rows")
   runs = {r.info.run_name: r for r in client.search_runs([experiment.experiment_id])}
   assert sorted(runs) == ["D1-s0", "base-s0"]
-  results = {r["name"]: r for r in map(json.loads, (root / "results.jsonl").read_text().splitlines())}
+  results = {r["name"]: r
+             for r in map(json.loads, (root / "results.jsonl").read_text().splitlines())}
   for name, run in runs.items():
     row = name.split("-")[0]
     assert {k: run.data.tags[k] for k in ("sweep", "row", "group", "seed")} == {

@@ -122,7 +122,8 @@ def wandb_runs(directory: str) -> list[dict]:
       elif kind == "config":
         run["config"].update({u.key: json.loads(u.value_json) for u in record.config.update})
       elif kind == "history":
-        row = {"/".join(i.nested_key) or i.key: json.loads(i.value_json) for i in record.history.item}
+        row = {"/".join(i.nested_key) or i.key: json.loads(i.value_json)
+               for i in record.history.item}
         run["history"].append((int(record.history.step.num),
                                {k: v for k, v in row.items() if not k.startswith("_")}))
       elif kind == "files":

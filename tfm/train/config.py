@@ -143,7 +143,8 @@ class MeshConfig:
 LOOP_FIELDS = ("log_every", "eval_every", "checkpoint_every", "keep_checkpoints", "average_checkpoints",
                "nonfinite", "compilation_cache_dir", "profile_steps", "curves", "input", "saves",
                "best_metric", "patience", "init_from", "init_checkpoint", "init_optimizer",
-               "trackers", "mlflow_tracking_uri", "tracker_experiment", "wandb_mode", "wandb_entity")
+               "trackers", "mlflow_tracking_uri", "tracker_experiment", "wandb_mode",
+               "wandb_entity")
 
 
 def step_fields(train: TrainConfig) -> TrainConfig:

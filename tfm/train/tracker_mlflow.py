@@ -11,9 +11,9 @@
 
 The run's id is kept in WORKDIR/trackers/mlflow.json with the URI: a resumed run (or its `tfm
 eval`) continues that run, and a metric is logged only at steps beyond the last step its history
-held on the server when it resumed (MLflow keeps every value logged, duplicates included). A resume whose config
-changed a loop key (train.steps, say) keeps the param's first value (MLflow params are
-immutable) and says which.
+held on the server when it resumed (MLflow keeps every value logged, duplicates included). A
+resume whose config changed a loop key (train.steps, say) keeps the param's first value (MLflow
+params are immutable) and says which.
 
 Requests: the start's check makes one attempt with a 10 s timeout, so an unreachable server stops
 the run at once; later requests retry (MLflow's retries, 2 by default here, a 30 s timeout each)
@@ -174,8 +174,9 @@ class MLflow:
         del self._pending[:BATCH]
     except Exception as e:  # pylint: disable=broad-except
       if not self._failing:
-        print(f"[mlflow] could not log to {self.uri} ({str(e).splitlines()[0][:200] if str(e) else e!r}); "
-              f"{len(self._pending)} figures kept for the next try: training goes on",
+        reason = str(e).splitlines()[0][:200] if str(e) else repr(e)
+        print(f"[mlflow] could not log to {self.uri} ({reason}); {len(self._pending)} figures "
+              "kept for the next try: training goes on",
               file=self.stream, flush=True)
       self._failing = True
       return False

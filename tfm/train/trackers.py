@@ -175,8 +175,8 @@ def open_run(train, workdir: str, params: Mapping[str, Any] | None = None, strea
       if only is not None and name not in only:
         continue
       if name == "tensorboard":
-        from tfm.train.tracker_tensorboard import TensorBoard  # pylint: disable=import-outside-toplevel
-        opened.append(TensorBoard(workdir, stream))
+        from tfm.train import tracker_tensorboard  # pylint: disable=import-outside-toplevel
+        opened.append(tracker_tensorboard.TensorBoard(workdir, stream))
         continue
       experiment, run_name, tags = run_identity(train, workdir, name)
       if name == "mlflow":
