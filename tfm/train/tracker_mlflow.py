@@ -55,6 +55,9 @@ def _client(uri: str):
                      "pip install 'tfm[mlflow]' (or drop mlflow from train.trackers)") from None
   os.environ.setdefault("MLFLOW_HTTP_REQUEST_MAX_RETRIES", RETRIES)
   os.environ.setdefault("MLFLOW_HTTP_REQUEST_TIMEOUT", TIMEOUT_S)
+  # Its run's URL printed to stdout at the end would cut into the progress line: ours, at the
+  # start, names the run.
+  os.environ.setdefault("MLFLOW_SUPPRESS_PRINTING_URL_TO_STDOUT", "true")
   return MlflowClient(tracking_uri=uri)
 
 
