@@ -214,7 +214,11 @@ def run(fv: flags.FlagValues, config):
       if jax.process_index() == 0:
         print("written: " + ", ".join(os.path.basename(r["path"]) for r in rows if r["path"]))
   if written:  # the files kept with the run's MLflow / W&B run, under eval/
-    trackers.record_later(fv.workdir, files=tuple(written), folder="eval")
+    try:
+      trackers.record_later(fv.workdir, files=tuple(written), folder="eval")
+    except Exception as e:  # pylint: disable=broad-except  # the results are written already
+      reason = " ".join(str(e).split())[:300]
+      print(f"[eval] the results did not reach the run's trackers ({reason})", file=sys.stderr)
 
 
 def _print(result: dict) -> None:

@@ -200,7 +200,10 @@ def record_later(workdir: str, metrics: Mapping[str, float] | None = None, step:
   """What a command after training adds to the run in `workdir` (its config.json's trackers,
   TensorBoard aside: `tfm eval`'s files, the sweep's final figures and tags)."""
   from tfm.train.config import train_from_mapping  # pylint: disable=import-outside-toplevel
-  train = train_from_mapping(storage.read_json(storage.path(workdir) / "config.json")["train"])
+  saved = storage.path(workdir) / "config.json"
+  if not saved.exists():  # no run trained there
+    return
+  train = train_from_mapping(storage.read_json(saved)["train"])
   if not any(n != "tensorboard" for n in train.trackers):
     return
   trackers = open_run(train, workdir, stream=stream,
