@@ -8,7 +8,8 @@
   loop:   tfm/train/runner.py's run_steps: step (one jit, state donated; the first one's
           compilation timed and shown) ... every
           train.log_every steps the only host sync: metrics fetched, non-finite updates checked,
-          a console line (step/total, ETA, MFU on accelerators) and TensorBoard scalars;
+          a console line (step/total, ETA, MFU on accelerators) and the figures to the run's
+          trackers (train.trackers: TensorBoard by default, MLflow, W&B; tfm/train/trackers.py);
           every train.eval_every the input pipeline's packing efficiency and dropped-example
           counts, dev loss / perplexity (and dev BLEU every eval.bleu_every), for each
           evaluation set of data.eval_sets under its name (the dev split as 'dev' by default);
@@ -42,7 +43,7 @@ from tfm.eval.dev_loss import DevLoss
 from tfm.experiment import Experiment
 from tfm.model.params import parameter_count
 from tfm.train import checkpoint as ckpt_lib
-from tfm.train import backend, distributed, runner, stack, vocabulary
+from tfm.train import backend, distributed, runner, stack, trackers, vocabulary
 from tfm.train import best as best_lib
 from tfm.train import init_from as init_from_lib
 from tfm.train.cadence import Cadence
@@ -167,6 +168,9 @@ def _train(configs: list[Config], held: list[Workdir], log: logs.WorkdirLog, str
   workdirs = [os.fspath(h.path) for h in held]
   for h, c in zip(held, configs):
     h.check_config(c.to_dict())  # before anything is written: a resume is the same model
+  if distributed.is_lead_host():  # the trackers answer (train.trackers), before anything is written
+    for c, w in zip(configs, workdirs):
+      trackers.check(c.train, w)
   exps = [Experiment(c) for c in configs]
   config, exp = configs[0], exps[0]
   members = len(configs) if len(configs) > 1 else None  # a stack's member count
@@ -210,10 +214,9 @@ def _train(configs: list[Config], held: list[Workdir], log: logs.WorkdirLog, str
     progress = Progress(tc.steps, start, stream, evals_left=cadence.evaluations_left(start))
     cleanup.callback(progress.close)
     names = [None] * len(workdirs) if members is None else [os.path.basename(w) for w in workdirs]
-    writers = [MetricsWriter(w, progress, total_steps=tc.steps, name=n)
-               for w, n in zip(workdirs, names)]
-    for writer in writers:
-      cleanup.callback(writer.close)
+    writers = [cleanup.enter_context(MetricsWriter(w, progress, total_steps=tc.steps, name=n,
+                                                   config=c))
+               for w, n, c in zip(workdirs, names, configs)]
     say = writers[0].text
     say(f"tfm: {backend.describe()}; {exp.choices.describe()}")
     if backend.unused_accelerator():

@@ -19,7 +19,8 @@ search) and written, and a table shows the figures per point. With length bucket
 eval.length_buckets) a result also holds `by_length`: perplexity and both BLEUs of every pair of
 the set in each bucket of source length, beyond data.max_length too (tfm/eval/by_length.py).
 --out writes the JSON elsewhere (one set, one point); a workdir it cannot write (read-only) gets
-the results printed and one line saying where they could not be saved.
+the results printed and one line saying where they could not be saved. The files written are kept
+with the run's MLflow / W&B run under eval/ (its train.trackers: tfm/train/trackers.py).
 """
 
 from __future__ import annotations
@@ -131,10 +132,13 @@ def run(fv: flags.FlagValues, config):
   from tfm.eval.dev_loss import DevLoss
   from tfm.eval.restore import load_trained, read_workdir_config
   from tfm.train import checkpoint as ckpt_lib
+  from tfm.train import trackers
   from tfm.train.progress import Counter
 
   edges = _flag_edges(fv)  # the flags and the workdir's config checked before loading anything
   saved_config = read_workdir_config(fv.workdir)
+  if jax.process_index() == 0:  # the run's trackers answer (train.trackers) before any work
+    trackers.check(saved_config.train, fv.workdir)
   names = _eval_sets(fv, saved_config.data.eval_set_names)
   try:
     points = decoding.points(saved_config.eval, fv.beam_size, fv.length_penalty,
@@ -152,7 +156,7 @@ def run(fv: flags.FlagValues, config):
   configured = decoding.Decoding.of(c.eval)
   hosts = ckpt_lib.read_data_state(t.checkpoints_in, t.steps[-1])["hosts"]  # every host's pipeline
   tokens = lambda key: sum(h.get("efficiency", {}).get(key, 0) for h in hosts) or None
-  compiled = {}
+  compiled, written = {}, []
   for name in names:
     losses = DevLoss(c.data, exp.data_source, t.tokenizer, exp.eval_step, exp.batch_sharding,
                      split=name, row_multiple=exp.batch_shards)(t.params)
@@ -202,12 +206,19 @@ def run(fv: flags.FlagValues, config):
       if saved and len(points) == 1:
         print(f"{'written':>22}: {path}")
       rows.append(dict(result, path=str(path) if saved else None))
+      written += [path] if saved else []
     if len(points) > 1:
       print(f"{name} {'best checkpoint' if t.best else 'checkpoints'} {t.steps}, perplexity "
             f"{losses['perplexity']:.4f}, {len(bleu.pairs)} sentences (* the run's own settings):")
       print(table(rows, configured))
       if jax.process_index() == 0:
         print("written: " + ", ".join(os.path.basename(r["path"]) for r in rows if r["path"]))
+  if written:  # the files kept with the run's MLflow / W&B run, under eval/
+    try:
+      trackers.record_later(fv.workdir, files=tuple(written), folder="eval")
+    except Exception as e:  # pylint: disable=broad-except  # the results are written already
+      reason = " ".join(str(e).split())[:300]
+      print(f"[eval] the results did not reach the run's trackers ({reason})", file=sys.stderr)
 
 
 def _print(result: dict) -> None:

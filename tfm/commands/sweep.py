@@ -190,9 +190,9 @@ def run(fv: flags.FlagValues, config: config_lib.Config | None):
   run_all = functools.partial(execute.run_all, root=root, vocab_dir=vocab_dir,
                               eval_limit_of=eval_limit, steps_of=lambda r: configs[r].train.steps,
                               describe=results.describe)
-  to_tensorboard = results.to_tensorboard(root, runs)
+  record_end = _recorder(results, root, runs, configs)
   if fv.run_index is not None:  # one task of a --slurm array: data and command are the submitter's
-    done = run_all([runs[fv.run_index]], shares=execute.device_shares(1), on_result=to_tensorboard)
+    done = run_all([runs[fv.run_index]], shares=execute.device_shares(1), on_result=record_end)
     return 1 if any(not r.ok for r in done) else None  # no report: tasks run at once
   shares = execute.device_shares(fv.parallel, fv.runs_per_gpu)
   os.makedirs(root, exist_ok=True)
@@ -204,10 +204,10 @@ def run(fv: flags.FlagValues, config: config_lib.Config | None):
     for d in vocab_dirs:
       publish.restore_vocab(published, d)
   _prepare_data(list(configs.values()))
-  on_result = to_tensorboard
+  on_result = record_end
   if published:
     publish_run = _publisher(runs, configs, results, root, published, vocab_dirs)
-    on_result = lambda result: (to_tensorboard(result), publish_run(result))
+    on_result = lambda result: (record_end(result), publish_run(result))
   try:
     run_all(runs, shares=shares, on_result=on_result, stack=fv.stack, stack_most=fv.stack_most,
             stack_key=stack_key)
@@ -225,6 +225,25 @@ def run(fv: flags.FlagValues, config: config_lib.Config | None):
           file=sys.stderr)
     return 1
   return None
+
+
+def _recorder(results: SweepResults, root: str, runs: list[Run], configs: dict):
+  """What records a run's end (its HParams records for TensorBoard, its final figures in its
+  MLflow / W&B run). The trackers of train.trackers are checked now, and each run that has MLflow
+  or W&B is told the sweep's name (ROOT's) and its row, group and seed (tfm/train/trackers.py)."""
+  from tfm.train import trackers  # pylint: disable=import-outside-toplevel
+  checked = set()
+  for r in runs:
+    train = configs[r].train
+    if not any(n != "tensorboard" for n in train.trackers):
+      continue
+    if train not in checked:
+      trackers.check(train, os.path.join(root, r.name))
+      checked.add(train)
+    trackers.write_sweep_tags(os.path.join(root, r.name), os.path.basename(os.path.normpath(root)),
+                              r.row, r.group, r.seed)
+  records, figures = results.to_tensorboard(root, runs), results.to_trackers(root)
+  return lambda result: (records(result), figures(result))
 
 
 def _publisher(runs: list[Run], configs: dict, results: SweepResults, root: str, published: str,

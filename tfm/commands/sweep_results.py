@@ -55,6 +55,25 @@ class SweepResults:
     return lambda result: hparams.write(os.path.join(root, result.name), result,
                                         self.varied(by_name[result.name]))
 
+  def to_trackers(self, root: str):
+    """What adds a run's final figures (hparams.metrics: 'sweep/bleu', ...) at its last step, and
+    its row, group and seed as tags, to its MLflow / W&B run when it ends (train.trackers); a
+    tracker that fails then is reported, and the sweep goes on."""
+    from tfm.train import trackers  # pylint: disable=import-outside-toplevel
+
+    def record(result: RunResult) -> None:
+      if not result.ok:
+        return
+      try:
+        trackers.record_later(os.path.join(root, result.name), metrics=hparams.metrics(result),
+                              step=result.trained_steps or result.steps,
+                              tags={"row": result.row or "", "group": result.group,
+                                    "seed": str(result.seed)})
+      except Exception as e:  # pylint: disable=broad-except
+        print(f"[sweep] {result.name}: its final figures did not reach its trackers "
+              f"({' '.join(str(e).split())[:300]})", flush=True)
+    return record
+
   def static(self, r: Run, wall_s: float) -> RunResult:
     """What the result says before its evaluation is read (also a run that never started)."""
     c = self.configs[r]

@@ -42,9 +42,13 @@ from tfm.train.progress import duration
 
 RESULT = "sweep_result.json"
 
-# Paths that name this machine's directories: two machines running the same run differ in them.
+# Where a run's figures also go (tfm/train/trackers.py): they change no figure of the run.
+TRACKER_KEYS = ("train.trackers", "train.mlflow_tracking_uri", "train.tracker_experiment",
+                "train.wandb_mode", "train.wandb_entity")
+# Paths that name this machine's directories: two machines running the same run differ in them;
+# and the trackers.
 MACHINE_KEYS = ("data.data_dir", "data.manual_dir", "data.cache_dir", "data.vocab_dir",
-                "train.compilation_cache_dir")
+                "train.compilation_cache_dir") + TRACKER_KEYS
 LOG = "sweep.log"
 
 

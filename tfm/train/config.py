@@ -20,6 +20,8 @@ SCHEDULES = ("rsqrt_warmup", "linear_cosine", "constant", "rsqrt")
 BEST_METRICS = ("none", "dev_ppl", "dev_bleu")  # tfm/train/best.py
 INIT_CHECKPOINTS = ("last", "best")
 NONFINITE = ("skip", "stop")
+TRACKERS = ("tensorboard", "mlflow", "wandb")  # tfm/train/trackers.py
+WANDB_MODES = ("offline", "online")
 MESH_AXES = ("data", "fsdp", "tensor")
 
 # Logical axis (tfm/model/partitioning.py) -> mesh axis. One table serves data parallelism, FSDP and
@@ -97,6 +99,22 @@ class TrainConfig:
   # True: init_from's whole state, its optimizer moments and its step (the schedule goes on where
   # it left off, and the dropout key), not only its parameters.
   init_optimizer: bool = False
+  # Experiment trackers the lead host writes the run to (tfm/train/trackers.py): 'tensorboard'
+  # (WORKDIR/tensorboard's event files, which curves.png, tfm plot and a sweep's dev curves read),
+  # 'mlflow' (a run on an MLflow tracking server), 'wandb' (a Weights & Biases run). On the
+  # command line: --config.train.trackers=tensorboard,mlflow.
+  trackers: tuple = ("tensorboard",)
+  # The MLflow tracking server (http://host:5000, or a database URI such as sqlite:///runs.db);
+  # None: $MLFLOW_TRACKING_URI.
+  mlflow_tracking_uri: str | None = None
+  # The MLflow experiment and the W&B project the run goes to; None: under `tfm sweep` the sweep's
+  # (its --root's name), else $MLFLOW_EXPERIMENT_NAME / $WANDB_PROJECT, else 'tfm'.
+  tracker_experiment: str | None = None
+  # W&B: 'offline' (files in WORKDIR/trackers/wandb, no account or network; `wandb sync` uploads
+  # them later) or 'online' (needs `wandb login` or $WANDB_API_KEY); the entity (team or user):
+  # None = $WANDB_ENTITY, else the account's default.
+  wandb_mode: str = "offline"
+  wandb_entity: str | None = None
 
   def __post_init__(self):
     validate_train_config(self)
@@ -124,7 +142,9 @@ class MeshConfig:
 # update does next): runs that differ only in these compile the same steps.
 LOOP_FIELDS = ("log_every", "eval_every", "checkpoint_every", "keep_checkpoints", "average_checkpoints",
                "nonfinite", "compilation_cache_dir", "profile_steps", "curves", "input", "saves",
-               "best_metric", "patience", "init_from", "init_checkpoint", "init_optimizer")
+               "best_metric", "patience", "init_from", "init_checkpoint", "init_optimizer",
+               "trackers", "mlflow_tracking_uri", "tracker_experiment", "wandb_mode",
+               "wandb_entity")
 
 
 def step_fields(train: TrainConfig) -> TrainConfig:
@@ -137,7 +157,18 @@ def step_fields(train: TrainConfig) -> TrainConfig:
 
 
 def train_from_mapping(values) -> TrainConfig:
-  return sections.from_mapping(TrainConfig, "train", values, profile_steps=tuple)
+  return sections.from_mapping(TrainConfig, "train", values, profile_steps=tuple,
+                               trackers=_tracker_names)
+
+
+def _tracker_names(value):
+  """train.trackers as a tuple of names: from a list (JSON), a string 'tensorboard,mlflow', or
+  the one-string tuple ml_collections makes of --config.train.trackers=tensorboard,mlflow."""
+  if isinstance(value, str):
+    value = (value,)
+  if isinstance(value, (tuple, list)) and all(isinstance(v, str) for v in value):
+    return tuple(name.strip() for v in value for name in v.split(",") if name.strip())
+  return value
 
 
 def mesh_from_mapping(values) -> MeshConfig:
@@ -201,9 +232,25 @@ def validate_train_config(train: TrainConfig) -> None:
     fail("train.init_optimizer", "False without train.init_from", train.init_optimizer)
   if train.init_checkpoint not in INIT_CHECKPOINTS:
     fail("train.init_checkpoint", f"one of {INIT_CHECKPOINTS}", train.init_checkpoint)
+  validate_trackers(train)
   if train.keep_checkpoints < train.average_checkpoints:
     fail("train.keep_checkpoints", f"at least train.average_checkpoints={train.average_checkpoints}",
          train.keep_checkpoints)
+
+
+def validate_trackers(train: TrainConfig) -> None:
+  """train.trackers: names among TRACKERS, each once; the MLflow and W&B settings' types."""
+  names = train.trackers
+  if not isinstance(names, tuple) or any(n not in TRACKERS for n in names) or (
+      len(set(names)) != len(names)):
+    fail("train.trackers", f"a tuple of distinct names among {TRACKERS} (e.g. "
+         "'tensorboard,mlflow')", names)
+  for key in ("mlflow_tracking_uri", "tracker_experiment", "wandb_entity"):
+    value = getattr(train, key)
+    if value is not None and (not isinstance(value, str) or not value.strip()):
+      fail(f"train.{key}", "None or a non-empty string", value)
+  if train.wandb_mode not in WANDB_MODES:
+    fail("train.wandb_mode", f"one of {WANDB_MODES}", train.wandb_mode)
 
 
 def validate_rules(rules, key: str = "mesh.rules") -> None:

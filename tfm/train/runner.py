@@ -204,11 +204,14 @@ def _keep_best(r: StepRunner, state, step: int, figures: list[dict], last: bool)
 
 
 def _draw_curves(writer: MetricsWriter, workdir: str) -> None:
-  """WORKDIR/curves.png (tfm plot's figure) from every run's events so far; lead host, where
-  the events are written (not without tensorboardX: metrics_writer.py)."""
+  """WORKDIR/curves.png (tfm plot's figure) from every run's events so far, kept with the run's
+  other trackers' runs too; lead host, where the events are written (not without the tensorboard
+  tracker or tensorboardX: tfm/train/tracker_tensorboard.py)."""
   if jax.process_index() == 0 and writer.tensorboard is not None:
     writer.sync()
-    curves.write_png([workdir], storage.path(workdir) / "curves.png")
+    path = storage.path(workdir) / "curves.png"
+    curves.write_png([workdir], path)
+    writer.artifact(path)  # and with the run in MLflow / W&B (train.trackers)
 
 
 def _run_shapes(batch: dict, stacked: bool) -> dict:
