@@ -63,6 +63,7 @@ from tfm.train.mesh import create_mesh
 from tfm.train.optimizer import make_optimizer
 from tfm.train.sharding import (OnMesh, axes_size, batch_row_multiple, batch_sharding, batch_spec,
                                 rules_for_model)
+from tfm.train.ema import EmaSettings
 from tfm.train.state import abstract_params, abstract_train_state, make_init
 from tfm.train.step import make_eval_step, make_train_step
 
@@ -184,7 +185,7 @@ class Experiment:
     """(the TrainState as jax.ShapeDtypeStructs carrying their shardings, a restore target; the
     shardings alone)."""
     return abstract_train_state(self.model, self.optimizer[0], self.mesh, self.rules,
-                                self.key.step_train.seed)
+                                self.key.step_train.seed, ema=self.key.step_train.ema_decay > 0)
 
   abstract_state = property(lambda self: self.state_and_shardings[0])
   state_shardings = property(lambda self: self.state_and_shardings[1])
@@ -236,7 +237,7 @@ class Experiment:
                            microbatches=t.microbatches, mesh=self.mesh, rules=self.rules,
                            state_shardings=self.state_shardings,
                            compiler_options=self._compiler_options, guard=choices.guard,
-                           prng=choices.dropout_prng)
+                           prng=choices.dropout_prng, ema=EmaSettings.of(t))
 
   def stacked_train_step(self, members: int, scalars=None) -> OnMesh:
     """train_step's stacked form for `members` runs of this model (tfm/train/stack.py: this
@@ -252,7 +253,7 @@ class Experiment:
           microbatches=t.microbatches, mesh=self.mesh, rules=self.rules,
           state_shardings=self.state_shardings, compiler_options=self._compiler_options,
           guard=choices.guard, prng=choices.dropout_prng, members=members,
-          member_scalars=scalars)
+          member_scalars=scalars, ema=EmaSettings.of(t))
     return built[members, scalars]
 
   @_piece
