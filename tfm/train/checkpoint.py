@@ -334,13 +334,15 @@ def read_data_state(workdir: str | epath.Path, step: int) -> dict:
   return payload if "hosts" in payload else {"process_count": 1, "hosts": [payload]}
 
 
-def restore_params(workdir: str | epath.Path, step: int, abstract_params: Any) -> Any:
+def restore_params(workdir: str | epath.Path, step: int, abstract_params: Any,
+                   tree: str = "params") -> Any:
   """Only the parameters of checkpoint `step`, onto the shardings of `abstract_params` (a tree of
   jax.ShapeDtypeStruct, e.g. Experiment.abstract_params), verified against the checkpoint's
-  checksums when it has them -- for checkpoint averaging and evaluation."""
+  checksums when it has them -- for checkpoint averaging and evaluation. tree='ema': their EMA
+  (train.ema_decay), a tree like the parameters."""
   path = checkpoint_dir(workdir) / str(step)
-  check_shapes(path / STATE, abstract_params, prefix="params/")
-  target = {"params": abstract_params}
+  check_shapes(path / STATE, abstract_params, prefix=f"{tree}/")
+  target = {tree: abstract_params}
   restore_args = ocp.checkpoint_utils.construct_restore_args(target)
   with ocp.PyTreeCheckpointer() as checkpointer:
     restored = checkpointer.restore(path / STATE, args=ocp.args.PyTreeRestore(
@@ -348,8 +350,8 @@ def restore_params(workdir: str | epath.Path, step: int, abstract_params: Any) -
   if (path / MANIFEST).exists():
     with ocp.Checkpointer(ocp.JsonCheckpointHandler()) as checkpointer:
       manifest = checkpointer.restore(path / MANIFEST)
-    verify(manifest, restored["params"], prefix="params/")
-  return restored["params"]
+    verify(manifest, restored[tree], prefix=f"{tree}/")
+  return restored[tree]
 
 
 def restore_state(workdir: str | epath.Path, step: int, abstract_state: Any) -> tuple[Any, dict]:
