@@ -249,11 +249,14 @@ def make_train_step(model: nn.Module, tx: optax.GradientTransformation, schedule
   member's update is its own run's (its non-finite guard included); metrics come back [members].
   member_scalars: the stack's stack.MemberScalars, the dropout keep probabilities, label
   smoothing and learning-rate ratios in which its members differ, each member's traced.
+  ema: train.ema_decay and ema_warmup (EmaSettings.of) where the state keeps an EMA, else None;
+  a stack's members share them.
   """
   platform = mesh.devices.flat[0].platform
   if members is not None:
     return _stacked_step(model, tx, schedule, label_smoothing, microbatches, mesh, rules,
-                         state_shardings, compiler_options, guard, prng, members, member_scalars)
+                         state_shardings, compiler_options, guard, prng, members, member_scalars,
+                         ema)
   if keep_gradients is None:
     keep_gradients = platform == "cpu"
   settings = dict(model=model, tx=tx, schedule=schedule, label_smoothing=label_smoothing,
@@ -293,7 +296,7 @@ def member_sharding(sharding: NamedSharding) -> NamedSharding:
 
 
 def _stacked_step(model, tx, schedule, label_smoothing, microbatches, mesh, rules, state_shardings,
-                  compiler_options, guard, prng, members, member_scalars, ema=None) -> OnMesh:
+                  compiler_options, guard, prng, members, member_scalars, ema) -> OnMesh:
   """make_train_step's stacked form: train_step vmapped over the leading member axis, with each
   member's dropout keep probabilities and label smoothing where they differ. A state, batch or
   member scalars of another member count than `members` is refused when the step is traced."""
