@@ -150,3 +150,27 @@ def test_the_defaults_are_t5x_adafactor_and_the_paper_adam():
   assert [decay_rate(dataclasses.replace(t, optimizer=o)) for o in ("adam", "adamw", "adafactor")
           ] == [0.0, 0.01, 0.0]
   assert decay_rate(dataclasses.replace(t, optimizer="adamw", weight_decay=0.0)) == 0.0
+
+
+@pytest.mark.parametrize("optimizer", ["adam", "adafactor"])
+def test_the_ema_and_full_size_optimizer_state_take_the_parameters_logical_axes(optimizer):
+  """The shardings come from the boxes' logical axes (tfm/train/state.py): the EMA's are the
+  parameters' leaf for leaf, and so are Adam's moments and Adafactor's unfactored statistics
+  (nothing factored here: min_dim_size_to_factor 1000; factored row and column means are small
+  and unboxed, replicated)."""
+  import flax.linen as nn  # pylint: disable=import-outside-toplevel
+  from tfm.train.optimizer import make_optimizer  # pylint: disable=import-outside-toplevel
+  from tfm.train.state import _boxed_state  # pylint: disable=import-outside-toplevel
+  model = TinySeq2Seq(tiny_config())
+  tx, _ = make_optimizer(helpers.train_cfg(optimizer=optimizer,
+                                           adafactor_min_dim_size_to_factor=1000), 32)
+  boxed = jax.eval_shape(lambda: _boxed_state(model, tx, 0, 1, ema=True))
+  specs = nn.get_partition_spec(boxed)
+  assert specs.ema == specs.params
+  params, treedef = jax.tree.flatten(specs.params)
+  assert any(s != jax.sharding.PartitionSpec() for s in params)
+  if optimizer == "adam":
+    assert specs.opt_state["adam"].mu == specs.params
+  else:
+    per_leaf = treedef.flatten_up_to(specs.opt_state["adafactor"])
+    assert [state[0].v["x"] for state in per_leaf] == params
