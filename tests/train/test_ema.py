@@ -174,3 +174,20 @@ def test_the_ema_and_full_size_optimizer_state_take_the_parameters_logical_axes(
   else:
     per_leaf = treedef.flatten_up_to(specs.opt_state["adafactor"])
     assert [state[0].v["x"] for state in per_leaf] == params
+
+
+def test_runs_written_before_these_keys_keep_their_fingerprints():
+  """Every key this module's features add is in config.ADDED_LATER at its default (a sweep's
+  fingerprint leaves it out there, so published runs keep matching), and config.json writes the
+  weight decay in force: 0.0 for adam, as every earlier run wrote it, 0.01 for adamw."""
+  from tfm import config as config_lib  # pylint: disable=import-outside-toplevel
+  new = ("optimizer", "ema_decay", "ema_warmup", "adafactor_decay_rate",
+         "adafactor_clipping_threshold", "adafactor_factored", "adafactor_min_dim_size_to_factor",
+         "adafactor_multiply_by_parameter_scale", "adafactor_epsilon", "adafactor_momentum")
+  default = config_lib.flatten(config_lib.Config().to_dict())
+  for key in new:
+    assert config_lib.ADDED_LATER[f"train.{key}"] == default[f"train.{key}"], key
+  assert default["train.weight_decay"] == 0.0
+  adamw = config_lib.Config(train=TrainConfig(optimizer="adamw")).to_dict()
+  assert adamw["train"]["weight_decay"] == 0.01
+  assert config_lib.build(adamw).train.weight_decay == 0.01
