@@ -6,7 +6,7 @@ Every command, benchmark and test helper assembles a run here and nowhere else:
   exp.data_source                         # config.data's dataset resolved: where it lives, splits
   exp.mesh, exp.rules                     # Mesh('data', 'fsdp', 'tensor') and the fitted rule table
   exp.model                               # Transformer(config.model)
-  exp.tx, exp.schedule                    # Adam with the paper's schedule (train section)
+  exp.tx, exp.schedule                    # train.optimizer and its schedule (train section)
   exp.abstract_state, exp.state_shardings # shapes + shardings of the TrainState, nothing allocated
   exp.abstract_params                     # parameters only (inference: no optimizer built)
   exp.init_state()                        # a fresh TrainState created in its shards
@@ -174,7 +174,7 @@ class Experiment:
 
   @_piece
   def optimizer(self):
-    """(tx, schedule): Adam with the paper's schedule (train section)."""
+    """(tx, schedule): train.optimizer (the paper's Adam by default) and its schedule."""
     return make_optimizer(self.key.step_train, self.key.model.d_model)
 
   tx = property(lambda self: self.optimizer[0])
