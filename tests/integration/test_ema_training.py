@@ -123,3 +123,27 @@ def test_convert_carries_the_ema(experiment, tmp_path, capsys):
   state, log = run_train(experiment(*depth, "train.steps=4", "train.ema_decay=0.9",
                                     "model.scan_layers=true"), b)
   assert "resumed from step 3" in log and int(state.step) == 4
+
+
+def test_an_ema_grid_sweeps_its_average_and_its_ema(corpus, tmp_path, capsys):
+  """`tfm sweep --grid=train.ema_decay=0,0.5`: each run's checkpoints averaged (tfm eval's
+  default) and, for the run that keeps an EMA, its EMA (`tfm eval --checkpoint ema`), both in
+  its result and in the table; the run without one has no EMA figures."""
+  from tests.integration.conftest import sweep_overrides  # pylint: disable=import-outside-toplevel
+  root = tmp_path / "sweep"
+  overrides = sweep_overrides(corpus, 4, "train.checkpoint_every=2", "train.keep_checkpoints=2",
+                              "train.average_checkpoints=2")
+  argv = (["tfm", "sweep", "--config=configs/quickstart.py", f"--root={root}", "--eval_limit=4",
+           "--grid=train.ema_decay=0,0.5"] + [f"--config.{o}" for o in overrides])
+  assert cli.main(argv) == 0
+  capsys.readouterr()
+  lines = {r["name"]: r for r in map(json.loads, (root / "results.jsonl").read_text().splitlines())}
+  plain, ema = lines["train.ema_decay=0-s0"], lines["train.ema_decay=0.5-s0"]
+  assert plain["ema_dev_ppl"] is None and plain["dev_ppl"] > 1
+  (path,) = glob.glob(f"{root}/train.ema_decay=0.5-s0/eval_dev_ema4_first4.json")
+  evaluation = json.load(open(path))
+  assert ema["ema_dev_ppl"] == evaluation["perplexity"] and ema["ema_bleu"] == evaluation["bleu"]
+  averaged = json.load(open(f"{root}/train.ema_decay=0.5-s0/eval_dev_4_avg2_first4.json"))
+  assert ema["dev_ppl"] == averaged["perplexity"] != ema["ema_dev_ppl"]
+  table = (root / "table.md").read_text()
+  assert "| EMA dev PPL | EMA BLEU |" in table and f"{ema['ema_dev_ppl']:.2f}" in table

@@ -69,6 +69,9 @@ def define_flags(fv: flags.FlagValues):
 
 RESULT = re.compile(r"eval_(?P<split>[A-Za-z0-9][A-Za-z0-9_.-]*?)_(?P<step>\d+)_avg(?P<averaged>\d+)"
                     r"(?:_first(?P<limit>\d+))?(?:_len(?P<buckets>\d+(?:-\d+)*))?\.json")
+# The EMA's result (--checkpoint ema, train.ema_decay), which a sweep reads beside RESULT's.
+EMA_RESULT = re.compile(r"eval_(?P<split>[A-Za-z0-9][A-Za-z0-9_.-]*?)_ema(?P<step>\d+)"
+                        r"(?:_first(?P<limit>\d+))?(?:_len(?P<buckets>\d+(?:-\d+)*))?\.json")
 
 
 def result_name(split: str, steps: list[int], limit: int, suffix: str = "",
