@@ -10,6 +10,10 @@ EMA (`tfm eval --checkpoint ema`). Dev perplexity of the parameters and of the E
   --config=configs/ema_quickstart.py          every row (tfm sweep, tfm params): the decays
   --config=configs/ema_quickstart.py:d995     one row
 
+`tfm sweep` scores each run's average of 5 (the table's dev PPL, BLEU) and its EMA (the EMA dev
+PPL, EMA BLEU columns). The rows' parameters are the same run's (the EMA does not change training):
+`tfm eval --average 1` of any of them gives the last parameters' figures.
+
 Rows: the decay d, plain (train.ema_warmup=False): ema <- d * ema + (1 - d) * params. With a
 checkpoint every 100 steps the average of 5 weighs steps 1100..1500 equally, its mean 200 steps
 before the end; the EMA's weights (1 - d) d^k have their mean d / (1 - d) steps back: 99 for
