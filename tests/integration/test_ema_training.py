@@ -54,6 +54,10 @@ def test_a_resumed_run_ends_with_the_same_ema(with_ema, experiment, tmp_path):
   assert _equal(resumed.ema, uninterrupted.ema)
   assert not _equal(resumed.ema, resumed.params)
   assert {np.asarray(x).dtype for x in _leaves(resumed.ema)} == {np.dtype(np.float32)}
+  # The EMA is part of the state: a resume keeps the setting, a change is named in one line.
+  with pytest.raises(ckpt_lib.CheckpointError, match=r"config key train\.ema_decay: .* holds an "
+                     r"EMA of the parameters and this run keeps none"):
+    run_train(experiment("train.steps=9", *EMA[1:]), tmp_path)
 
 
 def test_eval_and_translate_read_the_ema(with_ema, capsys, tmp_path):

@@ -307,6 +307,14 @@ def check_shapes(state_dir: epath.Path, target: Any, prefix: str = "") -> None:
                      "(opt_state/0/...), as older tfm versions wrote it; this tfm keys it by part "
                      "(opt_state/adam/...) and cannot resume it: its parameters still evaluate "
                      "(tfm eval), or train into a new --workdir")
+  if not prefix and any(k.startswith("ema/") for k in saved) != any(
+      k.startswith("ema/") for k in wanted):
+    held = any(k.startswith("ema/") for k in saved)
+    raise ValueError(f"config key train.ema_decay: {state_dir} holds "
+                     f"{'an' if held else 'no'} EMA of the parameters and this run keeps "
+                     f"{'none' if held else 'one'}: a run resumes with the EMA setting it was "
+                     f"trained with (train.ema_decay {'> 0' if held else '= 0'}); to change it, "
+                     "start a new run from this one (train.init_from)")
   for name, shape in wanted.items():
     held = saved.get(prefix + name)
     if held != shape:
