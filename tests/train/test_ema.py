@@ -173,7 +173,7 @@ def test_the_ema_and_full_size_optimizer_state_take_the_parameters_logical_axes(
     assert specs.opt_state["adam"].mu == specs.params
   else:
     per_leaf = treedef.flatten_up_to(specs.opt_state["adafactor"])
-    assert [state[0].v["x"] for state in per_leaf] == params
+    assert [state[0].v for state in per_leaf] == params
 
 
 def test_runs_written_before_these_keys_keep_their_fingerprints():

@@ -83,7 +83,7 @@ def per_layer(inner: optax.GradientTransformation) -> optax.GradientTransformati
     states = []
     for path, leaf in leaves:
       value = leaf.unbox() if _is_box(leaf) else leaf
-      state = _over_layers(lambda p: inner.init({"x": p}), stacked_dims(path))(value)
+      state = _over_layers(inner.init, stacked_dims(path))(value)
       if _is_box(leaf):
         state = jax.tree.map(lambda s, box=leaf, v=value: box.replace_boxed(s)
                              if s.shape == v.shape else s, state)
@@ -97,11 +97,7 @@ def per_layer(inner: optax.GradientTransformation) -> optax.GradientTransformati
     states = treedef.flatten_up_to(state)
     params = treedef.flatten_up_to(params)
 
-    def one(u, s, p):
-      new, s = inner.update({"x": u}, s, {"x": p})
-      return new["x"], s
-
-    out = [_over_layers(one, stacked_dims(path))(u, s, p)
+    out = [_over_layers(inner.update, stacked_dims(path))(u, s, p)
            for (path, u), s, p in zip(leaves, states, params)]
     return (jax.tree_util.tree_unflatten(treedef, [u for u, _ in out]),
             jax.tree_util.tree_unflatten(treedef, [s for _, s in out]))
