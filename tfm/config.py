@@ -29,7 +29,8 @@ from tfm.data.config import DataConfig
 from tfm.eval import config as eval_config
 from tfm.eval.config import EvalConfig
 from tfm.model.config import ModelConfig, from_config as model_from_mapping
-from tfm.train.config import MeshConfig, TrainConfig, mesh_from_mapping, train_from_mapping
+from tfm.train.config import (MeshConfig, TrainConfig, decay_rate, mesh_from_mapping,
+                              train_from_mapping)
 
 SECTIONS = ("model", "data", "train", "mesh", "eval")
 # Keys added after runs were written and published, with the value every earlier run had: a saved
@@ -40,7 +41,12 @@ ADDED_LATER = {"model.matmul_precision": "default", "eval.length_buckets": (),
                "data.eval_sets": None, "data.mixture": None, "data.mixture_weights": None,
                "train.best_metric": "none", "train.patience": 0,
                "train.init_from": None, "train.init_checkpoint": "last",
-               "train.init_optimizer": False}
+               "train.init_optimizer": False, "train.optimizer": "adam", "train.ema_decay": 0.0,
+               "train.ema_warmup": True, "train.adafactor_decay_rate": 0.8,
+               "train.adafactor_clipping_threshold": 1.0, "train.adafactor_factored": True,
+               "train.adafactor_min_dim_size_to_factor": 128,
+               "train.adafactor_multiply_by_parameter_scale": True,
+               "train.adafactor_epsilon": 1e-30, "train.adafactor_momentum": 0.0}
 # Keys a config may hold beside the sections: a table config's rows, one row's name and figures.
 EXTRAS = ("rows", "row", "paper")
 
@@ -85,8 +91,10 @@ class Config:
     return dataclasses.replace(self, **sections_changes)
 
   def to_dict(self) -> dict[str, Any]:
-    """Plain values, JSON-ready (the workdir's config.json)."""
+    """Plain values, JSON-ready (the workdir's config.json). train.weight_decay is the decay in
+    force (None, the optimizer's default, resolved: 0 for adam, as every earlier run wrote it)."""
     out = {name: sections.to_dict(getattr(self, name)) for name in SECTIONS}
+    out["train"]["weight_decay"] = decay_rate(self.train)
     out.update({k: getattr(self, k) for k in EXTRAS if getattr(self, k) is not None})
     return out
 

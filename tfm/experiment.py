@@ -6,7 +6,7 @@ Every command, benchmark and test helper assembles a run here and nowhere else:
   exp.data_source                         # config.data's dataset resolved: where it lives, splits
   exp.mesh, exp.rules                     # Mesh('data', 'fsdp', 'tensor') and the fitted rule table
   exp.model                               # Transformer(config.model)
-  exp.tx, exp.schedule                    # Adam with the paper's schedule (train section)
+  exp.tx, exp.schedule                    # train.optimizer and its schedule (train section)
   exp.abstract_state, exp.state_shardings # shapes + shardings of the TrainState, nothing allocated
   exp.abstract_params                     # parameters only (inference: no optimizer built)
   exp.init_state()                        # a fresh TrainState created in its shards
@@ -63,6 +63,7 @@ from tfm.train.mesh import create_mesh
 from tfm.train.optimizer import make_optimizer
 from tfm.train.sharding import (OnMesh, axes_size, batch_row_multiple, batch_sharding, batch_spec,
                                 rules_for_model)
+from tfm.train.ema import EmaSettings
 from tfm.train.state import abstract_params, abstract_train_state, make_init
 from tfm.train.step import make_eval_step, make_train_step
 
@@ -173,7 +174,7 @@ class Experiment:
 
   @_piece
   def optimizer(self):
-    """(tx, schedule): Adam with the paper's schedule (train section)."""
+    """(tx, schedule): train.optimizer (the paper's Adam by default) and its schedule."""
     return make_optimizer(self.key.step_train, self.key.model.d_model)
 
   tx = property(lambda self: self.optimizer[0])
@@ -184,7 +185,7 @@ class Experiment:
     """(the TrainState as jax.ShapeDtypeStructs carrying their shardings, a restore target; the
     shardings alone)."""
     return abstract_train_state(self.model, self.optimizer[0], self.mesh, self.rules,
-                                self.key.step_train.seed)
+                                self.key.step_train.seed, ema=self.key.step_train.ema_decay > 0)
 
   abstract_state = property(lambda self: self.state_and_shardings[0])
   state_shardings = property(lambda self: self.state_and_shardings[1])
@@ -236,7 +237,7 @@ class Experiment:
                            microbatches=t.microbatches, mesh=self.mesh, rules=self.rules,
                            state_shardings=self.state_shardings,
                            compiler_options=self._compiler_options, guard=choices.guard,
-                           prng=choices.dropout_prng)
+                           prng=choices.dropout_prng, ema=EmaSettings.of(t))
 
   def stacked_train_step(self, members: int, scalars=None) -> OnMesh:
     """train_step's stacked form for `members` runs of this model (tfm/train/stack.py: this
@@ -252,7 +253,7 @@ class Experiment:
           microbatches=t.microbatches, mesh=self.mesh, rules=self.rules,
           state_shardings=self.state_shardings, compiler_options=self._compiler_options,
           guard=choices.guard, prng=choices.dropout_prng, members=members,
-          member_scalars=scalars)
+          member_scalars=scalars, ema=EmaSettings.of(t))
     return built[members, scalars]
 
   @_piece

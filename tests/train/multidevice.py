@@ -62,16 +62,22 @@ WEIGHTS = {  # name -> path in params, per model
 }
 
 
+# The EMA and Adafactor (tfm/train/ema.py, optimizer.py) on the scanned Transformer: its embeddings
+# [64, 32] and stacked kernels factored (min_dim_size_to_factor 8), per layer.
+EMA_ADAFACTOR = dict(optimizer="adafactor", adafactor_min_dim_size_to_factor=8, ema_decay=0.5)
+
+
 def make_model(kind: str):
   if kind == "tiny":
     return TinySeq2Seq(tiny_config(dropout_rate=0.0))
   from tfm.model.transformer import Transformer  # noqa: PLC0415
-  layers = 2 if kind == "transformer_scan" else 1  # scanned: 2 layers stacked per stack
+  scan = kind in ("transformer_scan", "ema_adafactor")
+  layers = 2 if scan else 1  # scanned: 2 layers stacked per stack
   return Transformer(ModelConfig(vocab_size=64, d_model=32, d_ff=64, num_heads=8, d_k=4, d_v=4,
                                  num_encoder_layers=layers, num_decoder_layers=layers,
                                  dropout_rate=0.1 if kind == "transformer_forms" else 0.0,
                                  max_length=32,
-                                 scan_layers=kind == "transformer_scan"))
+                                 scan_layers=scan))
 
 
 def leaf(tree, path):
@@ -154,6 +160,8 @@ def main(out: str, kind: str):
   model = make_model(kind)
   batch = helpers.packed_batch(rows=16, length=12, vocab=model.cfg.vocab_size, seed=1)
   forms = FORMS if kind == "transformer_forms" else {}
+  if kind == "ema_adafactor":
+    forms = {"mixed": EMA_ADAFACTOR}
   reference = helpers.Setup(model, helpers.train_cfg(**forms.get("mixed", {})), helpers.mesh_cfg(),
                             jax.devices()[:1])
   ref_initial, (ref_losses, ref_norms), ref_state, _ = train(reference, batch)
@@ -161,6 +169,7 @@ def main(out: str, kind: str):
   meshes = MESHES if kind == "tiny" else {"mixed": ((2, 2, 2), 2)}
   if forms:
     meshes = {name: ((2, 2, 2), 1) for name in forms}
+  weights = WEIGHTS["transformer_scan" if kind == "ema_adafactor" else kind]
   results = {"reference_losses": ref_losses, "reference_grad_norms": ref_norms,
              "reference_norm_groups": norm_group_sizes(reference), "meshes": {}}
   for name, (shape, microbatches) in meshes.items():
@@ -174,14 +183,19 @@ def main(out: str, kind: str):
         "norm_groups": norm_group_sizes(setup),
         "final_diff": max_diff(jax.device_get(state.params), ref_final),
         "update_size": max_diff(ref_final, ref_initial),
-        "shapes": {w: leaf(state.params, p).shape for w, p in WEIGHTS[kind].items()},
-        "shard_shapes": {w: shard_shape(leaf(state.params, p)) for w, p in WEIGHTS[kind].items()},
-        "adam_mu_shard_shape": shard_shape(leaf(state.opt_state["adam"].mu, WEIGHTS[kind]["wi"])),
+        "shapes": {w: leaf(state.params, p).shape for w, p in weights.items()},
+        "shard_shapes": {w: shard_shape(leaf(state.params, p)) for w, p in weights.items()},
         "batch_shard_shape": shard_shape(device_batch["targets"]),
         "mesh": dict(setup.mesh.shape),
         "choices": setup.experiment.choices.describe(),
     }
-    if name == "fsdp":
+    if "adam" in state.opt_state:
+      result["adam_mu_shard_shape"] = shard_shape(leaf(state.opt_state["adam"].mu, weights["wi"]))
+    if state.ema is not None:  # sharded as the parameters, the same EMA as on one device
+      result["ema_shard_shapes"] = {w: shard_shape(leaf(state.ema, p)) for w, p in weights.items()}
+      result["ema_diff"] = max_diff(jax.device_get(state.ema), jax.device_get(ref_state.ema))
+      result["ema_moved"] = max_diff(jax.device_get(state.ema), jax.device_get(state.params))
+    if name == "fsdp" or state.ema is not None:
       result["checkpoint"] = checkpoint_roundtrip(setup, state)
     if name == "mixed_rbg":  # the same again: its masks are a function of the step and the mesh
       setup.state = setup.fresh_state()
@@ -189,7 +203,7 @@ def main(out: str, kind: str):
       alone = helpers.Setup(model, helpers.train_cfg(**forms[name]), helpers.mesh_cfg(),
                             jax.devices()[:1])
       result["losses_one_device"] = train(alone, batch)[1][0]
-    if kind != "tiny":
+    if kind not in ("tiny", "ema_adafactor"):
       result["decode"] = decode_check(setup, reference, state)
     results["meshes"][name] = result
   with open(out, "w") as f:

@@ -7,8 +7,8 @@ import pytest
 
 from configs import base, bible_base, big, quickstart, table3
 from tfm.config import build
-from tfm.train.config import (DEFAULT_RULES, MeshConfig, TrainConfig, mesh_from_mapping,
-                              train_from_mapping)
+from tfm.train.config import (DEFAULT_RULES, MeshConfig, TrainConfig, decay_rate,
+                              mesh_from_mapping, train_from_mapping)
 
 
 def test_defaults_are_the_papers():
@@ -17,7 +17,9 @@ def test_defaults_are_the_papers():
   assert (train.adam_b1, train.adam_b2, train.adam_eps) == (0.9, 0.98, 1e-9)
   assert (train.schedule, train.warmup_steps, train.learning_rate) == ("rsqrt_warmup", 4000, 1.0)
   assert (train.label_smoothing, train.steps, train.average_checkpoints) == (0.1, 100_000, 5)
-  assert (train.weight_decay, train.grad_clip_norm) == (0.0, 0.0)
+  # No weight decay: train.weight_decay None is the optimizer's default, 0 for the paper's Adam.
+  assert (train.optimizer, train.weight_decay, train.grad_clip_norm) == ("adam", None, 0.0)
+  assert decay_rate(train) == 0.0
 
 
 @pytest.mark.parametrize("config", [base.get_config(), big.get_config(), quickstart.get_config(),

@@ -121,3 +121,16 @@ def test_the_accelerator_forms_on_8_devices(tmp_path):
   assert rbg["losses"] == pytest.approx(rbg["losses_one_device"], abs=TOLERANCE)
   assert rbg["losses"] == rbg["losses_again"] and rbg["update_size"] > 100 * TOLERANCE
   assert rbg["losses"] != pytest.approx(mixed["losses"], abs=TOLERANCE)  # other masks
+
+
+@pytest.mark.long  # a process of 8 devices: CI runs it after the README's command
+def test_an_ema_and_adafactor_on_8_devices(tmp_path):
+  """The scanned Transformer with Adafactor (factored, per layer) and an EMA on a data x fsdp x
+  tensor mesh: the single-device run's losses, parameters and EMA; the EMA sharded as the
+  parameters; a checkpoint of it restored bit for bit in the same shardings."""
+  result = run_script("ema_adafactor", tmp_path)
+  check_matches_single_device(result, "mixed")
+  run = result["meshes"]["mixed"]
+  assert run["ema_shard_shapes"] == run["shard_shapes"]
+  assert run["ema_diff"] < TOLERANCE and run["ema_moved"] > 100 * TOLERANCE
+  assert run["checkpoint"]["bit_identical"] and run["checkpoint"]["same_shardings"]

@@ -19,9 +19,10 @@ def define_trained_flags(fv: flags.FlagValues):
   flags.DEFINE_string("workdir", None, "a workdir written by `tfm train`", flag_values=fv)
   flags.DEFINE_integer("average", None, "average the last N checkpoints (default "
                        "train.average_checkpoints; 1 = latest only)", lower_bound=1, flag_values=fv)
-  flags.DEFINE_enum("checkpoint", "last", ["last", "best"], "last: the last checkpoints (--average "
-                    "of them); best: the run's best checkpoint by its train.best_metric, alone",
-                    flag_values=fv)
+  flags.DEFINE_enum("checkpoint", "last", ["last", "best", "ema"], "last: the last checkpoints "
+                    "(--average of them); best: the run's best checkpoint by its "
+                    "train.best_metric, alone; ema: the exponential moving average of the "
+                    "parameters (train.ema_decay) the last checkpoint holds", flag_values=fv)
 
 
 def require_workdir(fv: flags.FlagValues):

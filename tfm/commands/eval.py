@@ -1,4 +1,4 @@
-"""`tfm eval --workdir DIR [--split NAME[,NAME...]] [--average N | --checkpoint best] [--limit K]
+"""`tfm eval --workdir DIR [--split NAME[,NAME...]] [--average N | --checkpoint best|ema] [--limit K]
 [--beam_size B,... --length_penalty A,... --max_extra_length E,...] [--length_buckets=E1,E2,..]`:
 BLEU, chrF, TER and perplexity, and by source length.
 
@@ -10,7 +10,8 @@ averaged; N: how many were; K: --limit; E: the length buckets' edges) with sacre
 signature), the paper's tokenized BLEU, chrF and TER (sacreBLEU's, with signatures), perplexity
 per target token (no smoothing) and decoding speed. Decoding settings other than the run's eval
 section's add _beam<B>_lp<A>_extra<E> to the name, and --checkpoint=best (the run's best
-checkpoint by train.best_metric) names it eval_<name>_best<step>...: another --average, --limit,
+checkpoint by train.best_metric) names it eval_<name>_best<step>..., --checkpoint=ema (the EMA of the
+parameters, train.ema_decay) eval_<name>_ema<step>...: another --average, --limit,
 checkpoint, search or bucketing writes another file, so no result overwrites a differently
 computed one. Lists of decoding settings are a grid: the parameters are loaded and the perplexity
 computed once, every point is decoded (greedy once whatever alpha; one compiled beam search of a
@@ -69,15 +70,21 @@ def define_flags(fv: flags.FlagValues):
 
 RESULT = re.compile(r"eval_(?P<split>[A-Za-z0-9][A-Za-z0-9_.-]*?)_(?P<step>\d+)_avg(?P<averaged>\d+)"
                     r"(?:_first(?P<limit>\d+))?(?:_len(?P<buckets>\d+(?:-\d+)*))?\.json")
+# The EMA's result (--checkpoint ema, train.ema_decay), which a sweep reads beside RESULT's.
+EMA_RESULT = re.compile(r"eval_(?P<split>[A-Za-z0-9][A-Za-z0-9_.-]*?)_ema(?P<step>\d+)"
+                        r"(?:_first(?P<limit>\d+))?(?:_len(?P<buckets>\d+(?:-\d+)*))?\.json")
 
 
 def result_name(split: str, steps: list[int], limit: int, suffix: str = "",
-                best: bool = False, buckets: tuple[int, ...] = ()) -> str:
+                best: bool = False, buckets: tuple[int, ...] = (), ema: bool = False) -> str:
   """The file `tfm eval` writes for checkpoints `steps` averaged and BLEU over `limit` pairs.
   suffix: the decoding settings where they are not the run's own (Decoding.suffix); best: the
-  run's best checkpoint (train.best_metric), eval_<split>_best<step>..., apart from the series'
-  (RESULT, which the sweep reads, matches only the latter); buckets: the length buckets' edges."""
-  checkpoints = f"best{steps[-1]}" if best else f"{steps[-1]}_avg{len(steps)}"
+  run's best checkpoint (train.best_metric), eval_<split>_best<step>..., and ema: the EMA of the
+  parameters at the last checkpoint (train.ema_decay), eval_<split>_ema<step>..., apart from the
+  series' (RESULT, which the sweep reads, matches only the latter); buckets: the length buckets'
+  edges."""
+  checkpoints = (f"best{steps[-1]}" if best else f"ema{steps[-1]}" if ema
+                 else f"{steps[-1]}_avg{len(steps)}")
   return (f"eval_{split}_{checkpoints}" + (f"_first{limit}" if limit else "") + suffix
           + (f"_len{'-'.join(map(str, buckets))}" if buckets else "") + ".json")
 
@@ -185,6 +192,8 @@ def run(fv: flags.FlagValues, config):
                                 translate=translate, search_args=args, compiled=cache)
       result = dict(split=name, checkpoints=t.steps, averaged=len(t.steps),
                     **({"checkpoint": "best", "best": t.best} if t.best else {}),
+                    **({"checkpoint": "ema", "ema_decay": c.train.ema_decay,
+                        "ema_warmup": c.train.ema_warmup} if t.checkpoint == "ema" else {}),
                     **searched[search], perplexity=losses["perplexity"], nll=losses["nll"],
                     loss=losses["loss"], target_tokens=losses["tokens"],
                     beam_size=point.beam_size, length_penalty=point.length_penalty,
@@ -198,6 +207,7 @@ def run(fv: flags.FlagValues, config):
             point.max_extra_length))
       path = fv.out or epath.Path(fv.workdir) / result_name(
           name, t.steps, fv.limit or 0, point.suffix(configured), best=t.best is not None,
+          ema=t.checkpoint == "ema",
           buckets=edges)
       if len(points) == 1:
         _print(result)
@@ -208,7 +218,8 @@ def run(fv: flags.FlagValues, config):
       rows.append(dict(result, path=str(path) if saved else None))
       written += [path] if saved else []
     if len(points) > 1:
-      print(f"{name} {'best checkpoint' if t.best else 'checkpoints'} {t.steps}, perplexity "
+      what = {"best": "best checkpoint", "ema": "EMA at checkpoint"}.get(t.checkpoint, "checkpoints")
+      print(f"{name} {what} {t.steps}, perplexity "
             f"{losses['perplexity']:.4f}, {len(bleu.pairs)} sentences (* the run's own settings):")
       print(table(rows, configured))
       if jax.process_index() == 0:

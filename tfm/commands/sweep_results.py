@@ -94,6 +94,13 @@ class SweepResults:
     if evals:  # the last step's, scored as this sweep scores it (a hand-run eval may sit beside it)
       with open(os.path.join(workdir, max(evals)[-1]), encoding="utf-8") as f:
         out = out.with_eval(json.load(f))
+    emas = [(int(m["step"]), os.path.getmtime(os.path.join(workdir, name)), name)
+            for name in os.listdir(workdir)
+            if (m := eval_command.EMA_RESULT.fullmatch(name)) and m["split"] == "dev"
+            and int(m["limit"] or 0) == self.eval_limit(r) and not m["buckets"]]
+    if emas and out.trained_steps is not None and max(emas)[0] == out.trained_steps:
+      with open(os.path.join(workdir, max(emas)[-1]), encoding="utf-8") as f:
+        out = out.with_ema_eval(json.load(f))
     return dataclasses.replace(out, dev_curve=dev_curve(workdir))
 
 

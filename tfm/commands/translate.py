@@ -1,4 +1,4 @@
-"""`tfm translate --workdir DIR [--input FILE] [--average N | --checkpoint best] [--beam_size K]
+"""`tfm translate --workdir DIR [--input FILE] [--average N | --checkpoint best|ema] [--beam_size K]
 [--length_penalty A] [--max_extra_length E] [--n_best N | --score | --sample ...]`.
 
 Translates lines (stdin by default) with beam search (the workdir's eval settings, the flags given

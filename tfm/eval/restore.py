@@ -27,6 +27,7 @@ class Trained:
   note: str | None = None  # how the mesh differs from the workdir's, when it does
   checkpoints_in: Any = None  # the directory whose checkpoints/ held them (the workdir, or its best/)
   best: dict | None = None  # the best checkpoint's {"metric", "value"} when that was loaded
+  checkpoint: str = "last"  # which parameters: 'last' (averaged), 'best' or 'ema' (CHECKPOINTS)
 
   @property
   def config(self) -> config_lib.Config:
@@ -66,17 +67,38 @@ def mesh_here(config: config_lib.Config) -> tuple[config_lib.Config, str | None]
                   f"fit the {jax.device_count()} device(s) here: data parallel over them instead")
 
 
+# --checkpoint's choices: the last checkpoints averaged (--average), the best checkpoint by
+# train.best_metric, the EMA of the parameters the last checkpoint holds (train.ema_decay).
+CHECKPOINTS = ("last", "best", "ema")
+
+
 def load_trained(workdir: str, average: int | None = None, checkpoint: str = "last") -> Trained:
   """Loads workdir/config.json, the vocabulary and the mean of the last `average` checkpoints
   (default train.average_checkpoints; 1 = the latest only), sharded on this machine's mesh
   (`mesh_here`); checkpoint='best': the run's best checkpoint alone (train.best_metric,
-  tfm/train/best.py). Under launch.sh's multi-host modes the processes first join one JAX cluster,
-  as `tfm train`'s do, so they evaluate together (the lead host writes the results)."""
+  tfm/train/best.py); checkpoint='ema': the EMA of the parameters (train.ema_decay,
+  tfm/train/ema.py) of the last checkpoint. Under launch.sh's multi-host modes the processes first
+  join one JAX cluster, as `tfm train`'s do, so they evaluate together (the lead host writes the
+  results)."""
+  if checkpoint not in CHECKPOINTS:
+    raise ValueError(f"--checkpoint={checkpoint!r}: expected one of {CHECKPOINTS}")
   distributed.initialize_from_env()
   config, note = mesh_here(read_workdir_config(workdir))
   if not ckpt_lib.available_steps(workdir):
     raise ValueError(f"no checkpoint in {workdir}/checkpoints: train first (`tfm train --workdir {workdir}`)")
   experiment = Experiment(config)
+  if checkpoint == "ema":
+    if average not in (None, 1):
+      raise ValueError(f"--average={average} with --checkpoint=ema: the EMA is an average already, "
+                       "read from the last checkpoint; drop --average")
+    if config.train.ema_decay <= 0:
+      raise ValueError(f"--checkpoint=ema: {workdir} kept no EMA of its parameters (its "
+                       "train.ema_decay is 0; train with train.ema_decay=0.999, say)")
+    step = ckpt_lib.available_steps(workdir)[-1]  # the EMA of the latest parameters
+    params = ckpt_lib.restore_params(workdir, step, experiment.abstract_params, tree="ema")
+    tokenizer = tokenizer_lib.get_tokenizer(config.data, workdir, train=False)
+    return Trained(experiment, params, tokenizer, [step], note, storage.path(workdir),
+                   checkpoint="ema")
   if checkpoint == "best":
     if average not in (None, 1):
       raise ValueError(f"--average={average} with --checkpoint=best: the best checkpoint is one "
@@ -92,7 +114,7 @@ def load_trained(workdir: str, average: int | None = None, checkpoint: str = "la
     value = dict(record.get("history", [])).get(steps[-1])
     tokenizer = tokenizer_lib.get_tokenizer(config.data, workdir, train=False)
     return Trained(experiment, params, tokenizer, [steps[-1]], note, where,
-                   {"metric": record.get("metric"), "value": value})
+                   {"metric": record.get("metric"), "value": value}, checkpoint="best")
   average = config.train.average_checkpoints if average is None else average
   ended = best_lib.stopped(workdir)  # an early-stopped run's last checkpoint ends its series
   params, steps = average_params(workdir, experiment.abstract_params, average,

@@ -6,7 +6,8 @@
 Memory per chip (bytes), from the partitioned program:
 
   params, optimizer   the shards of state.params and state.opt_state (their shardings' shard shapes)
-  batch               the batch's shard, other_state: step counters, rng
+  batch               the batch's shard, other_state: step counters, rng, the EMA of the
+                      parameters (train.ema_decay: as large as params)
   temporaries         XLA's temp allocation: activations kept for the backward pass, gradients,
                       the optimizer's intermediates, collective buffers (memory_analysis temp)
   program             the compiled code, which lives in HBM too

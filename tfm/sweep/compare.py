@@ -142,6 +142,13 @@ class Group:
   late_change: float  # the seeds' mean (late_change); NaN without curves
   late_from: list[int]  # the steps it is counted from
   dev_curve: dict[int, float]  # mean_curve of the finished seeds
+  # the EMA of the parameters (train.ema_decay), NaN without one
+  ema_dev_ppl: float = math.nan
+  ema_dev_ppl_std: float = math.nan
+  ema_dev_ppl_range: float = math.nan
+  ema_bleu: float = math.nan
+  ema_bleu_std: float = math.nan
+  ema_bleu_range: float = math.nan
 
 
 @dataclasses.dataclass(frozen=True)
@@ -197,7 +204,7 @@ def groups(results: Sequence[RunResult]) -> list[Group]:
     ok = [r for r in runs if r.ok]
     first = runs[0]
     figures = {}
-    for key in ("dev_ppl", "bleu", "tokenized_bleu", "chrf", "ter"):
+    for key in ("dev_ppl", "bleu", "tokenized_bleu", "chrf", "ter", "ema_dev_ppl", "ema_bleu"):
       figures[key], figures[key + "_std"], figures[key + "_range"] = stats(
           [getattr(r, key) for r in ok if getattr(r, key) is not None])
     late = [x for x in (late_change(r.dev_curve, r.steps) for r in ok) if x is not None]

@@ -157,7 +157,8 @@ def last_error_line(log_path: str) -> str:
 
 class Job:
   """The runs of one share: `tfm train` (one run, or a group's seeds as one stack: `tfm train
-  --seeds`, tfm/train/stack.py), then `tfm eval` of each run in turn; poll() advances it."""
+  --seeds`, tfm/train/stack.py), then `tfm eval` of each run in turn (and `tfm eval --checkpoint
+  ema` of a run that keeps an EMA, train.ema_decay); poll() advances it."""
 
   def __init__(self, runs: Sequence[Run], workdirs: Sequence[str], train_argv: list[str],
                share: Share, eval_limit: int, describe: Callable[[Run, str, float], RunResult],
@@ -203,9 +204,20 @@ class Job:
       with open(os.path.join(workdir, LOG), "a", encoding="utf-8") as f:
         f.write(text)
 
-  def _evaluate(self, k: int) -> None:
-    self._launch("eval", ["eval", f"--workdir={self.workdirs[k]}", "--split=dev",
-                          f"--limit={self.eval_limit}"], k)
+  def _evaluate(self, k: int, checkpoint: str | None = None) -> None:
+    """`tfm eval` of run k: its checkpoints averaged, or its EMA (checkpoint 'ema')."""
+    self._launch("eval" if checkpoint is None else f"eval_{checkpoint}",
+                 ["eval", f"--workdir={self.workdirs[k]}", "--split=dev",
+                  f"--limit={self.eval_limit}"]
+                 + ([] if checkpoint is None else [f"--checkpoint={checkpoint}"]), k)
+
+  def _keeps_ema(self, k: int) -> bool:
+    """Run k's config keeps an EMA of its parameters (train.ema_decay): the sweep scores it too."""
+    try:
+      with open(os.path.join(self.workdirs[k], "config.json"), encoding="utf-8") as f:
+        return json.load(f)["train"].get("ema_decay", 0) > 0
+    except (OSError, ValueError, KeyError):
+      return False
 
   def poll(self) -> list[RunResult] | None:
     """None while running; its runs' results when it is done (ok, failed or stopped)."""
@@ -228,6 +240,9 @@ class Job:
         return self._finish_rest("stopped", f"tfm train stopped at step {reached} of "
                                  f"{self.steps}; run the sweep again to resume it")
       self._evaluate(0)
+      return None
+    if self.phase == "eval" and self._keeps_ema(k):  # then its EMA, beside the average
+      self._evaluate(k, "ema")
       return None
     self.results.append(self._finish(k, "ok", None))
     if len(self.results) < len(self.runs):

@@ -84,6 +84,9 @@ def table_markdown(results: Sequence[RunResult], command: str | None = None,
             "tok. BLEU",
             "paper BLEU", "params (M)", "paper params (M)", "chrF", "TER"]
     c = compare.comparison(rows)
+  has_ema = any(not math.isnan(g.ema_dev_ppl) for g in rows)  # runs with train.ema_decay
+  if has_ema:  # the EMA of the parameters beside the checkpoints averaged (tfm eval's default)
+    head += ["EMA dev PPL", "EMA BLEU"]
   lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
   for g in rows:
     seeds = f"{g.finished}/{g.runs}"
@@ -103,6 +106,8 @@ def table_markdown(results: Sequence[RunResult], command: str | None = None,
                _paper(p.get("bleu"), 1), params, _paper(p.get("params_m"), 0), chrf, ter]
     else:
       cells = [g.group, _changes(g.changes), seeds, ppl, late, bleu, tok, chrf, ter, params]
+    if has_ema:
+      cells += [_fmt(g.ema_dev_ppl, g.ema_dev_ppl_std, 2), _fmt(g.ema_bleu, g.ema_bleu_std, 1)]
     lines.append("| " + " | ".join(cells) + " |")
   out = []
   if command:
@@ -116,7 +121,10 @@ def table_markdown(results: Sequence[RunResult], command: str | None = None,
           f"{wall / 3600:.2f} h. dev PPL is per word-piece without label smoothing; BLEU is "
           "sacreBLEU, tok. BLEU the paper's tokenized BLEU (tensor2tensor's recipe), chrF and TER "
           "sacreBLEU's (TER lower is better; – where a run's evaluation predates them)"
-          + _bleu_sentences(done) + "."]
+          + _bleu_sentences(done) + "."
+          + (" EMA dev PPL and EMA BLEU score the exponential moving average of the parameters "
+             "(train.ema_decay; `tfm eval --checkpoint ema`), the other figures the last "
+             "train.average_checkpoints checkpoints averaged." if has_ema else "")]
   out += _convergence_lines(rows)
   if gpu_calls:
     devices = sorted({c.get("device", "?") for c in gpu_calls})

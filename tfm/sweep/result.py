@@ -48,6 +48,9 @@ class RunResult:
   # the evaluation by source length (eval.length_buckets; tfm/eval/by_length.py): one dict per
   # bucket with its sentences, perplexity and BLEUs
   by_length: list | None = None
+  # the EMA of the parameters (train.ema_decay), scored as the run (`tfm eval --checkpoint ema`)
+  ema_dev_ppl: float | None = None
+  ema_bleu: float | None = None
 
   @property
   def ok(self) -> bool:
@@ -65,6 +68,11 @@ class RunResult:
         chrf=evaluation.get("chrf"), ter=evaluation.get("ter"),  # absent from older results
         compounds=evaluation.get("compounds"), tokens_seen=evaluation.get("train_target_tokens"),
         trained_steps=evaluation["checkpoints"][-1], by_length=evaluation.get("by_length"))
+
+  def with_ema_eval(self, evaluation: dict) -> "RunResult":
+    """This result with the EMA's dev figures (a `tfm eval --checkpoint ema` result's contents)."""
+    return dataclasses.replace(self, ema_dev_ppl=evaluation["perplexity"],
+                               ema_bleu=evaluation["bleu"])
 
   def ended(self, status: str, error: str | None, wall_s: float | None = None) -> "RunResult":
     if status not in STATUSES:

@@ -307,6 +307,14 @@ def check_shapes(state_dir: epath.Path, target: Any, prefix: str = "") -> None:
                      "(opt_state/0/...), as older tfm versions wrote it; this tfm keys it by part "
                      "(opt_state/adam/...) and cannot resume it: its parameters still evaluate "
                      "(tfm eval), or train into a new --workdir")
+  if not prefix and any(k.startswith("ema/") for k in saved) != any(
+      k.startswith("ema/") for k in wanted):
+    held = any(k.startswith("ema/") for k in saved)
+    raise ValueError(f"config key train.ema_decay: {state_dir} holds "
+                     f"{'an' if held else 'no'} EMA of the parameters and this run keeps "
+                     f"{'none' if held else 'one'}: a run resumes with the EMA setting it was "
+                     f"trained with (train.ema_decay {'> 0' if held else '= 0'}); to change it, "
+                     "start a new run from this one (train.init_from)")
   for name, shape in wanted.items():
     held = saved.get(prefix + name)
     if held != shape:
@@ -334,13 +342,15 @@ def read_data_state(workdir: str | epath.Path, step: int) -> dict:
   return payload if "hosts" in payload else {"process_count": 1, "hosts": [payload]}
 
 
-def restore_params(workdir: str | epath.Path, step: int, abstract_params: Any) -> Any:
+def restore_params(workdir: str | epath.Path, step: int, abstract_params: Any,
+                   tree: str = "params") -> Any:
   """Only the parameters of checkpoint `step`, onto the shardings of `abstract_params` (a tree of
   jax.ShapeDtypeStruct, e.g. Experiment.abstract_params), verified against the checkpoint's
-  checksums when it has them -- for checkpoint averaging and evaluation."""
+  checksums when it has them -- for checkpoint averaging and evaluation. tree='ema': their EMA
+  (train.ema_decay), a tree like the parameters."""
   path = checkpoint_dir(workdir) / str(step)
-  check_shapes(path / STATE, abstract_params, prefix="params/")
-  target = {"params": abstract_params}
+  check_shapes(path / STATE, abstract_params, prefix=f"{tree}/")
+  target = {tree: abstract_params}
   restore_args = ocp.checkpoint_utils.construct_restore_args(target)
   with ocp.PyTreeCheckpointer() as checkpointer:
     restored = checkpointer.restore(path / STATE, args=ocp.args.PyTreeRestore(
@@ -348,8 +358,8 @@ def restore_params(workdir: str | epath.Path, step: int, abstract_params: Any) -
   if (path / MANIFEST).exists():
     with ocp.Checkpointer(ocp.JsonCheckpointHandler()) as checkpointer:
       manifest = checkpointer.restore(path / MANIFEST)
-    verify(manifest, restored["params"], prefix="params/")
-  return restored["params"]
+    verify(manifest, restored[tree], prefix=f"{tree}/")
+  return restored[tree]
 
 
 def restore_state(workdir: str | epath.Path, step: int, abstract_state: Any) -> tuple[Any, dict]:

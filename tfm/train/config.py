@@ -22,6 +22,9 @@ INIT_CHECKPOINTS = ("last", "best")
 NONFINITE = ("skip", "stop")
 TRACKERS = ("tensorboard", "mlflow", "wandb")  # tfm/train/trackers.py
 WANDB_MODES = ("offline", "online")
+OPTIMIZERS = ("adam", "adamw", "adafactor")  # tfm/train/optimizer.py
+ADAMW_WEIGHT_DECAY = 0.01  # train.weight_decay's default under train.optimizer='adamw'
+
 MESH_AXES = ("data", "fsdp", "tensor")
 
 # Logical axis (tfm/model/partitioning.py) -> mesh axis. One table serves data parallelism, FSDP and
@@ -59,8 +62,34 @@ class TrainConfig:
   adam_b1: float = 0.9  # section 5.3
   adam_b2: float = 0.98
   adam_eps: float = 1e-9
-  weight_decay: float = 0.0  # decoupled (AdamW-style), matrices only; 0 = off
+  # The update rule (tfm/train/optimizer.py): 'adam' (the paper's), 'adamw' (Adam with decoupled
+  # weight decay, 0.01 unless train.weight_decay says) or 'adafactor' (optax's, the adafactor_*
+  # keys below; t5x's defaults).
+  optimizer: str = "adam"
+  # Decoupled weight decay (Loshchilov & Hutter), matrices only, times the learning rate; None =
+  # the optimizer's default: 0 (off) for adam and adafactor, ADAMW_WEIGHT_DECAY for adamw.
+  weight_decay: float | None = None
   grad_clip_norm: float = 0.0  # global-norm clipping; 0 = off
+  # Adafactor (train.optimizer='adafactor'; Shazeer & Stern 2018, optax.adafactor's parts), t5x's
+  # defaults: second-moment decay 1 - step^-decay_rate, updates clipped to an RMS of
+  # clipping_threshold (0 = off), second moments factored into row and column means for
+  # matrices whose two largest dimensions are at least min_dim_size_to_factor, steps scaled by
+  # the parameter's RMS (at least 1e-3), epsilon added to the squared gradients, no momentum
+  # (0 = none; else the first moment's decay).
+  adafactor_decay_rate: float = 0.8
+  adafactor_clipping_threshold: float = 1.0
+  adafactor_factored: bool = True
+  adafactor_min_dim_size_to_factor: int = 128
+  adafactor_multiply_by_parameter_scale: bool = True
+  adafactor_epsilon: float = 1e-30
+  adafactor_momentum: float = 0.0
+  # An exponential moving average of the parameters, float32, kept in the train state beside
+  # them (tfm/train/ema.py): ema <- d * ema + (1 - d) * params after each applied update, with
+  # d = ema_decay, or min(ema_decay, (1 + t) / (10 + t)) at update t with ema_warmup (Marian's
+  # and TensorFlow's warm-up, so the initial parameters weigh nothing); 0 = off. Evaluated beside
+  # the raw parameters (`dev_ema/...`); `tfm eval --checkpoint ema` reads it.
+  ema_decay: float = 0.0
+  ema_warmup: bool = True
   label_smoothing: float = 0.1  # section 5.4
   microbatches: int = 1  # gradient accumulation: the batch is split in this many slices
   seed: int = 0  # parameter init and dropout
@@ -210,9 +239,13 @@ def validate_train_config(train: TrainConfig) -> None:
       fail(f"train.{key}", "a number in [0, 1)", getattr(train, key))
   if not is_number(train.adam_eps) or train.adam_eps <= 0:  # 0 gives 0/0 for a zero gradient
     fail("train.adam_eps", "a positive finite number", train.adam_eps)
-  for key in ("weight_decay", "grad_clip_norm"):
-    if not is_number(getattr(train, key)) or getattr(train, key) < 0:
-      fail(f"train.{key}", "a non-negative finite number (0 = off)", getattr(train, key))
+  if train.weight_decay is not None and (not is_number(train.weight_decay)
+                                         or train.weight_decay < 0):
+    fail("train.weight_decay", "None (the optimizer's default) or a non-negative finite number "
+         "(0 = off)", train.weight_decay)
+  if not is_number(train.grad_clip_norm) or train.grad_clip_norm < 0:
+    fail("train.grad_clip_norm", "a non-negative finite number (0 = off)", train.grad_clip_norm)
+  validate_optimizer_keys(train)
   if not is_number(train.label_smoothing) or not 0 <= train.label_smoothing < 1:
     fail("train.label_smoothing", "a number in [0, 1)", train.label_smoothing)
   if train.nonfinite not in NONFINITE:
@@ -251,6 +284,39 @@ def validate_trackers(train: TrainConfig) -> None:
       fail(f"train.{key}", "None or a non-empty string", value)
   if train.wandb_mode not in WANDB_MODES:
     fail("train.wandb_mode", f"one of {WANDB_MODES}", train.wandb_mode)
+
+
+def validate_optimizer_keys(train: TrainConfig) -> None:
+  """train.optimizer, the adafactor_* keys and the EMA's; raises ValueError naming the key."""
+  if train.optimizer not in OPTIMIZERS:
+    fail("train.optimizer", f"one of {OPTIMIZERS}", train.optimizer)
+  if not is_number(train.adafactor_decay_rate) or not 0 < train.adafactor_decay_rate <= 1:
+    fail("train.adafactor_decay_rate", "a number in (0, 1] (the second-moment decay is "
+         "1 - step^-decay_rate)", train.adafactor_decay_rate)
+  if (not is_number(train.adafactor_clipping_threshold)
+      or (train.adafactor_clipping_threshold != 0 and train.adafactor_clipping_threshold < 1)):
+    fail("train.adafactor_clipping_threshold", "0 (off) or a number >= 1 (the largest RMS of an "
+         "update)", train.adafactor_clipping_threshold)
+  for key in ("adafactor_factored", "adafactor_multiply_by_parameter_scale", "ema_warmup"):
+    if not isinstance(getattr(train, key), bool):
+      fail(f"train.{key}", "True or False", getattr(train, key))
+  if not is_int(train.adafactor_min_dim_size_to_factor) or train.adafactor_min_dim_size_to_factor < 1:
+    fail("train.adafactor_min_dim_size_to_factor", "a positive integer",
+         train.adafactor_min_dim_size_to_factor)
+  if not is_number(train.adafactor_epsilon) or train.adafactor_epsilon <= 0:
+    fail("train.adafactor_epsilon", "a positive finite number", train.adafactor_epsilon)
+  if not is_number(train.adafactor_momentum) or not 0 <= train.adafactor_momentum < 1:
+    fail("train.adafactor_momentum", "a number in [0, 1) (0 = no momentum)",
+         train.adafactor_momentum)
+  if not is_number(train.ema_decay) or not 0 <= train.ema_decay < 1:
+    fail("train.ema_decay", "a number in [0, 1) (0 = no EMA)", train.ema_decay)
+
+
+def decay_rate(train: TrainConfig) -> float:
+  """The weight decay in force: train.weight_decay, or the optimizer's default where it is None."""
+  if train.weight_decay is not None:
+    return float(train.weight_decay)
+  return ADAMW_WEIGHT_DECAY if train.optimizer == "adamw" else 0.0
 
 
 def validate_rules(rules, key: str = "mesh.rules") -> None:

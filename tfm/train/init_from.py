@@ -5,7 +5,9 @@ schedule) with the parameters replaced by those of the source's last checkpoint,
 (train.init_checkpoint='best', tfm/train/best.py); train.init_optimizer=True takes the source's
 whole state instead: its Adam moments, its step (the schedule and the dropout key go on from it)
 and its parameters. The model must be the same shape: the first parameter (or optimizer array)
-whose shape differs, or that one side lacks, is named with both shapes in one line.
+whose shape differs, or that one side lacks, is named with both shapes in one line. A run that
+keeps an EMA of its parameters (train.ema_decay) starts it from the parameters it starts from, or,
+with init_optimizer, takes the source's EMA where the source kept one.
 WORKDIR/init_from.json records where the run started ({"workdir", "checkpoint", "step",
 "optimizer"}). Only a run without checkpoints of its own starts so: a resume continues its own
 checkpoints.
@@ -23,6 +25,7 @@ from tfm import storage
 from tfm.train import best as best_lib
 from tfm.train import checkpoint as ckpt_lib
 from tfm.train import vocabulary
+from tfm.train.ema import init_ema
 
 RECORD = "init_from.json"
 
@@ -102,23 +105,41 @@ def start_state(config, experiment, workdir: str):
   prefix = "" if whole else "params/"
   saved = {k[len(prefix):]: v for k, v in ckpt_lib.saved_shapes(state_dir).items()
            if k.startswith(prefix)}
-  target = experiment.abstract_state if whole else experiment.abstract_params
+  # The source's EMA (train.ema_decay) is read as it is saved, a tree like the parameters, and
+  # kept where this run keeps one (init_optimizer), else dropped; this run's EMA starts from the
+  # parameters it starts from otherwise.
+  source_ema = any(k.startswith("ema/") for k in saved)
+  abstract = experiment.abstract_state
+  if whole:
+    target = abstract.replace(ema=abstract.params if source_ema else None)
+  else:
+    target = experiment.abstract_params
   differs = first_difference(saved, ckpt_lib._shapes(target))  # pylint: disable=protected-access
   if differs:
     what = "array" if whole else "parameter"
     raise ValueError(f"config key train.init_from: {source} ({which} checkpoint, step {step}) is "
                      f"another model: {what} {differs}")
   if whole:
-    state, _ = ckpt_lib.restore_state(where, step, experiment.abstract_state)
+    state, _ = ckpt_lib.restore_state(where, step, target)
+    if abstract.ema is None:
+      state = state.replace(ema=None)
   else:
     params = ckpt_lib.restore_params(where, step, experiment.abstract_params)
     state = experiment.init_state().replace(params=params)
+  if abstract.ema is not None and not (whole and source_ema):
+    state = state.replace(ema=_ema_of(state.params, experiment.state_shardings.ema))
   if jax.process_index() == 0:
     storage.path(workdir).mkdir(parents=True, exist_ok=True)
     storage.write_json(storage.path(workdir) / RECORD,
                        {"workdir": str(storage.path(source)), "checkpoint": which, "step": step,
                         "optimizer": "source" if whole else "fresh"})
   return state
+
+
+def _ema_of(params, shardings):
+  """A fresh EMA of `params` (their float32 copy, tfm/train/ema.py) in `shardings`: new buffers,
+  as the step donates the state's arrays."""
+  return jax.jit(init_ema, out_shardings=shardings)(params)
 
 
 def describe(workdir: str) -> str:

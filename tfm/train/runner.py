@@ -8,7 +8,9 @@ Each step, in this order (tfm/train/cadence.py says what a step is due for):
   the metrics fetched (the one host sync) and each run's console line and TensorBoard scalars; a
   checkpoint (before any evaluation: after a SIGTERM an evaluation could outlast the grace period);
   after a SIGTERM the save waited for and the loop left; the input pipeline's figures and each
-  evaluation set's dev loss, then dev BLEU; the best checkpoint and early stopping
+  evaluation set's dev loss, then dev BLEU, of the parameters and, with train.ema_decay, of their
+  EMA (under `<set>_ema/`: dev_ema/perplexity beside dev/perplexity); the best checkpoint (of the
+  raw parameters) and early stopping
   (tfm/train/best.py); curves.png.
 A run resumed at a step due for evaluation first evaluates that step: its checkpoint was written
 before the step's evaluations, which a SIGTERM skipped (or a kill cut short), so the resumed run
@@ -21,6 +23,7 @@ evaluations as callables), and the tests drive it with stand-ins.
 from __future__ import annotations
 
 import dataclasses
+import time
 from typing import Any, Callable
 
 import jax
@@ -158,24 +161,43 @@ def _evaluate_and_keep_best(r: StepRunner, state, step: int, due: Due) -> bool:
       run.writer.write(step, {s: v for s, v in stats[k].items()  # from_<source>: data.mixture
                               if s in DATA_STATS or s.startswith("from_")}, prefix="data")
       for name in r.eval_sets:
-        with r.progress.timed(f"evaluating {name} loss", evaluation=True) as timed:
-          dev = r.evaluate_dev(r.member_params(state.params, k), k, name)
-        run.writer.write(step, {**dev, "eval_s": timed["seconds"]}, prefix=name)
-        if name == r.eval_sets[0]:  # the best checkpoint's set: 'dev' by default
-          figures[k]["dev_ppl"] = dev
+        with r.progress.timed(f"evaluating {name} loss", evaluation=True):
+          for tree, suffix in _trees(state):
+            dev, seconds = _timed(r.evaluate_dev, r.member_params(tree, k), k, name)
+            run.writer.write(step, {**dev, "eval_s": seconds}, prefix=name + suffix)
+            if name == r.eval_sets[0] and not suffix:  # the best checkpoint's: raw, 'dev'
+              figures[k]["dev_ppl"] = dev
   if due.decode:
     for k, run in enumerate(r.runs):
       for name in r.eval_sets:
-        with r.progress.timed(f"decoding {name} BLEU", evaluation=True) as timed:
-          bleu = r.evaluate_bleu(r.member_params(state.params, k), k, name)
-        run.writer.write(step, {**bleu, "eval_s": timed["seconds"]}, prefix=name)
-        if name == r.eval_sets[0]:
-          figures[k]["dev_bleu"] = bleu
+        with r.progress.timed(f"decoding {name} BLEU", evaluation=True):
+          for tree, suffix in _trees(state):
+            bleu, seconds = _timed(r.evaluate_bleu, r.member_params(tree, k), k, name)
+            run.writer.write(step, {**bleu, "eval_s": seconds}, prefix=name + suffix)
+            if name == r.eval_sets[0] and not suffix:
+              figures[k]["dev_bleu"] = bleu
   stop_early = _keep_best(r, state, step, figures, due.last)
   if r.config.train.curves and (due.evaluate or due.decode):
     for run in r.runs:
       _draw_curves(run.writer, run.workdir)
   return stop_early
+
+
+EMA_SUFFIX = "_ema"  # an evaluation set's figures of the EMA (train.ema_decay): dev_ema/perplexity
+
+
+def _trees(state) -> list[tuple]:
+  """(parameters, the suffix of their figures' prefix) to evaluate: the raw parameters, then the
+  EMA where the state keeps one (tfm/train/ema.py)."""
+  ema = getattr(state, "ema", None)
+  return [(state.params, "")] + ([] if ema is None else [(ema, EMA_SUFFIX)])
+
+
+def _timed(evaluate, params, k: int, name: str) -> tuple[dict, float]:
+  """(evaluate(params, k, name), its seconds)."""
+  start = time.perf_counter()
+  figures = evaluate(params, k, name)
+  return figures, time.perf_counter() - start
 
 
 def _keep_best(r: StepRunner, state, step: int, figures: list[dict], last: bool) -> bool:

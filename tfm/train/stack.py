@@ -10,7 +10,9 @@ non-finite guard included: a member whose update is not finite skips its own).
 Members are runs whose configs differ only in STACK_KEYS: train.seed (parameter init, dropout
 masks) and data.shuffle_seed (data order), as a sweep's seeds of one row, and the scalars that
 change no shape or program: the dropout rates and the label smoothing (Table 3's base and D1-D4),
-and the learning rate's scale (train.learning_rate: a learning-rate sweep).
+and the learning rate's scale (train.learning_rate: a learning-rate sweep). They share everything
+else, train.optimizer and the EMA's decay (train.ema_decay) among it: runs that differ in those
+train in stacks of their own.
 A scalar the members share stays the Python float the solo step compiles; one they differ in is
 each member's array (MemberScalars): the dropout's keep probability (tfm/model/dropout.py) and the
 loss's smoothing, traced, and the model is built for the stack from the largest rate of each

@@ -24,6 +24,7 @@ from jax.sharding import Mesh
 
 from tfm.model.config import ModelConfig
 from tfm.model.scan_convert import stack_layers
+from tfm.train.ema import init_ema
 from tfm.train.sharding import Rules, state_shardings
 
 
@@ -35,6 +36,8 @@ class TrainState(struct.PyTreeNode):
   opt_state        the optax state (Adam moments mirror params; counts are applied updates)
   rng              uint32 [2]: base key; the dropout key of step s is fold_in(rng, s)
   nonfinite_count  int32 []: updates skipped: the loss, the gradients or the rate were not finite
+  ema              a float32 tree like params, their exponential moving average
+                   (train.ema_decay, tfm/train/ema.py); None (no arrays) when the EMA is off
   """
 
   step: jax.Array
@@ -42,6 +45,7 @@ class TrainState(struct.PyTreeNode):
   opt_state: Any
   rng: jax.Array
   nonfinite_count: jax.Array
+  ema: Any = None
 
   @property
   def applied_updates(self) -> jax.Array:
@@ -75,12 +79,15 @@ def _boxed_params(model: nn.Module, params_key, dropout_key, rows: int):
   return params
 
 
-def _boxed_state(model: nn.Module, tx: optax.GradientTransformation, seed: int, rows: int) -> TrainState:
-  """A fresh state whose parameters (and Adam moments) are still in their LogicallyPartitioned boxes."""
+def _boxed_state(model: nn.Module, tx: optax.GradientTransformation, seed: int, rows: int,
+                 ema: bool = False) -> TrainState:
+  """A fresh state whose parameters (Adam's moments, the EMA) are still in their
+  LogicallyPartitioned boxes. ema: keep an EMA of the parameters (it starts as them, float32)."""
   params_key, dropout_key, train_key = jax.random.split(jax.random.PRNGKey(seed), 3)
   params = _boxed_params(model, params_key, dropout_key, rows)
   return TrainState(step=jnp.zeros((), jnp.int32), params=params, opt_state=tx.init(params),
-                    rng=train_key, nonfinite_count=jnp.zeros((), jnp.int32))
+                    rng=train_key, nonfinite_count=jnp.zeros((), jnp.int32),
+                    ema=init_ema(params) if ema else None)
 
 
 def _batch_rows(mesh: Mesh) -> int:
@@ -103,20 +110,23 @@ def abstract_params(model: nn.Module, mesh: Mesh, rules: Rules) -> tuple[Any, An
 
 
 def abstract_train_state(model: nn.Module, tx: optax.GradientTransformation, mesh: Mesh, rules: Rules,
-                         seed: int = 0) -> tuple[TrainState, TrainState]:
+                         seed: int = 0, ema: bool = False) -> tuple[TrainState, TrainState]:
   """(abstract state, shardings), computed without allocating anything.
 
   The abstract state holds jax.ShapeDtypeStruct leaves that carry their sharding: the target for a
   sharded checkpoint restore. `model` is a tfm Transformer (it must have a `cfg` ModelConfig field).
+  ema: the state keeps an EMA of the parameters (train.ema_decay > 0), sharded as they are.
   """
-  return _abstract(jax.eval_shape(lambda: _boxed_state(model, tx, seed, _batch_rows(mesh))), mesh,
-                   rules)
+  return _abstract(jax.eval_shape(lambda: _boxed_state(model, tx, seed, _batch_rows(mesh), ema)),
+                   mesh, rules)
 
 
 def make_init(model: nn.Module, tx: optax.GradientTransformation, mesh: Mesh, seed: int,
               shardings: TrainState, compiler_options: dict | None = None):
   """The jitted `init() -> TrainState` (seed `seed`) creating every array in `shardings` (from
-  abstract_train_state); each call returns a fresh state. compiler_options: passed to jax.jit (XLA
-  options, e.g. a lower optimisation level for CPU tests)."""
-  return jax.jit(lambda: nn.meta.unbox(_boxed_state(model, tx, seed, _batch_rows(mesh))),
+  abstract_train_state; an EMA where they hold one); each call returns a fresh state.
+  compiler_options: passed to jax.jit (XLA options, e.g. a lower optimisation level for CPU
+  tests)."""
+  ema = shardings.ema is not None
+  return jax.jit(lambda: nn.meta.unbox(_boxed_state(model, tx, seed, _batch_rows(mesh), ema)),
                  out_shardings=shardings, compiler_options=compiler_options)

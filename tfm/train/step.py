@@ -4,8 +4,9 @@ train step (one update):
   1. N = real target tokens of the global batch; dropout key = fold_in(state.rng, state.step)
      (with train.dropout_prng=rbg made an unsafe_rbg key: dropout_key)
   2. g = sum over microbatches of grad(label-smoothed CE sum / N)           (tfm/train/accumulate.py)
-  3. if the loss, ||g|| (float32) and lrate(applied updates + 1) are finite, the Adam update gives
-     new params and opt_state; else params and opt_state stay unchanged and nonfinite_count + 1
+  3. if the loss, ||g|| (float32) and lrate(applied updates + 1) are finite, the optimizer's update
+     gives new params and opt_state, and the EMA (train.ema_decay, tfm/train/ema.py) takes the new
+     params in; else params, opt_state and the EMA stay unchanged and nonfinite_count + 1
   4. step + 1
 No NaN or inf enters the state that way, whatever its cause (data, a learning rate, an overflowing
 gradient), without checking the new state itself: for the chain make_optimizer builds (clipping,
@@ -36,6 +37,7 @@ from jax.sharding import Mesh, NamedSharding, PartitionSpec
 
 from tfm.model import dropout
 from tfm.train.accumulate import accumulate_gradients
+from tfm.train.ema import EmaSettings, update_ema
 from tfm.train.loss import loss_sums, per_token, target_weights
 from tfm.train.schedules import Schedule
 from tfm.train.sharding import OnMesh, Rules, batch_sharding, check_batch_size
@@ -158,14 +160,14 @@ class NonFiniteError(ValueError):
 
 def train_step(state: TrainState, batch: Batch, *, model: nn.Module, tx: optax.GradientTransformation,
                schedule: Schedule, label_smoothing: float, microbatches: int = 1,
-               grad_shardings: Any = None, guard: str = BRANCH, prng: str = THREEFRY
-               ) -> tuple[TrainState, dict[str, jax.Array]]:
+               grad_shardings: Any = None, guard: str = BRANCH, prng: str = THREEFRY,
+               ema: EmaSettings | None = None) -> tuple[TrainState, dict[str, jax.Array]]:
   """One update (unjitted; see make_train_step). Returns (new state, metrics). guard: how the
   non-finite check keeps or drops the update (guarded: BRANCH or SELECT); prng: the dropout
-  key's PRNG (dropout_key: THREEFRY or RBG)."""
+  key's PRNG (dropout_key: THREEFRY or RBG); ema: the EMA's settings where state.ema holds one."""
   new_state, metrics, _ = train_step_and_gradients(
       state, batch, model=model, tx=tx, schedule=schedule, label_smoothing=label_smoothing,
-      microbatches=microbatches, grad_shardings=grad_shardings, guard=guard, prng=prng)
+      microbatches=microbatches, grad_shardings=grad_shardings, guard=guard, prng=prng, ema=ema)
   return new_state, metrics
 
 
@@ -173,9 +175,12 @@ def train_step_and_gradients(state: TrainState, batch: Batch, *, model: nn.Modul
                              tx: optax.GradientTransformation, schedule: Schedule,
                              label_smoothing: float, microbatches: int = 1,
                              grad_shardings: Any = None, guard: str = BRANCH,
-                             prng: str = THREEFRY
+                             prng: str = THREEFRY, ema: EmaSettings | None = None
                              ) -> tuple[TrainState, dict[str, jax.Array], Any]:
   """train_step, also returning the gradients g it applied (a tree like state.params)."""
+  if (ema is None) != (state.ema is None):
+    raise ValueError(f"train step: EMA settings {ema} for a state "
+                     f"{'without' if state.ema is None else 'with'} an EMA")
   weights = target_weights(batch["targets"], batch.get("targets_segmentation"))
   num_tokens = jnp.maximum(jnp.sum(weights), 1.0)
 
@@ -194,14 +199,19 @@ def train_step_and_gradients(state: TrainState, batch: Batch, *, model: nn.Modul
 
   def update():
     updates, opt_state = tx.update(grads, state.opt_state, state.params)
-    return optax.apply_updates(state.params, updates), opt_state
+    params = optax.apply_updates(state.params, updates)
+    averaged = None if ema is None else update_ema(state.ema, params, ema, state.applied_updates)
+    return params, opt_state, averaged
 
-  params, opt_state = guarded(finite, update, (state.params, state.opt_state), guard)
+  # A skipped update skips the EMA's too: it averages the parameters the run held.
+  params, opt_state, averaged = guarded(finite, update, (state.params, state.opt_state, state.ema),
+                                        guard)
   skipped = (~finite).astype(jnp.int32)
   new_state = state.replace(
       step=state.step + 1,
       params=params,
       opt_state=opt_state,
+      ema=averaged,
       nonfinite_count=state.nonfinite_count + skipped)
   metrics = dict(per_token(sums), grad_norm=grad_norm, learning_rate=learning_rate,
                  nonfinite=skipped, nonfinite_count=new_state.nonfinite_count)
@@ -222,7 +232,8 @@ def make_train_step(model: nn.Module, tx: optax.GradientTransformation, schedule
                     label_smoothing: float, microbatches: int, mesh: Mesh, rules: Rules,
                     state_shardings: TrainState, compiler_options: dict | None = None,
                     guard: str, prng: str, keep_gradients: bool | None = None,
-                    members: int | None = None, member_scalars=None) -> OnMesh:
+                    members: int | None = None, member_scalars=None,
+                    ema: EmaSettings | None = None) -> OnMesh:
   """Compiled `step(state, batch) -> (state, metrics)`; the state argument is donated.
 
   label_smoothing, microbatches: train.label_smoothing and train.microbatches. state_shardings: from
@@ -238,16 +249,19 @@ def make_train_step(model: nn.Module, tx: optax.GradientTransformation, schedule
   member's update is its own run's (its non-finite guard included); metrics come back [members].
   member_scalars: the stack's stack.MemberScalars, the dropout keep probabilities, label
   smoothing and learning-rate ratios in which its members differ, each member's traced.
+  ema: train.ema_decay and ema_warmup (EmaSettings.of) where the state keeps an EMA, else None;
+  a stack's members share them.
   """
   platform = mesh.devices.flat[0].platform
   if members is not None:
     return _stacked_step(model, tx, schedule, label_smoothing, microbatches, mesh, rules,
-                         state_shardings, compiler_options, guard, prng, members, member_scalars)
+                         state_shardings, compiler_options, guard, prng, members, member_scalars,
+                         ema)
   if keep_gradients is None:
     keep_gradients = platform == "cpu"
   settings = dict(model=model, tx=tx, schedule=schedule, label_smoothing=label_smoothing,
                   microbatches=microbatches, grad_shardings=state_shardings.params,
-                  guard=guard, prng=prng)
+                  guard=guard, prng=prng, ema=ema)
   replicated = NamedSharding(mesh, PartitionSpec())
   batch_in = batch_sharding(mesh, rules)
 
@@ -282,12 +296,12 @@ def member_sharding(sharding: NamedSharding) -> NamedSharding:
 
 
 def _stacked_step(model, tx, schedule, label_smoothing, microbatches, mesh, rules, state_shardings,
-                  compiler_options, guard, prng, members, member_scalars) -> OnMesh:
+                  compiler_options, guard, prng, members, member_scalars, ema) -> OnMesh:
   """make_train_step's stacked form: train_step vmapped over the leading member axis, with each
   member's dropout keep probabilities and label smoothing where they differ. A state, batch or
   member scalars of another member count than `members` is refused when the step is traced."""
   settings = dict(model=model, microbatches=microbatches, grad_shardings=None, guard=guard,
-                  prng=prng)
+                  prng=prng, ema=ema)
   keep, smoothing, ratio = ({}, None, None) if member_scalars is None else member_scalars.arrays()
 
   def member(state, batch, keep, smoothing, ratio):
