@@ -316,3 +316,23 @@ def test_worker_processes_and_a_batch_process_give_a_mixtures_batches(corpora):
   for batches, counts in made[1:]:
     assert counts == made[0][1] and counts["from_a"] > 0 and counts["from_b"] > 0
     assert all(np.array_equal(a[k], b[k]) for a, b in zip(made[0][0], batches) for k in a)
+
+
+def test_a_sources_unprepared_dataset_is_named_as_its_key(corpora):
+  """sources.prepare's one-line errors for a mixture's source name that source's key
+  (data.mixture[1].data_dir, .manual_dir), the one to set, not the section's."""
+  d, _ = corpora
+  kjv = {"name": "k", "dataset": "bible_translate/kjv-sparv", "source_lang": "en",
+         "target_lang": "es", "weight": 1}
+  for key, value in (("data_dir", str(d / "no_tfds")), ("manual_dir", str(d / "no_sword"))):
+    cfg = _cfg(d, mixture=({"name": "a", "weight": 1}, {**kjv, key: value}))
+    with pytest.raises(FileNotFoundError, match=rf"^data.mixture\[1\].{key}='{value}' does not "
+                                                "exist; expected"):
+      sources.prepare(sources.DataSource.of(cfg))
+  # The section's own dataset (evaluated, prepared after its sources) keeps its key.
+  cfg = DataConfig(dataset="bible_translate/kjv-sparv", source_lang="en", target_lang="es",
+                   data_dir=str(d / "no_tfds"), mixture=({"name": "t", "dataset": "text",
+                                                          "train_files": str(d / "b.{lang}"),
+                                                          "weight": 1},))
+  with pytest.raises(FileNotFoundError, match=r"^data.data_dir='.*no_tfds' does not exist"):
+    sources.prepare(sources.DataSource.of(cfg))
