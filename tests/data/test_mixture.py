@@ -318,6 +318,21 @@ def test_worker_processes_and_a_batch_process_give_a_mixtures_batches(corpora):
     assert all(np.array_equal(a[k], b[k]) for a, b in zip(made[0][0], batches) for k in a)
 
 
+def test_a_source_of_train_files_alone_has_no_dev_split_of_the_sections(corpora):
+  """A source that gives its own train_files starts without the section's dev and test files (as
+  one naming another dataset does): {'source': 'b'} on a source without dev_files is refused in one
+  line naming data.mixture[1].dev_files, not evaluated on the section's dev files as b's."""
+  d, _ = corpora
+  only_train = ({"name": "a", "weight": 1}, {"name": "b", "train_files": str(d / "b.{lang}"),
+                                             "weight": 1})
+  cfg = _cfg(d, mixture=only_train)
+  (_, _, a), (_, _, b) = cfg.mixture_sources
+  assert a.dev_files == cfg.dev_files and (b.dev_files, b.test_files) == (None, None)
+  with pytest.raises(ValueError, match=r"^config key data.mixture\[1\].dev_files: expected the dev "
+                                       "split's text files"):
+    _cfg(d, mixture=only_train, eval_sets={"dev": "dev", "b": {"source": "b"}})
+
+
 def test_a_sources_unprepared_dataset_is_named_as_its_key(corpora):
   """sources.prepare's one-line errors for a mixture's source name that source's key
   (data.mixture[1].data_dir, .manual_dir), the one to set, not the section's."""
