@@ -351,3 +351,13 @@ def test_a_sources_unprepared_dataset_is_named_as_its_key(corpora):
                                                           "weight": 1},))
   with pytest.raises(FileNotFoundError, match=r"^data.data_dir='.*no_tfds' does not exist"):
     sources.prepare(sources.DataSource.of(cfg))
+
+
+def test_weights_near_the_float_maximum_normalize_as_any_others(corpora):
+  """Each weight is finite and positive, so 1e308:1e308 is the ratio 1:1 (its plain sum is inf,
+  which normalized every weight to 0 and drew the last source only)."""
+  d, _ = corpora
+  for given in ("1e308:1e308", (1e308, 3e307)):
+    want = (0.5, 0.5) if isinstance(given, str) else (10 / 13, 3 / 13)
+    got = [w for _, w, _ in _cfg(d, mixture_weights=given).mixture_sources]
+    assert np.allclose(got, want, rtol=1e-12, atol=0), got

@@ -32,6 +32,7 @@ override is easy to trace.
 from __future__ import annotations
 
 import dataclasses
+import math
 import re
 from typing import Mapping, Sequence
 
@@ -211,8 +212,11 @@ def mixture_weights(cfg: DataConfig) -> tuple[float, ...]:
     raw = [_number(part) for part in given.split(":")]
   else:
     raw = list(given)
+  raw = [float(w) for w in raw]
+  if not math.isfinite(sum(raw)):  # weights near the float maximum (each finite, validated):
+    raw = [w / max(raw) for w in raw]  # their sum is inf and would normalize them to zeros
   total = sum(raw)
-  return tuple(float(w) / total for w in raw)
+  return tuple(w / total for w in raw)
 
 
 def _number(text: str):
