@@ -361,3 +361,33 @@ def test_weights_near_the_float_maximum_normalize_as_any_others(corpora):
     want = (0.5, 0.5) if isinstance(given, str) else (10 / 13, 3 / 13)
     got = [w for _, w, _ in _cfg(d, mixture_weights=given).mixture_sources]
     assert np.allclose(got, want, rtol=1e-12, atol=0), got
+
+
+def test_a_run_starts_from_a_copied_mixtures_workdir(corpora, tmp_path):
+  """train.init_from a mixture's workdir copied without the sources' text files takes its
+  vocabulary (found as `tfm eval` finds it), not an error about the other run's files."""
+  from tfm.train import checkpoint as ckpt_lib  # pylint: disable=import-outside-toplevel
+  from tfm.train import init_from  # pylint: disable=import-outside-toplevel
+  d, _ = corpora
+  corpus = tmp_path / "corpus"
+  corpus.mkdir()
+  for name in ("a", "b", "bdev"):
+    for lang in ("en", "xx"):
+      (corpus / f"{name}.{lang}").write_bytes((d / f"{name}.{lang}").read_bytes())
+  overrides = ["data.dataset=text", "data.source_lang=en", "data.target_lang=xx",
+               "data.vocab_size=150", "model.vocab_size=150", "data.max_length=32",
+               f"data.dev_files={d}/bdev.{{lang}}"]
+  mix = (f"data.mixture=({{'name': 'a', 'weight': 7, 'train_files': '{corpus}/a.{{lang}}'}}, "
+         f"{{'name': 'b', 'weight': 3, 'train_files': '{corpus}/b.{{lang}}'}})")
+  mixed = config_lib.load_config("configs/quickstart.py", overrides + [
+      mix, f"data.train_files={corpus}/a.{{lang}}"])
+  run = tmp_path / "run"
+  trained = tokenizer.get_tokenizer(mixed.data, str(run), source=sources.DataSource.of(mixed.data))
+  ckpt_lib.write_config(run, mixed.to_dict())
+  for path in corpus.iterdir():
+    path.unlink()
+  one = config_lib.load_config("configs/quickstart.py", overrides + [
+      f"data.train_files={d}/b.{{lang}}", f"train.init_from={run}"])
+  assert init_from.share_vocabulary(one, str(tmp_path / "tuned")) == trained.model_sha256
+  mine = tokenizer.get_tokenizer(one.data, str(tmp_path / "tuned"), train=False)
+  assert mine.model_sha256 == trained.model_sha256
