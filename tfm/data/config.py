@@ -94,9 +94,9 @@ class DataConfig:
     any files starts without the section's files). Each example of the train batches comes from
     source i with probability w_i, drawn from data.shuffle_seed and the example's index on its
     host; every source is shuffled and repeated on its own (an epoch of a small source ends
-    sooner). mixture_weights ('7:3', or a sequence of numbers) replaces the
-    sources' weights in order, so an ablation of the weights is one key of a sweep grid
-    (`--grid data.mixture_weights=1:1,7:3`). The section's own dataset stays the run's for
+    sooner). mixture_weights ('7:3', or a sequence of numbers) replaces the sources' weights in
+    order, so an ablation of the weights is one key of a sweep grid (`--grid
+    data.mixture_weights=1:1,7:3`). The section's own dataset stays the run's for
     evaluation (its dev split, 'dev', by default); an evaluation set {'source': NAME} (with
     'split': 'test' or 'train', default 'dev') reads a source's own split. The vocabulary is
     trained on a sample of the sources in proportion to the weights (tfm/data/tokenizer.py).
