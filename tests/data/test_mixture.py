@@ -316,3 +316,78 @@ def test_worker_processes_and_a_batch_process_give_a_mixtures_batches(corpora):
   for batches, counts in made[1:]:
     assert counts == made[0][1] and counts["from_a"] > 0 and counts["from_b"] > 0
     assert all(np.array_equal(a[k], b[k]) for a, b in zip(made[0][0], batches) for k in a)
+
+
+def test_a_source_of_train_files_alone_has_no_dev_split_of_the_sections(corpora):
+  """A source that gives its own train_files starts without the section's dev and test files (as
+  one naming another dataset does): {'source': 'b'} on a source without dev_files is refused in one
+  line naming data.mixture[1].dev_files, not evaluated on the section's dev files as b's."""
+  d, _ = corpora
+  only_train = ({"name": "a", "weight": 1}, {"name": "b", "train_files": str(d / "b.{lang}"),
+                                             "weight": 1})
+  cfg = _cfg(d, mixture=only_train)
+  (_, _, a), (_, _, b) = cfg.mixture_sources
+  assert a.dev_files == cfg.dev_files and (b.dev_files, b.test_files) == (None, None)
+  with pytest.raises(ValueError, match=r"^config key data.mixture\[1\].dev_files: expected the dev "
+                                       "split's text files"):
+    _cfg(d, mixture=only_train, eval_sets={"dev": "dev", "b": {"source": "b"}})
+
+
+def test_a_sources_unprepared_dataset_is_named_as_its_key(corpora):
+  """sources.prepare's one-line errors for a mixture's source name that source's key
+  (data.mixture[1].data_dir, .manual_dir), the one to set, not the section's."""
+  d, _ = corpora
+  kjv = {"name": "k", "dataset": "bible_translate/kjv-sparv", "source_lang": "en",
+         "target_lang": "es", "weight": 1}
+  for key, value in (("data_dir", str(d / "no_tfds")), ("manual_dir", str(d / "no_sword"))):
+    cfg = _cfg(d, mixture=({"name": "a", "weight": 1}, {**kjv, key: value}))
+    with pytest.raises(FileNotFoundError, match=rf"^data.mixture\[1\].{key}='{value}' does not "
+                                                "exist; expected"):
+      sources.prepare(sources.DataSource.of(cfg))
+  # The section's own dataset (evaluated, prepared after its sources) keeps its key.
+  cfg = DataConfig(dataset="bible_translate/kjv-sparv", source_lang="en", target_lang="es",
+                   data_dir=str(d / "no_tfds"), mixture=({"name": "t", "dataset": "text",
+                                                          "train_files": str(d / "b.{lang}"),
+                                                          "weight": 1},))
+  with pytest.raises(FileNotFoundError, match=r"^data.data_dir='.*no_tfds' does not exist"):
+    sources.prepare(sources.DataSource.of(cfg))
+
+
+def test_weights_near_the_float_maximum_normalize_as_any_others(corpora):
+  """Each weight is finite and positive, so 1e308:1e308 is the ratio 1:1 (its plain sum is inf,
+  which normalized every weight to 0 and drew the last source only)."""
+  d, _ = corpora
+  for given in ("1e308:1e308", (1e308, 3e307)):
+    want = (0.5, 0.5) if isinstance(given, str) else (10 / 13, 3 / 13)
+    got = [w for _, w, _ in _cfg(d, mixture_weights=given).mixture_sources]
+    assert np.allclose(got, want, rtol=1e-12, atol=0), got
+
+
+def test_a_run_starts_from_a_copied_mixtures_workdir(corpora, tmp_path):
+  """train.init_from a mixture's workdir copied without the sources' text files takes its
+  vocabulary (found as `tfm eval` finds it), not an error about the other run's files."""
+  from tfm.train import checkpoint as ckpt_lib  # pylint: disable=import-outside-toplevel
+  from tfm.train import init_from  # pylint: disable=import-outside-toplevel
+  d, _ = corpora
+  corpus = tmp_path / "corpus"
+  corpus.mkdir()
+  for name in ("a", "b", "bdev"):
+    for lang in ("en", "xx"):
+      (corpus / f"{name}.{lang}").write_bytes((d / f"{name}.{lang}").read_bytes())
+  overrides = ["data.dataset=text", "data.source_lang=en", "data.target_lang=xx",
+               "data.vocab_size=150", "model.vocab_size=150", "data.max_length=32",
+               f"data.dev_files={d}/bdev.{{lang}}"]
+  mix = (f"data.mixture=({{'name': 'a', 'weight': 7, 'train_files': '{corpus}/a.{{lang}}'}}, "
+         f"{{'name': 'b', 'weight': 3, 'train_files': '{corpus}/b.{{lang}}'}})")
+  mixed = config_lib.load_config("configs/quickstart.py", overrides + [
+      mix, f"data.train_files={corpus}/a.{{lang}}"])
+  run = tmp_path / "run"
+  trained = tokenizer.get_tokenizer(mixed.data, str(run), source=sources.DataSource.of(mixed.data))
+  ckpt_lib.write_config(run, mixed.to_dict())
+  for path in corpus.iterdir():
+    path.unlink()
+  one = config_lib.load_config("configs/quickstart.py", overrides + [
+      f"data.train_files={d}/b.{{lang}}", f"train.init_from={run}"])
+  assert init_from.share_vocabulary(one, str(tmp_path / "tuned")) == trained.model_sha256
+  mine = tokenizer.get_tokenizer(one.data, str(tmp_path / "tuned"), train=False)
+  assert mine.model_sha256 == trained.model_sha256

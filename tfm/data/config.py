@@ -32,6 +32,7 @@ override is easy to trace.
 from __future__ import annotations
 
 import dataclasses
+import math
 import re
 from typing import Mapping, Sequence
 
@@ -89,12 +90,13 @@ class DataConfig:
     'weight' (a positive number; the weights are normalized to sum to 1), an optional 'name'
     (default: the dataset's config, 'web-sparv', or its builder; 'text' for text files) and any
     of dataset, source_lang, target_lang, data_dir, manual_dir, train_files, dev_files,
-    test_files: the source is this section with those keys replaced. Each example of the train
-    batches comes from source i with probability w_i, drawn from data.shuffle_seed and the
-    example's index on its host; every source is shuffled and repeated on its own (an epoch of a
-    small source ends sooner). mixture_weights ('7:3', or a sequence of numbers) replaces the
-    sources' weights in order, so an ablation of the weights is one key of a sweep grid
-    (`--grid data.mixture_weights=1:1,7:3`). The section's own dataset stays the run's for
+    test_files: the source is this section with those keys replaced (one that names a dataset or
+    any files starts without the section's files). Each example of the train batches comes from
+    source i with probability w_i, drawn from data.shuffle_seed and the example's index on its
+    host; every source is shuffled and repeated on its own (an epoch of a small source ends
+    sooner). mixture_weights ('7:3', or a sequence of numbers) replaces the sources' weights in
+    order, so an ablation of the weights is one key of a sweep grid (`--grid
+    data.mixture_weights=1:1,7:3`). The section's own dataset stays the run's for
     evaluation (its dev split, 'dev', by default); an evaluation set {'source': NAME} (with
     'split': 'test' or 'train', default 'dev') reads a source's own split. The vocabulary is
     trained on a sample of the sources in proportion to the weights (tfm/data/tokenizer.py).
@@ -210,8 +212,11 @@ def mixture_weights(cfg: DataConfig) -> tuple[float, ...]:
     raw = [_number(part) for part in given.split(":")]
   else:
     raw = list(given)
+  raw = [float(w) for w in raw]
+  if not math.isfinite(sum(raw)):  # weights near the float maximum (each finite, validated):
+    raw = [w / max(raw) for w in raw]  # their sum is inf and would normalize them to zeros
   total = sum(raw)
-  return tuple(float(w) / total for w in raw)
+  return tuple(w / total for w in raw)
 
 
 def _number(text: str):
@@ -274,11 +279,12 @@ def _validate_mixture(cfg: DataConfig) -> None:
 
 
 def source_config(cfg: DataConfig, source) -> DataConfig:
-  """A mixture source's own DataConfig: the section with the source's keys replaced (a source that
-  names another dataset starts without the section's files), no mixture, and evaluation sets it
-  never reads."""
+  """A mixture source's own DataConfig: the section with the source's keys replaced, no mixture,
+  and evaluation sets it never reads. A source that names another dataset or any text files starts
+  without the section's files: one that gives its train_files alone has no dev split, rather than
+  the section's dev files read as its own ({'source': NAME} evaluation sets)."""
   changes = {k: v for k, v in source.items() if k not in ("name", "weight")}
-  if "dataset" in changes:
+  if "dataset" in changes or any(key in changes for key in FILES_KEYS.values()):
     changes = {**{key: None for key in FILES_KEYS.values()}, **changes}
   return dataclasses.replace(cfg, mixture=None, mixture_weights=None,
                              eval_sets=_SOURCE_EVAL_SETS, **changes)

@@ -27,13 +27,14 @@ import dataclasses
 import fcntl
 import io
 import logging
+import re
 
 from etils import epath
 
 from tfm import storage
 from tfm.data import exported
 from tfm.data import text_files
-from tfm.data.config import FILES_KEYS, DataConfig, eval_split
+from tfm.data.config import FILES_KEYS, MIXTURE_KEYS, DataConfig, eval_split
 from tfm.data.datasets import TEXT, check_features, resolve_dataset
 
 log = logging.getLogger(__name__)
@@ -106,7 +107,11 @@ class DataSource:
 
   def open(self, split: str):
     """Opens split 'train' | 'dev' | 'test', or evaluation set `split` (data.eval_sets), for
-    random access (no download)."""
+    random access (no download). A mixture source's errors name its keys (_named_as)."""
+    with _named_as(self):
+      return self._open(split)
+
+  def _open(self, split: str):
     sets = dict(self.eval_sets)
     if split not in SPLITS and split in sets:
       source_name, spec = eval_split(sets[split])
@@ -241,6 +246,33 @@ class HostShard:
             f"{len(self)} pairs)")
 
 
+# A key a mixture's source sets in a message ('data.data_dir=...', 'config key data.dataset: ...'):
+# the other keys are the section's, shared by the sources, and named as they are.
+_SOURCE_KEY = re.compile(r"(?<![^\s'\"(`])data\.(?=(%s)\b)" % "|".join(
+    key for key in MIXTURE_KEYS if key not in ("name", "weight")))
+
+
+@contextlib.contextmanager
+def _named_as(source: DataSource):
+  """Re-raises a ValueError or FileNotFoundError of a mixture's source (key 'data.mixture[i]')
+  with each key a source may set (MIXTURE_KEYS) that it names as that source's: 'data.data_dir=...'
+  of the second source is 'data.mixture[1].data_dir=...', the key to set for it (it was the
+  section's where the source did not set it). The section's own errors (key 'data') and messages
+  that name their source already (text files': 'data.mixture[1].train_files: ...') pass as they
+  are."""
+  try:
+    yield
+  except (ValueError, FileNotFoundError) as e:
+    named = _SOURCE_KEY.sub(f"{source.key}.", str(e))
+    if source.key == "data" or named == str(e):
+      raise
+    try:
+      renamed = type(e)(named)
+    except TypeError:  # an exception type of other arguments: its message as a ValueError
+      renamed = ValueError(named)
+    raise renamed from None
+
+
 def _check_manual_dir(source: DataSource) -> None:
   if source.manual_dir is not None and not epath.Path(source.manual_dir).is_dir():
     raise FileNotFoundError(
@@ -299,7 +331,8 @@ def prepare(source: DataSource, create_data_dir: bool = False):
   are prepared first, then the section's own dataset (its dev and test splits are evaluated).
   """
   for _, _, member in source.mixture:  # each source of a mixture, then the evaluated dataset
-    prepare(member, create_data_dir)
+    with _named_as(member):
+      prepare(member, create_data_dir)
   if source.export is not None or source.is_text:
     return None
   _check_manual_dir(source)

@@ -174,6 +174,18 @@ def _trained_mixture_vocab(cfg, directory: epath.Path) -> epath.Path:
     return own[0]
 
 
+def trained_vocab_path(cfg, directory: epath.Path) -> epath.Path:
+  """Where a trained model of data config `cfg` keeps its vocabulary in `directory` (its
+  data.vocab_dir or workdir): by name, or for text files and mixtures that cannot be read here
+  (a workdir copied to another machine) the one vocabulary of its kind, languages and size there.
+  """
+  if cfg.mixture:
+    return _trained_mixture_vocab(cfg, directory)
+  if cfg.dataset == TEXT:
+    return _trained_text_vocab(cfg, directory)
+  return directory / vocab_filename(cfg)
+
+
 def _as_text(value) -> str | None:
   if isinstance(value, bytes):
     try:
@@ -257,12 +269,8 @@ def get_tokenizer(cfg, vocab_dir: str | None = None, *, source: sources.DataSour
   if directory is None:
     raise ValueError("data.vocab_dir is None and no vocab_dir was passed to get_tokenizer; "
                      "expected a directory to cache the SentencePiece model in")
-  if cfg.mixture and not train:
-    path = _trained_mixture_vocab(cfg, epath.Path(directory))
-  elif cfg.dataset == TEXT and not train:
-    path = _trained_text_vocab(cfg, epath.Path(directory))
-  else:
-    path = epath.Path(directory) / vocab_filename(cfg)
+  path = (trained_vocab_path(cfg, epath.Path(directory)) if not train
+          else epath.Path(directory) / vocab_filename(cfg))
   if not path.exists():
     if not train:
       others = ("" if cfg.dataset != TEXT else " (text vocabularies are named by the train files' "

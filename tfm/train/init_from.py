@@ -57,7 +57,12 @@ def share_vocabulary(config, workdir: str) -> str:
     raise ValueError(f"{key}: {source}/config.json cannot be read as a run's config "
                      f"({' '.join(str(e).split())}); expected the workdir of a trained "
                      "run") from None
-  places = [vocabulary.path_of(theirs, source)]
+  try:  # a copied workdir: found without its text files (tokenizer.trained_vocab_path)
+    places = [vocabulary.path_of(theirs, source, trained=True)]
+  except ValueError as e:
+    raise ValueError(f"{key}: {source}'s vocabulary is not found ({e}); expected the "
+                     "SentencePiece model its model was trained with in its workdir or "
+                     "data.vocab_dir") from None
   if config.data.vocab_dir is not None:  # where the user says the source's vocabulary is
     places.append(storage.path(config.data.vocab_dir) / places[0].name)
   there = next((p for p in places if p.exists()), None)

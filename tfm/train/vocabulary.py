@@ -18,9 +18,14 @@ from tfm import storage
 from tfm.data import tokenizer as tokenizer_lib
 
 
-def path_of(data, workdir) -> epath.Path:
-  """Where a run of data config `data` in `workdir` keeps its vocabulary."""
-  return storage.path(data.vocab_dir or workdir) / tokenizer_lib.vocab_filename(data)
+def path_of(data, workdir, trained: bool = False) -> epath.Path:
+  """Where a run of data config `data` in `workdir` keeps its vocabulary. trained: the run has
+  trained it (tokenizer_lib.trained_vocab_path: found where its text files cannot be read, as in a
+  workdir copied to another machine)."""
+  directory = storage.path(data.vocab_dir or workdir)
+  if trained:
+    return tokenizer_lib.trained_vocab_path(data, directory)
+  return directory / tokenizer_lib.vocab_filename(data)
 
 
 def take(there: epath.Path, data, workdir, whose: str, key: str) -> None:
