@@ -1,0 +1,102 @@
+"""`tfm export --workdir DIR --out NEW [--average N | --checkpoint best]`: the trained model as a
+Hugging Face transformers MarianMTModel directory.
+
+NEW then loads with `MarianMTModel.from_pretrained(NEW)` and `MarianTokenizer.from_pretrained(NEW)`
+(no network), and converts with `ct2-transformers-converter --model NEW --output_dir CT2`. The
+parameters are those `tfm eval` and `tfm translate` would use with the same flags (the workdir's
+train.average_checkpoints last checkpoints averaged, or its best checkpoint). A config Marian cannot
+hold (tfm/export/refusals.py) is refused in one line naming its key before anything is loaded or
+written; the directory appears whole or not at all. Writing needs numpy and safetensors only.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import sys
+import tempfile
+
+from absl import flags
+from etils import epath
+
+from tfm.commands import (UsageError, announce_backend, define_trained_flags, refuse_config,
+                          require_workdir)
+
+NOTES = ("The mapping (the d_model permutation that turns tfm's interleaved sinusoids into "
+         "Marian's sines-then-cosines, pad moved to the last id, zero biases where tfm has none), "
+         "what is refused and the measured parity: docs/export.md.")
+
+
+def define_flags(fv: flags.FlagValues):
+  define_trained_flags(fv)
+  flags.DEFINE_string("out", None, "the directory to write (must not exist, or be empty)",
+                      flag_values=fv)
+
+
+def _check_out(out: str) -> epath.Path:
+  path = epath.Path(out)
+  if path.exists() and (not path.is_dir() or any(path.iterdir())):
+    raise UsageError(f"--out {out}: expected a new or empty directory, got an existing "
+                     f"{'directory with files' if path.is_dir() else 'file'}")
+  return path
+
+
+def write_directory(out: epath.Path, files: dict[str, bytes]) -> None:
+  """Writes `files` (name -> bytes) as the directory `out`: a local one is written beside it under
+  a temporary name and renamed into place, so it appears whole or not at all (an empty `out` is
+  replaced); a remote one (gs://...) file by file."""
+  from tfm import storage  # pylint: disable=import-outside-toplevel
+  if storage.is_remote(out):
+    for name, data in files.items():
+      storage.write_atomically(out / name, data)
+    return
+  target = os.path.abspath(os.fspath(out))
+  parent = os.path.dirname(target)
+  os.makedirs(parent, exist_ok=True)
+  scratch = tempfile.mkdtemp(prefix=f".{os.path.basename(target)}.", dir=parent)
+  umask = os.umask(0)
+  os.umask(umask)
+  os.chmod(scratch, 0o777 & ~umask)  # mkdtemp's is 0700: the directory as mkdir would make it
+  try:
+    for name, data in files.items():
+      with open(os.path.join(scratch, name), "wb") as f:
+        f.write(data)
+    if os.path.isdir(target):
+      os.rmdir(target)  # empty: _check_out
+    os.rename(scratch, target)
+  except BaseException:
+    shutil.rmtree(scratch, ignore_errors=True)
+    raise
+
+
+def run(fv: flags.FlagValues, config):
+  refuse_config(config)
+  require_workdir(fv)
+  if not fv.out:
+    raise UsageError("--out is required")
+  out = _check_out(fv.out)
+  # pylint: disable=import-outside-toplevel
+  import flax.linen as nn
+  import jax
+  from tfm.eval.restore import load_trained, read_workdir_config
+  from tfm.export import marian, refusals
+
+  refusals.check(read_workdir_config(fv.workdir).model)  # before anything is loaded or written
+  t = load_trained(fv.workdir, fv.average, checkpoint=fv.checkpoint)
+  announce_backend(t.note)
+  cfg = t.config.model
+  pieces = t.tokenizer.pieces(range(t.tokenizer.vocab_size))
+  marian.vocabulary(pieces, cfg.vocab_size)  # refuses a model smaller than its vocabulary
+  params = jax.device_get(nn.meta.unbox(t.params))
+  provenance = {"workdir": os.fspath(fv.workdir), "checkpoints": t.steps,
+                "checkpoint": fv.checkpoint, **({"best": t.best} if t.best else {})}
+  files = marian.export_files(t.config, params, t.tokenizer.__getstate__()["proto"], pieces,
+                              provenance)
+  if jax.process_index() == 0:
+    write_directory(out, files)
+  if cfg.norm_epsilon != marian.EPSILON:
+    print(f"tfm export: model.norm_epsilon={cfg.norm_epsilon:g}; MarianMTModel's LayerNorms use "
+          f"{marian.EPSILON:g} (fixed in transformers): the exported function differs by that "
+          "(docs/export.md measures it)", file=sys.stderr)
+  print(f"tfm export: checkpoint(s) {t.steps} of {fv.workdir} written to {fv.out} as a "
+        f"MarianMTModel ({len(files)} files)")
