@@ -223,3 +223,11 @@ def test_a_failed_write_leaves_nothing_behind(tmp_path, monkeypatch):
   with pytest.raises(OSError, match="disk full"):
     export.write_directory(tmp_path / "broken", Broken())
   assert sorted(os.listdir(tmp_path)) == ["whole"]
+
+
+def test_table3_rows_export_but_b_and_e():
+  from configs import table3  # pylint: disable=import-outside-toplevel
+  rows = list(table3.ROWS)
+  refused = {row for row in rows
+             if refusals.refusals(load_config(f"configs/table3.py:{row}").model)}
+  assert refused == {"B1", "B2", "E"}
