@@ -11,11 +11,14 @@ On the run's first --sentences dev pairs (the quickstart's dev BLEU set: its fir
   (tfm's search against generate(num_beams=1), each sentence limited to its input length +
   eval.max_extra_length as tfm limits it) compared; beam search at the run's beam size and alpha,
   tfm's ((5 + |Y|) / 6)^alpha against generate's |Y|^alpha: BLEU of each, share identical.
-- ct2: `ct2-transformers-converter` on the export, float32 and int8 (--quantization int8):
-  greedy and beam (the run's beam size, its alpha as CTranslate2's |Y|^alpha penalty) BLEU beside
-  tfm's, greedy outputs identical to tfm's.
+- ct2: the export converted to CTranslate2 two ways, float32 and int8: `tfm export --ct2`
+  (tfm/export/ct2.py: decoding from the start token's embedding, as tfm) and
+  `ct2-transformers-converter` (its Marian loader: from a zero embedding); greedy and beam (the
+  run's beam size, its alpha as CTranslate2's |Y|^alpha penalty) BLEU beside tfm's, outputs
+  identical to tfm's.
 - speed: the dev sentences translated with beam search on this machine's cores: tfm's search
-  (compiled before timing, eval.batch_size rows a batch) and CTranslate2 float32 and int8
+  (compiled before timing, eval.batch_size rows a batch) and CTranslate2 float32 and int8 (of
+  `tfm export --ct2`)
   (intra_threads = the cores, the same batch size), decoding time only; and the whole
   `tfm translate --input` command's wall time beside a CTranslate2 script's (load + translate).
 Writes parity.json, ct2.json, speed.json and table.md (from whichever parts exist) under --out,
@@ -80,6 +83,7 @@ class Setup:
     self.params = jax.device_get(nn.meta.unbox(t.params))
     self.pairs = pipeline.eval_text_pairs(t.config.data, t.experiment.data_source, "dev")[:sentences]
     self.export = scratch / "export"
+    self.ct2_vocab: list[str] = []
     if not (self.export / "model.safetensors").exists():
       _run(out, [sys.executable, "-m", "tfm.cli", "export", f"--workdir={workdir}",
                  f"--out={self.export}"])
@@ -184,18 +188,26 @@ def parity(s: Setup, out: Path) -> dict:
   return results
 
 
-def _ct2_model(s: Setup, out: Path, quantization: str) -> Path:
-  target = s.export.parent / f"ct2_{quantization}"
+def _ct2_model(s: Setup, out: Path, quantization: str, converter: str = "tfm") -> Path:
+  """A CTranslate2 model of the export: converter 'tfm' (`tfm export --ct2`, the start token's
+  embedding kept) or 'ct2' (`ct2-transformers-converter`, Marian-NMT's zero start embedding)."""
+  target = s.export.parent / f"ct2_{converter}_{quantization}"
   if not (target / "model.bin").exists():
-    converter = str(Path(sys.executable).parent / "ct2-transformers-converter")
-    _run(out, [converter, "--model", str(s.export), "--output_dir", str(target),
-               "--quantization", quantization])
+    if converter == "ct2":
+      _run(out, [str(Path(sys.executable).parent / "ct2-transformers-converter"), "--model",
+                 str(s.export), "--output_dir", str(target), "--quantization", quantization])
+    else:
+      _run(out, [sys.executable, "-m", "tfm.cli", "export", f"--workdir={FLAGS.workdir}",
+                 f"--out={s.export.parent / f'export_for_{quantization}'}", f"--ct2={target}",
+                 f"--ct2_quantization={quantization}"])
   return target
 
 
 def _ct2_translate(translator, s: Setup, beam_size: int, batch: int) -> list[str]:
   tokens = [s.tokenizer.pieces(s.encode(x)) for x, _ in s.pairs]  # ends in </s>, as tfm's inputs
   results = translator.translate_batch(tokens, beam_size=beam_size, max_batch_size=batch,
+                                       suppress_sequences=[["<pad>"]] if "<pad>" in s.ct2_vocab
+                                       else None,
                                        length_penalty=s.config.eval.length_penalty,
                                        max_decoding_length=s.config.data.max_length
                                        + s.config.eval.max_extra_length)
@@ -211,15 +223,19 @@ def ct2(s: Setup, out: Path) -> dict:
   results = {"ctranslate2": ctranslate2.__version__, "sentences": len(s.pairs),
              "beam_size": e.beam_size, "alpha": e.length_penalty,
              "tfm": {"greedy_bleu": s.bleu(tfm_greedy), "beam_bleu": s.bleu(tfm_beam)}}
-  for quantization in ("float32", "int8"):
-    translator = ctranslate2.Translator(str(_ct2_model(s, out, quantization)), device="cpu",
-                                        intra_threads=os.cpu_count() or 1)
-    greedy = _ct2_translate(translator, s, 1, e.batch_size)
-    beam = _ct2_translate(translator, s, e.beam_size, e.batch_size)
-    results[quantization] = dict(greedy_bleu=s.bleu(greedy), beam_bleu=s.bleu(beam),
-                                 greedy_identical_to_tfm=_same(greedy, tfm_greedy),
-                                 beam_identical_to_tfm=_same(beam, tfm_beam))
-    _log(out, f"ct2 {quantization}: {results[quantization]}")
+  for converter in ("tfm", "ct2"):
+    for quantization in ("float32", "int8"):
+      model = _ct2_model(s, out, quantization, converter)
+      s.ct2_vocab = json.loads((model / "shared_vocabulary.json").read_text())
+      translator = ctranslate2.Translator(str(model), device="cpu",
+                                          intra_threads=os.cpu_count() or 1)
+      greedy = _ct2_translate(translator, s, 1, e.batch_size)
+      beam = _ct2_translate(translator, s, e.beam_size, e.batch_size)
+      name = f"{converter}_{quantization}"
+      results[name] = dict(greedy_bleu=s.bleu(greedy), beam_bleu=s.bleu(beam),
+                           greedy_identical_to_tfm=_same(greedy, tfm_greedy),
+                           beam_identical_to_tfm=_same(beam, tfm_beam))
+      _log(out, f"ct2 {name}: {results[name]}")
   return results
 
 
@@ -232,8 +248,9 @@ def speed(s: Setup, out: Path) -> dict:
   _, stats = s.tfm_texts(e.beam_size)
   results["tfm_decode_s"] = round(stats["seconds"], 2)
   for quantization in ("float32", "int8"):
-    translator = ctranslate2.Translator(str(_ct2_model(s, out, quantization)), device="cpu",
-                                        intra_threads=os.cpu_count() or 1)
+    model = _ct2_model(s, out, quantization)
+    s.ct2_vocab = json.loads((model / "shared_vocabulary.json").read_text())
+    translator = ctranslate2.Translator(str(model), device="cpu", intra_threads=os.cpu_count() or 1)
     _ct2_translate(translator, s, e.beam_size, e.batch_size)  # warm
     start = time.perf_counter()
     _ct2_translate(translator, s, e.beam_size, e.batch_size)
@@ -249,7 +266,7 @@ def speed(s: Setup, out: Path) -> dict:
             "t = ctranslate2.Translator(d, device='cpu', intra_threads=%d)\n"
             "lines = open(src, encoding='utf-8').read().splitlines()\n"
             "r = t.translate_batch([sp.encode(l, out_type=str)[:limit - 1] + ['</s>'] for l in lines],"
-            " beam_size=beam, max_batch_size=batch)\n"
+            " beam_size=beam, max_batch_size=batch, suppress_sequences=[['<pad>']])\n"
             "print('\\n'.join(sp.decode_pieces(x.hypotheses[0]) for x in r))\n") % (os.cpu_count() or 1)
   for quantization in ("float32", "int8"):
     results[f"ct2_{quantization}_script_s"] = round(_run(
@@ -286,10 +303,13 @@ def table(out: Path) -> str:
     lines += [f"| CTranslate2 {c['ctranslate2']} | greedy BLEU | greedy identical to tfm | "
               f"beam {c['beam_size']} BLEU | beam identical to tfm |", "|---|---|---|---|---|",
               f"| tfm | {c['tfm']['greedy_bleu']} | - | {c['tfm']['beam_bleu']} | - |"]
-    for q in ("float32", "int8"):
-      r = c[q]
-      lines.append(f"| CTranslate2 {q} | {r['greedy_bleu']} | {r['greedy_identical_to_tfm']}/{n} | "
-                   f"{r['beam_bleu']} | {r['beam_identical_to_tfm']}/{n} |")
+    names = {"tfm": "`tfm export --ct2`", "ct2": "`ct2-transformers-converter` (zero start)"}
+    for converter in ("tfm", "ct2"):
+      for q in ("float32", "int8"):
+        r = c[f"{converter}_{q}"]
+        lines.append(f"| {names[converter]} {q} | {r['greedy_bleu']} | "
+                     f"{r['greedy_identical_to_tfm']}/{n} | {r['beam_bleu']} | "
+                     f"{r['beam_identical_to_tfm']}/{n} |")
     lines.append("")
   if sp:
     lines += [f"| {sp['sentences']} sentences, beam {sp['beam_size']}, {sp['cores']} cores | "

@@ -1,5 +1,6 @@
-"""`tfm export --workdir DIR --out NEW [--average N | --checkpoint best]`: the trained model as a
-Hugging Face transformers MarianMTModel directory.
+"""`tfm export --workdir DIR --out NEW [--average N | --checkpoint best] [--ct2 CT2
+[--ct2_quantization int8]]`: the trained model as a Hugging Face transformers MarianMTModel
+directory, and with --ct2 as a CTranslate2 model too.
 
 NEW then loads with `MarianMTModel.from_pretrained(NEW)` and `MarianTokenizer.from_pretrained(NEW)`
 (no network), and converts with `ct2-transformers-converter --model NEW --output_dir CT2`. The
@@ -7,6 +8,8 @@ parameters are those `tfm eval` and `tfm translate` would use with the same flag
 train.average_checkpoints last checkpoints averaged, or its best checkpoint). A config Marian cannot
 hold (tfm/export/refusals.py) is refused in one line naming its key before anything is loaded or
 written; the directory appears whole or not at all. Writing needs numpy and safetensors only.
+--ct2 converts the export with CTranslate2's converter, keeping the start token's embedding that
+its Marian loader replaces by zeros (tfm/export/ct2.py): it needs the export-check extra.
 """
 
 from __future__ import annotations
@@ -31,6 +34,11 @@ def define_flags(fv: flags.FlagValues):
   define_trained_flags(fv)
   flags.DEFINE_string("out", None, "the directory to write (must not exist, or be empty)",
                       flag_values=fv)
+  flags.DEFINE_string("ct2", None, "also convert the export into a CTranslate2 model in this new "
+                      "directory, decoding from the start token's embedding as tfm does "
+                      "(tfm/export/ct2.py; needs the export-check extra)", flag_values=fv)
+  flags.DEFINE_string("ct2_quantization", None, "with --ct2: CTranslate2's weight type (int8, "
+                      "int8_float32, float16, ...; default float32)", flag_values=fv)
 
 
 def _check_out(out: str) -> epath.Path:
@@ -75,6 +83,11 @@ def run(fv: flags.FlagValues, config):
   if not fv.out:
     raise UsageError("--out is required")
   out = _check_out(fv.out)
+  if fv.ct2_quantization and not fv.ct2:
+    raise UsageError("--ct2_quantization applies with --ct2")
+  if fv.ct2:
+    _check_out(fv.ct2)
+    _check_ct2()
   # pylint: disable=import-outside-toplevel
   import flax.linen as nn
   import jax
@@ -100,3 +113,30 @@ def run(fv: flags.FlagValues, config):
           "(docs/export.md measures it)", file=sys.stderr)
   print(f"tfm export: checkpoint(s) {t.steps} of {fv.workdir} written to {fv.out} as a "
         f"MarianMTModel ({len(files)} files)")
+  if fv.ct2 and jax.process_index() == 0:
+    _convert(out, epath.Path(fv.ct2), fv.ct2_quantization)
+    print(f"tfm export: {fv.out} converted to CTranslate2 in {fv.ct2} "
+          f"({fv.ct2_quantization or 'float32'})")
+
+
+def _check_ct2() -> None:
+  """--ct2's libraries, before anything is loaded or written."""
+  import importlib.util  # pylint: disable=import-outside-toplevel
+  missing = [m for m in ("ctranslate2", "torch", "transformers") if importlib.util.find_spec(m) is None]
+  if missing:
+    raise UsageError(f"--ct2: needs {', '.join(missing)} (pip install -e '.[export-check]')")
+
+
+def _convert(export: epath.Path, target: epath.Path, quantization: str | None) -> None:
+  """CTranslate2's converter into a scratch directory beside `target`, renamed into place."""
+  from tfm.export import ct2  # pylint: disable=import-outside-toplevel
+  target = os.path.abspath(os.fspath(target))
+  os.makedirs(os.path.dirname(target), exist_ok=True)
+  scratch = tempfile.mkdtemp(prefix=f".{os.path.basename(target)}.", dir=os.path.dirname(target))
+  try:
+    ct2.convert(os.fspath(export), os.path.join(scratch, "model"), quantization)
+    if os.path.isdir(target):
+      os.rmdir(target)
+    os.rename(os.path.join(scratch, "model"), target)
+  finally:
+    shutil.rmtree(scratch, ignore_errors=True)
