@@ -114,10 +114,41 @@ def test_ctranslate2_converts_the_export(libraries, exported):
                   str(directory.parent / "ct2")], check=True, capture_output=True)
   vocabulary = json.loads((directory.parent / "ct2" / "shared_vocabulary.json").read_text())
   marian_vocab = json.loads((directory / "vocab.json").read_text())
-  # CTranslate2 drops Marian's last id, pad (decoding starts from a zero embedding instead).
+  # CTranslate2's Marian loader drops the last id, pad (decoding starts from a zero embedding).
   assert vocabulary == sorted(marian_vocab, key=marian_vocab.get)[:-1]
   t, pairs, encode = _dev(workdir)
   translator = ctranslate2.Translator(str(directory.parent / "ct2"), device="cpu")
   results = translator.translate_batch([t.tokenizer.pieces(encode(s)) for s, _ in pairs[:4]],
                                        beam_size=2, max_decoding_length=20)
   assert len(results) == 4 and all(r.hypotheses[0] for r in results)
+
+
+def test_tfm_export_ct2_decodes_as_tfm(libraries, exported):
+  """`tfm export --ct2` keeps the start token's embedding: greedy outputs are tfm's."""
+  _, _, ctranslate2 = libraries
+  from tfm import cli  # pylint: disable=import-outside-toplevel
+  from tfm.decode.text import translate_texts  # pylint: disable=import-outside-toplevel
+  workdir, directory = exported
+  target = directory.parent / "tfm_ct2"
+  assert cli.main(["tfm", "export", f"--workdir={workdir}", f"--out={directory.parent / 'hf2'}",
+                   f"--ct2={target}"]) == 0
+  vocabulary = json.loads((target / "shared_vocabulary.json").read_text())
+  marian_vocab = json.loads((directory / "vocab.json").read_text())
+  assert vocabulary == sorted(marian_vocab, key=marian_vocab.get)  # pad kept, last
+  t, pairs, encode = _dev(workdir)
+  e = t.config.eval
+  translate = t.experiment.translate_fn(beam_size=1, length_penalty=e.length_penalty,
+                                        max_extra_length=e.max_extra_length, eos_id=1)
+  ours, _ = translate_texts(translate, t.params, t.tokenizer, [s for s, _ in pairs],
+                            batch_size=t.experiment.decode_rows(e.batch_size),
+                            max_input_length=t.config.data.max_length)
+  translator = ctranslate2.Translator(str(target), device="cpu")
+  sources = [encode(s) for s, _ in pairs]
+  results = [translator.translate_batch([t.tokenizer.pieces(ids)], beam_size=1,
+                                        suppress_sequences=[["<pad>"]],
+                                        max_decoding_length=len(ids) + e.max_extra_length)[0]
+             for ids in sources]
+  sp = t.tokenizer.__getstate__()["proto"]
+  import sentencepiece  # pylint: disable=import-outside-toplevel
+  processor = sentencepiece.SentencePieceProcessor(model_proto=sp)
+  assert [processor.decode_pieces(r.hypotheses[0]) for r in results] == ours
