@@ -204,6 +204,9 @@ def test_a_refused_workdir_writes_nothing(tmp_path, capsys):
   (out / "x").write_text("")
   assert cli.main(["tfm", "export", f"--workdir={workdir}", f"--out={out}"]) == 2
   assert "expected a new or empty directory" in capsys.readouterr().err
+  assert cli.main(["tfm", "export", f"--workdir={workdir}", f"--out={tmp_path / 'new'}",
+                   "--ct2_quantization=int8"]) == 2
+  assert "--ct2_quantization applies with --ct2" in capsys.readouterr().err
 
 
 def test_a_failed_write_leaves_nothing_behind(tmp_path, monkeypatch):
