@@ -158,15 +158,19 @@ def parity(s: Setup, out: Path) -> dict:
     if isinstance(module, torch.nn.LayerNorm):
       module.eps = marian.EPSILON  # generation below runs the export as a user loads it
 
-  def generate(beam_size: int) -> list[str]:
-    texts = []
+  def generate(beam_size: int) -> tuple[list[str], list[str]]:
+    """MarianTokenizer's texts of generate's outputs, and tfm's texts of the same token ids
+    (mapped back to tfm's ids): the second compares the searches' tokens, the first is what a
+    transformers user reads (MarianTokenizer drops <unk>, which tfm's decoding writes as ' ⁇ ')."""
+    texts, ids_as_tfm = [], []
     for ids in hf_ids:
       with torch.no_grad():
         result = model.generate(torch.tensor([ids]), num_beams=beam_size,
                                 max_new_tokens=len(ids) + e.max_extra_length,
                                 max_length=None, early_stopping="never" if beam_size > 1 else False)
       texts.append(hf_tok.decode(result[0], skip_special_tokens=True))
-    return texts
+      ids_as_tfm.append(s.tokenizer.decode([int(order[j]) for j in result[0].tolist()[1:]]))
+    return texts, ids_as_tfm
 
   results = {"transformers": transformers.__version__, "torch": torch.__version__,
              "sentences": len(s.pairs), "same_source_ids": same_ids,
@@ -175,16 +179,19 @@ def parity(s: Setup, out: Path) -> dict:
              "largest_logit_difference_equal_epsilon": equal_eps, "largest_logit": scale}
   _log(out, f"logits: {results}")
   tfm_greedy, _ = s.tfm_texts(1)
-  hf_greedy = generate(1)
+  hf_greedy, hf_greedy_ids = generate(1)
   tfm_beam, _ = s.tfm_texts(e.beam_size)
-  hf_beam = generate(e.beam_size)
+  hf_beam, hf_beam_ids = generate(e.beam_size)
   results.update(
-      greedy_identical=_same(tfm_greedy, hf_greedy), greedy_bleu_tfm=s.bleu(tfm_greedy),
+      greedy_identical=_same(tfm_greedy, hf_greedy_ids),
+      greedy_identical_texts=_same(tfm_greedy, hf_greedy), greedy_bleu_tfm=s.bleu(tfm_greedy),
       greedy_bleu_transformers=s.bleu(hf_greedy), beam_size=e.beam_size, alpha=e.length_penalty,
-      beam_identical=_same(tfm_beam, hf_beam), beam_bleu_tfm=s.bleu(tfm_beam),
-      beam_bleu_transformers=s.bleu(hf_beam),
+      beam_identical=_same(tfm_beam, hf_beam_ids), beam_identical_texts=_same(tfm_beam, hf_beam),
+      beam_bleu_tfm=s.bleu(tfm_beam), beam_bleu_transformers=s.bleu(hf_beam),
       greedy_differences=[dict(source=s.pairs[i][0], tfm=a, transformers=b)
-                          for i, (a, b) in enumerate(zip(tfm_greedy, hf_greedy)) if a != b][:5])
+                          for i, (a, b) in enumerate(zip(tfm_greedy, hf_greedy_ids)) if a != b][:5],
+      greedy_text_differences=[dict(source=s.pairs[i][0], tfm=a, transformers=b)
+                               for i, (a, b) in enumerate(zip(tfm_greedy, hf_greedy)) if a != b][:5])
   return results
 
 
@@ -291,12 +298,13 @@ def table(out: Path) -> str:
               f"| the same, Marian's epsilon as exported ({p['marian_norm_epsilon']:g}) | "
               f"{p['largest_logit_difference_exported']:.2e} |",
               f"| largest logit (scale) | {p['largest_logit']:.1f} |",
-              f"| greedy outputs identical | {p['greedy_identical']}/{n} |",
+              f"| greedy outputs identical (tokens) | {p['greedy_identical']}/{n} |",
+              f"| the same, MarianTokenizer's texts (it drops <unk>) | {p['greedy_identical_texts']}/{n} |",
               f"| greedy BLEU: tfm / transformers | {p['greedy_bleu_tfm']} / "
               f"{p['greedy_bleu_transformers']} |",
               f"| beam {p['beam_size']}, alpha {p['alpha']:g}: BLEU tfm ((5+\\|Y\\|)/6)^a / "
               f"transformers \\|Y\\|^a | {p['beam_bleu_tfm']} / {p['beam_bleu_transformers']} |",
-              f"| beam outputs identical | {p['beam_identical']}/{n} "
+              f"| beam outputs identical (tokens) | {p['beam_identical']}/{n} "
               f"({100 * p['beam_identical'] / n:.0f}%) |", ""]
   if c:
     n = c["sentences"]
