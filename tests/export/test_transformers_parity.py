@@ -97,13 +97,17 @@ def test_transformers_computes_tfm_logits_and_greedy_outputs(libraries, exported
   ours, _ = translate_texts(translate, t.params, t.tokenizer, [s for s, _ in pairs],
                             batch_size=t.experiment.decode_rows(e.batch_size),
                             max_input_length=t.config.data.max_length)
-  theirs = []
+  theirs, texts = [], []
+  order = marian.id_order(V)
   for ids in sources:
     with torch.no_grad():
       out = model.generate(torch.tensor([list(to_marian(ids))]), num_beams=1,
                            max_new_tokens=len(ids) + e.max_extra_length, max_length=None)
-    theirs.append(tokenizer.decode(out[0], skip_special_tokens=True))
-  assert theirs == ours
+    theirs.append(t.tokenizer.decode([int(order[j]) for j in out[0].tolist()[1:]]))
+    texts.append(tokenizer.decode(out[0], skip_special_tokens=True))
+  assert theirs == ours  # the same tokens
+  # MarianTokenizer's texts: tfm's, but for <unk>, which it drops where tfm writes ' ⁇ '.
+  assert [a for a, b in zip(texts, ours) if "⁇" not in b] == [b for b in ours if "⁇" not in b]
 
 
 def test_ctranslate2_converts_the_export(libraries, exported):
