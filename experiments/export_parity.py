@@ -299,7 +299,7 @@ def table(out: Path) -> str:
               f"{p['largest_logit_difference_exported']:.2e} |",
               f"| largest logit (scale) | {p['largest_logit']:.1f} |",
               f"| greedy outputs identical (tokens) | {p['greedy_identical']}/{n} |",
-              f"| the same, MarianTokenizer's texts (it drops <unk>) | {p['greedy_identical_texts']}/{n} |",
+              f"| the same, MarianTokenizer's texts (it drops `<unk>`) | {p['greedy_identical_texts']}/{n} |",
               f"| greedy BLEU: tfm / transformers | {p['greedy_bleu_tfm']} / "
               f"{p['greedy_bleu_transformers']} |",
               f"| beam {p['beam_size']}, alpha {p['alpha']:g}: BLEU tfm ((5+\\|Y\\|)/6)^a / "
