@@ -1,0 +1,142 @@
+"""`tfm export --workdir DIR --out NEW [--average N | --checkpoint best] [--ct2 CT2
+[--ct2_quantization int8]]`: the trained model as a Hugging Face transformers MarianMTModel
+directory, and with --ct2 as a CTranslate2 model too.
+
+NEW then loads with `MarianMTModel.from_pretrained(NEW)` and `MarianTokenizer.from_pretrained(NEW)`
+(no network), and converts with `ct2-transformers-converter --model NEW --output_dir CT2`. The
+parameters are those `tfm eval` and `tfm translate` would use with the same flags (the workdir's
+train.average_checkpoints last checkpoints averaged, or its best checkpoint). A config Marian cannot
+hold (tfm/export/refusals.py) is refused in one line naming its key before anything is loaded or
+written; the directory appears whole or not at all. Writing needs numpy and safetensors only.
+--ct2 converts the export with CTranslate2's converter, keeping the start token's embedding that
+its Marian loader replaces by zeros (tfm/export/ct2.py): it needs the export-check extra.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import sys
+import tempfile
+
+from absl import flags
+from etils import epath
+
+from tfm.commands import (UsageError, announce_backend, define_trained_flags, refuse_config,
+                          require_workdir)
+
+NOTES = ("The mapping (the d_model permutation that turns tfm's interleaved sinusoids into "
+         "Marian's sines-then-cosines, pad moved to the last id, zero biases where tfm has none), "
+         "what is refused and the measured parity: docs/export.md.")
+
+
+def define_flags(fv: flags.FlagValues):
+  define_trained_flags(fv)
+  flags.DEFINE_string("out", None, "the directory to write (must not exist, or be empty)",
+                      flag_values=fv)
+  flags.DEFINE_string("ct2", None, "also convert the export into a CTranslate2 model in this new "
+                      "directory, decoding from the start token's embedding as tfm does "
+                      "(tfm/export/ct2.py; needs the export-check extra)", flag_values=fv)
+  flags.DEFINE_string("ct2_quantization", None, "with --ct2: CTranslate2's weight type (int8, "
+                      "int8_float32, float16, ...; default float32)", flag_values=fv)
+
+
+def _check_out(out: str) -> epath.Path:
+  path = epath.Path(out)
+  if path.exists() and (not path.is_dir() or any(path.iterdir())):
+    raise UsageError(f"--out {out}: expected a new or empty directory, got an existing "
+                     f"{'directory with files' if path.is_dir() else 'file'}")
+  return path
+
+
+def write_directory(out: epath.Path, files: dict[str, bytes]) -> None:
+  """Writes `files` (name -> bytes) as the directory `out`: a local one is written beside it under
+  a temporary name and renamed into place, so it appears whole or not at all (an empty `out` is
+  replaced); a remote one (gs://...) file by file."""
+  from tfm import storage  # pylint: disable=import-outside-toplevel
+  if storage.is_remote(out):
+    for name, data in files.items():
+      storage.write_atomically(out / name, data)
+    return
+  target = os.path.abspath(os.fspath(out))
+  parent = os.path.dirname(target)
+  os.makedirs(parent, exist_ok=True)
+  scratch = tempfile.mkdtemp(prefix=f".{os.path.basename(target)}.", dir=parent)
+  umask = os.umask(0)
+  os.umask(umask)
+  os.chmod(scratch, 0o777 & ~umask)  # mkdtemp's is 0700: the directory as mkdir would make it
+  try:
+    for name, data in files.items():
+      with open(os.path.join(scratch, name), "wb") as f:
+        f.write(data)
+    if os.path.isdir(target):
+      os.rmdir(target)  # empty: _check_out
+    os.rename(scratch, target)
+  except BaseException:
+    shutil.rmtree(scratch, ignore_errors=True)
+    raise
+
+
+def run(fv: flags.FlagValues, config):
+  refuse_config(config)
+  require_workdir(fv)
+  if not fv.out:
+    raise UsageError("--out is required")
+  out = _check_out(fv.out)
+  if fv.ct2_quantization and not fv.ct2:
+    raise UsageError("--ct2_quantization applies with --ct2")
+  if fv.ct2:
+    _check_out(fv.ct2)
+    _check_ct2()
+  # pylint: disable=import-outside-toplevel
+  import flax.linen as nn
+  import jax
+  from tfm.eval.restore import load_trained, read_workdir_config
+  from tfm.export import marian, refusals
+
+  refusals.check(read_workdir_config(fv.workdir).model)  # before anything is loaded or written
+  t = load_trained(fv.workdir, fv.average, checkpoint=fv.checkpoint)
+  announce_backend(t.note)
+  cfg = t.config.model
+  pieces = t.tokenizer.pieces(range(t.tokenizer.vocab_size))
+  marian.vocabulary(pieces, cfg.vocab_size)  # refuses a model smaller than its vocabulary
+  params = jax.device_get(nn.meta.unbox(t.params))
+  provenance = {"workdir": os.fspath(fv.workdir), "checkpoints": t.steps,
+                "checkpoint": fv.checkpoint, **({"best": t.best} if t.best else {})}
+  files = marian.export_files(t.config, params, t.tokenizer.__getstate__()["proto"], pieces,
+                              provenance)
+  if jax.process_index() == 0:
+    write_directory(out, files)
+  if cfg.norm_epsilon != marian.EPSILON:
+    print(f"tfm export: model.norm_epsilon={cfg.norm_epsilon:g}; MarianMTModel's LayerNorms use "
+          f"{marian.EPSILON:g} (fixed in transformers): the exported function differs by that "
+          "(docs/export.md measures it)", file=sys.stderr)
+  print(f"tfm export: checkpoint(s) {t.steps} of {fv.workdir} written to {fv.out} as a "
+        f"MarianMTModel ({len(files)} files)")
+  if fv.ct2 and jax.process_index() == 0:
+    _convert(out, epath.Path(fv.ct2), fv.ct2_quantization)
+    print(f"tfm export: {fv.out} converted to CTranslate2 in {fv.ct2} "
+          f"({fv.ct2_quantization or 'float32'})")
+
+
+def _check_ct2() -> None:
+  """--ct2's libraries, before anything is loaded or written."""
+  import importlib.util  # pylint: disable=import-outside-toplevel
+  missing = [m for m in ("ctranslate2", "torch", "transformers") if importlib.util.find_spec(m) is None]
+  if missing:
+    raise UsageError(f"--ct2: needs {', '.join(missing)} (pip install -e '.[export-check]')")
+
+
+def _convert(export: epath.Path, target: epath.Path, quantization: str | None) -> None:
+  """CTranslate2's converter into a scratch directory beside `target`, renamed into place."""
+  from tfm.export import ct2  # pylint: disable=import-outside-toplevel
+  target = os.path.abspath(os.fspath(target))
+  os.makedirs(os.path.dirname(target), exist_ok=True)
+  scratch = tempfile.mkdtemp(prefix=f".{os.path.basename(target)}.", dir=os.path.dirname(target))
+  try:
+    ct2.convert(os.fspath(export), os.path.join(scratch, "model"), quantization)
+    if os.path.isdir(target):
+      os.rmdir(target)
+    os.rename(os.path.join(scratch, "model"), target)
+  finally:
+    shutil.rmtree(scratch, ignore_errors=True)

@@ -1,0 +1,78 @@
+"""What MarianMTModel cannot hold: every model.* key of tfm/model/config.py decided once.
+
+MarianMTModel (transformers' modeling_marian.py) is the paper's encoder-decoder: post-LN layers
+(x = LayerNorm(x + Sublayer(x))), sinusoidal positions from 0 computed by the class itself, token
+embeddings scaled by sqrt(d_model), multi-head attention with d_model / heads wide heads, a
+two-layer feed-forward with one activation, a bias on every Linear. Keys and what becomes of them:
+
+  architecture         encoder_decoder exports; decoder_only and encoder_only are refused (a
+                       decoder-only model's export is GPT-2's class, for when the language-model
+                       families land)
+  norm                 post exports; pre is refused (Marian has no pre-LN layers nor final norm)
+  positions            sinusoidal exports; learned is refused (the class recomputes its sinusoid
+                       table at load and leaves it out of save_pretrained, so a trained table would
+                       not survive), rope, alibi, relative and none are refused
+  num_kv_heads         None or num_heads exports; fewer key/value heads (GQA, MQA) are refused
+  d_k, d_v             must be d_model / num_heads (Marian's head width); otherwise refused
+  ffn                  relu -> "relu", gelu -> "gelu_new" (flax's gelu is the tanh approximation,
+                       as gelu_new is); swiglu is refused (Marian's feed-forward has one input
+                       projection)
+  tie_embeddings       True -> one shared matrix (share_encoder_decoder_embeddings and
+                       tie_word_embeddings); False -> three matrices, both flags False
+  use_bias             False exports with zero biases (the same function)
+  norm_epsilon         Marian's LayerNorms use 1e-5 whatever the config says: exported anyway,
+                       the difference stated (docs/export.md measures it)
+  vocab_size, d_model, d_ff, num_heads, num_encoder_layers, num_decoder_layers: carried over
+  dropout_rate, attention_dropout_rate, ffn_dropout_rate: dropout, attention_dropout,
+                       activation_dropout (used only if the model is trained further)
+  max_length, rope_base, relative_buckets, relative_max_distance: unused by what exports
+  dtype, attention_impl, remat, layer_norm_grad, matmul_precision, scan_layers: how tfm computes,
+                       not what it computes (parameters are float32; scanned stacks are unstacked)
+"""
+
+from __future__ import annotations
+
+from tfm.model.config import ModelConfig
+
+
+def refusals(cfg: ModelConfig) -> list[str]:
+  """The reasons `cfg` cannot be a MarianMTModel, one line each in sections.fail's form
+  (`config key model.x: expected ..., got ...`), in the order of the module docstring; [] when
+  it can."""
+  out = []
+
+  def refuse(key: str, expected: str, got) -> None:
+    out.append(f"config key model.{key}: expected {expected} to export to MarianMTModel, got {got!r}")
+
+  if cfg.architecture != "encoder_decoder":
+    refuse("architecture", "'encoder_decoder' (MarianMTModel is an encoder-decoder; decoder-only "
+           "models will export to GPT-2's class once tfm has its language-model families)",
+           cfg.architecture)
+  if cfg.norm != "post":
+    refuse("norm", "'post' (MarianMTModel's layers are LayerNorm(x + Sublayer(x)))", cfg.norm)
+  if cfg.positions != "sinusoidal":
+    why = ("MarianMTModel recomputes its sinusoid table at load and leaves it out of "
+           "save_pretrained, so a trained table would not survive" if cfg.positions == "learned"
+           else "MarianMTModel adds the paper's sinusoids to the embeddings, no other scheme")
+    refuse("positions", f"'sinusoidal' ({why})", cfg.positions)
+  if cfg.kv_heads != cfg.num_heads:
+    refuse("num_kv_heads", f"None or model.num_heads={cfg.num_heads} (MarianMTModel has a key and "
+           "value head for every query head)", cfg.num_kv_heads)
+  width = cfg.d_model // cfg.num_heads
+  if cfg.num_heads * width != cfg.d_model or cfg.d_k != width:
+    refuse("d_k", f"model.d_model / model.num_heads = {cfg.d_model / cfg.num_heads:g} "
+           "(MarianMTModel's head width)", cfg.d_k)
+  elif cfg.d_v != width:
+    refuse("d_v", f"model.d_model / model.num_heads = {width} (MarianMTModel's head width)", cfg.d_v)
+  if cfg.ffn == "swiglu":
+    refuse("ffn", "'relu' or 'gelu' (MarianMTModel's feed-forward has one input projection)",
+           cfg.ffn)
+  return out
+
+
+def check(cfg: ModelConfig) -> None:
+  """Raises ValueError with the first refusal's line, and how many more there are."""
+  found = refusals(cfg)
+  if found:
+    more = f" (and {len(found) - 1} more: {'; '.join(found[1:])})" if found[1:] else ""
+    raise ValueError(found[0] + more)
