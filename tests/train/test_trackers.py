@@ -115,3 +115,17 @@ def test_the_trackers_change_no_sweep_runs_identity():
       "train.tracker_experiment=x", "train.wandb_mode=online", "train.wandb_entity=team"])
   assert publish.fingerprint(plain, "sha", 4) == publish.fingerprint(tracked, "sha", 4)
   assert execute.changed_keys(tracked, plain) == {}
+
+
+def test_a_file_store_uri_stops_in_one_line_naming_the_uri(tmp_path):
+  """MLflow 3's client refuses a file store (file:///..., 'maintenance mode') when it is made: that
+  too is the start's one line, not a traceback."""
+  pytest.importorskip("mlflow.tracking")
+  uri = f"file://{tmp_path}/mlruns"
+  with pytest.raises(ValueError) as e:
+    trackers.check(TrainConfig(trackers=("mlflow",), mlflow_tracking_uri=uri), str(tmp_path))
+  message = str(e.value)
+  assert message.startswith(f"train.trackers: mlflow: the tracking server or store at {uri} "
+                            "cannot be used (")
+  assert "\n" not in message and "train.mlflow_tracking_uri" in message
+  assert not (tmp_path / "mlruns").exists()

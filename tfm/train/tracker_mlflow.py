@@ -45,7 +45,8 @@ def tracking_uri(train) -> str:
   return uri
 
 
-def _client(uri: str):
+def _client_class():
+  """MlflowClient; ValueError in one line without the mlflow package."""
   try:
     from mlflow.tracking import MlflowClient  # pylint: disable=import-outside-toplevel
   except ModuleNotFoundError as e:
@@ -53,6 +54,11 @@ def _client(uri: str):
       raise
     raise ValueError("train.trackers names mlflow, but the mlflow package is not installed: "
                      "pip install 'tfm[mlflow]' (or drop mlflow from train.trackers)") from None
+  return MlflowClient
+
+
+def _client(uri: str):
+  MlflowClient = _client_class()  # pylint: disable=invalid-name
   os.environ.setdefault("MLFLOW_HTTP_REQUEST_MAX_RETRIES", RETRIES)
   os.environ.setdefault("MLFLOW_HTTP_REQUEST_TIMEOUT", TIMEOUT_S)
   # Its run's URL printed to stdout at the end would cut into the progress line: ours, at the
@@ -80,14 +86,17 @@ def _one_attempt(timeout_s: int = 10):
 def check(train) -> None:
   """The URI is set, the package installed and the server answers; else ValueError in one line."""
   uri = tracking_uri(train)
-  client = _client(uri)
+  _client_class()  # the package is installed
   try:
+    # The client itself refuses some URIs (MLflow 3 a file store's, file:///...: "maintenance
+    # mode"), so it is made inside the one-line error too.
+    client = _client(uri)
     with _one_attempt():
       client.search_experiments(max_results=1)
   except Exception as e:  # pylint: disable=broad-except
     reason = str(e).splitlines()[0] if str(e) else type(e).__name__
-    raise ValueError(f"train.trackers: mlflow: the tracking server at {uri} does not answer "
-                     f"({reason[:200]}); start it, or set train.mlflow_tracking_uri (or "
+    raise ValueError(f"train.trackers: mlflow: the tracking server or store at {uri} cannot be "
+                     f"used ({reason[:200]}); start it, or set train.mlflow_tracking_uri (or "
                      "$MLFLOW_TRACKING_URI) to one that does, or drop mlflow from train.trackers"
                      ) from None
 
