@@ -211,3 +211,38 @@ def test_a_server_that_fails_during_the_run_gets_the_figures_later(server, tmp_p
   histories = _histories(_client(server), mlflow.run_id)
   assert histories == {"train/loss": [(1, 3.0), (2, 2.0), (3, 1.5), (4, 1.0)],
                        "dev/perplexity": [(3, 9.0)]}
+
+
+KILLED_WANDB_PART = """
+import os, signal, sys, time
+from tfm.train import trackers
+from tfm.train.config import TrainConfig
+run = trackers.open_run(TrainConfig(trackers=("wandb",)), sys.argv[1])
+for step in range(1, 7):
+  run.metrics(step, {"train/loss": 10.0 - step})
+time.sleep(4)  # beyond W&B's flush of the rows to disk (tracker_wandb.FLUSH_S)
+os.kill(os.getpid(), signal.SIGKILL)
+"""
+
+
+def test_a_wandb_run_killed_with_sigkill_and_resumed_has_each_step_once(tmp_path):
+  """A process killed with SIGKILL after logging steps 1..6 (W&B had written 1..5 to disk, step
+  6's row still open), resumed from a checkpoint at step 3: steps 4 and 5 are not logged again,
+  6 is, and the run's offline parts hold each step once."""
+  import subprocess  # pylint: disable=import-outside-toplevel
+  import sys  # pylint: disable=import-outside-toplevel
+  from tfm.train import trackers  # pylint: disable=import-outside-toplevel
+  from tfm.train.config import TrainConfig  # pylint: disable=import-outside-toplevel
+  lib.require("wandb")
+  workdir = str(tmp_path / "run")
+  killed = subprocess.run([sys.executable, "-c", KILLED_WANDB_PART, workdir], check=False,
+                          env=dict(os.environ, PYTHONPATH=os.getcwd()))
+  assert killed.returncode == -9
+  run = trackers.open_run(TrainConfig(trackers=("wandb",)), workdir)
+  for step in range(4, 9):  # the resume from step 3 repeats 4..6
+    run.metrics(step, {"train/loss": 10.0 - step})
+  run.close()
+  parts = lib.wandb_runs(str(tmp_path / "run" / "trackers" / "wandb"))
+  assert len({p["id"] for p in parts}) == 1 and len(parts) == 2
+  history = [(step, row["train/loss"]) for p in parts for step, row in p["history"]]
+  assert history == [(s, 10.0 - s) for s in range(1, 9)]  # each step once, none missing
