@@ -129,3 +129,29 @@ def test_a_file_store_uri_stops_in_one_line_naming_the_uri(tmp_path):
                             "cannot be used (")
   assert "\n" not in message and "train.mlflow_tracking_uri" in message
   assert not (tmp_path / "mlruns").exists()
+
+
+def test_an_mlflow_outage_is_said_in_one_line_without_urllib3s_retry_warnings(monkeypatch,
+                                                                              caplog):
+  """A server that went away mid-run: each log's request retries (MLflow's retries), and the
+  console gets tfm's one line, not urllib3's warning at every retry."""
+  pytest.importorskip("mlflow.tracking")
+  from tfm.train import tracker_mlflow  # pylint: disable=import-outside-toplevel
+  import socket  # pylint: disable=import-outside-toplevel
+  with socket.socket() as s:
+    s.bind(("127.0.0.1", 0))
+    uri = f"http://127.0.0.1:{s.getsockname()[1]}"  # nothing listens there
+  monkeypatch.setenv("MLFLOW_HTTP_REQUEST_MAX_RETRIES", "1")
+  monkeypatch.setenv("MLFLOW_HTTP_REQUEST_BACKOFF_FACTOR", "0")
+  console = io.StringIO()
+  mlflow = object.__new__(tracker_mlflow.MLflow)  # a run made while the server answered
+  mlflow.__dict__.update(uri=uri, client=tracker_mlflow._client(uri), stream=console, floor={},
+                         _pending=[], _failing=False, run_id="0" * 32)
+  with caplog.at_level("WARNING"):
+    mlflow.metrics(1, {"train/loss": 3.0})
+    mlflow.metrics(2, {"train/loss": 2.0})
+  assert [r.getMessage()[:40] for r in caplog.records if r.name.startswith("urllib3")] == []
+  lines = console.getvalue().splitlines()
+  assert len(lines) == 1 and lines[0].startswith(f"[mlflow] could not log to {uri} (")
+  assert "1 figures kept for the next try: training goes on" in lines[0]
+  assert len(mlflow._pending) == 2

@@ -23,6 +23,7 @@ and a figure that still fails is kept and sent with the next log.
 from __future__ import annotations
 
 import contextlib
+import logging
 import os
 import time
 from typing import Any, Mapping
@@ -81,6 +82,18 @@ def _one_attempt(timeout_s: int = 10):
         os.environ.pop(k, None)
       else:
         os.environ[k] = v
+
+
+@contextlib.contextmanager
+def _quiet_retries():
+  """urllib3's 'Retrying (Retry(total=...)) after connection broken' warnings off in the block."""
+  logger = logging.getLogger("urllib3.connectionpool")
+  level = logger.level
+  logger.setLevel(logging.ERROR)
+  try:
+    yield
+  finally:
+    logger.setLevel(level)
 
 
 def check(train) -> None:
@@ -179,11 +192,13 @@ class MLflow:
     self._send()
 
   def _send(self) -> bool:
-    """Sends the pending metrics; on a failure keeps them (said once an outage). True: all sent."""
+    """Sends the pending metrics; on a failure keeps them (said once an outage). True: all sent.
+    urllib3's warning at each retry of a request is held back: an outage is said in one line."""
     try:
-      while self._pending:
-        self.client.log_batch(self.run_id, metrics=self._pending[:BATCH])
-        del self._pending[:BATCH]
+      with _quiet_retries():
+        while self._pending:
+          self.client.log_batch(self.run_id, metrics=self._pending[:BATCH])
+          del self._pending[:BATCH]
     except Exception as e:  # pylint: disable=broad-except
       if not self._failing:
         reason = str(e).splitlines()[0][:200] if str(e) else repr(e)
