@@ -246,3 +246,25 @@ def test_a_wandb_run_killed_with_sigkill_and_resumed_has_each_step_once(tmp_path
   assert len({p["id"] for p in parts}) == 1 and len(parts) == 2
   history = [(step, row["train/loss"]) for p in parts for step, row in p["history"]]
   assert history == [(s, 10.0 - s) for s in range(1, 9)]  # each step once, none missing
+
+
+def test_a_wandb_run_continued_from_a_copied_workdir_keeps_its_name_and_tags_no_empty_row(
+    tmp_path):
+  """The sweep's final tags of a run without a row add no 'row=' (nor 'group=', W&B's group);
+  `tfm eval` on a copy of the workdir continues the run under its name, not the copy's."""
+  from tfm.train import trackers  # pylint: disable=import-outside-toplevel
+  from tfm.train.config import TrainConfig  # pylint: disable=import-outside-toplevel
+  lib.require("wandb")
+  train = TrainConfig(trackers=("wandb",))
+  run = trackers.open_run(train, str(tmp_path / "run-s0"))
+  run.metrics(1, {"train/loss": 2.0})
+  run.tags({"row": "", "group": "run", "seed": "0"})
+  run.close()
+  shutil.copytree(tmp_path / "run-s0", tmp_path / "copy")
+  run = trackers.open_run(train, str(tmp_path / "copy"))
+  run.metrics(2, {"dev/loss": 1.0})
+  run.close()
+  parts = lib.wandb_runs(str(tmp_path / "copy" / "trackers" / "wandb"))
+  assert len(parts) == 2 and len({p["id"] for p in parts}) == 1
+  assert [p["name"] for p in parts] == ["run-s0", "run-s0"]
+  assert parts[0]["tags"] == ["seed=0"]

@@ -93,7 +93,11 @@ class WandB:
     # (SIGKILL) had sent steps that W&B had not yet written, which a resume logs again. A remote
     # workdir's files are on the machine that wrote them: the steps its processes sent.
     self.floor = (self.steps if storage.is_remote(workdir) else
-                  wandb_files.last_steps(os.path.join(directory, "wandb"), self.run_id) if state.get("run_id") else {})
+                  wandb_files.last_steps(os.path.join(directory, "wandb"), self.run_id)
+                  if state.get("run_id") else {})
+    # A run continued keeps its project and name (a workdir copied or moved elsewhere, a
+    # resume under another train.tracker_experiment: the same W&B run, not renamed or moved).
+    experiment, run_name = state.get("project", experiment), state.get("name", run_name)
     labels = [f"{k}={tags[k]}" for k in ("sweep", "row", "seed") if tags.get(k)]
     self.run = wandb.init(
         project=experiment, entity=train.wandb_entity or os.environ.get("WANDB_ENTITY"),
@@ -102,7 +106,7 @@ class WandB:
         settings=wandb.Settings(console="off", silent=True, x_disable_stats=True,
                                 **_flush_setting(wandb)))
     trackers.write_state(workdir, self.name, {"run_id": self.run_id, "project": experiment,
-                                              "steps": self.steps})
+                                              "name": run_name, "steps": self.steps})
     where = (f"offline, in {self.run.dir.rsplit(os.sep, 1)[0]}" if train.wandb_mode == "offline"
              else self.run.url)
     print(f"[wandb] run {self.run_id} ({run_name}) of project {experiment!r}: {where}",
@@ -112,8 +116,10 @@ class WandB:
     self.run.config.update(dict(values), allow_val_change=True)
 
   def tags(self, values: Mapping[str, str]) -> None:
+    """Tags 'key=value' (none for an empty value; a sweep's group is the run's W&B group)."""
     self.run.tags = tuple(dict.fromkeys([*(self.run.tags or ()),
-                                         *(f"{k}={v}" for k, v in values.items())]))
+                                         *(f"{k}={v}" for k, v in values.items()
+                                           if v != "" and k != "group")]))
 
   def metrics(self, step: int, values: Mapping[str, float]) -> None:
     new = {k: float(v) for k, v in values.items() if step > self.floor.get(k, -1)}
