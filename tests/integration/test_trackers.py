@@ -268,3 +268,25 @@ def test_a_wandb_run_continued_from_a_copied_workdir_keeps_its_name_and_tags_no_
   assert len(parts) == 2 and len({p["id"] for p in parts}) == 1
   assert [p["name"] for p in parts] == ["run-s0", "run-s0"]
   assert parts[0]["tags"] == ["seed=0"]
+
+
+def test_a_resume_at_another_tracking_uri_says_its_run_is_a_new_one(server, tmp_path):
+  import io  # pylint: disable=import-outside-toplevel
+  from tfm.train import trackers  # pylint: disable=import-outside-toplevel
+  from tfm.train.config import TrainConfig  # pylint: disable=import-outside-toplevel
+  first = f"sqlite:///{tmp_path}/first.db"
+  workdir = str(tmp_path / "run")
+  run = trackers.open_run(TrainConfig(trackers=("mlflow",), mlflow_tracking_uri=first), workdir)
+  (old,) = [t.run_id for t in run.all]
+  run.close()
+  console = io.StringIO()
+  run = trackers.open_run(TrainConfig(trackers=("mlflow",), mlflow_tracking_uri=server), workdir,
+                          stream=console)
+  (new,) = [t.run_id for t in run.all]
+  run.close()
+  assert new != old
+  assert console.getvalue().splitlines()[0] == (
+      f"[mlflow] the run {old} of {workdir}/trackers/mlflow.json is at {first}, "
+      f"train.mlflow_tracking_uri now {server}: a new run there, with this run's figures from "
+      "now on")
+  assert json.loads((tmp_path / "run" / "trackers" / "mlflow.json").read_text())["run_id"] == new

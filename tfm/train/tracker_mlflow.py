@@ -149,6 +149,10 @@ class MLflow:
       except Exception:  # pylint: disable=broad-except
         print(f"[mlflow] the run {state['run_id']} of {workdir}/trackers/mlflow.json is not on "
               f"{self.uri}: a new run", file=stream, flush=True)
+    elif state.get("run_id"):
+      print(f"[mlflow] the run {state['run_id']} of {workdir}/trackers/mlflow.json is at "
+            f"{state.get('tracking_uri')}, train.mlflow_tracking_uri now {self.uri}: a new run "
+            "there, with this run's figures from now on", file=stream, flush=True)
     if run is None:
       run = self.client.create_run(_experiment_id(self.client, experiment), run_name=run_name,
                                    tags=dict(tags))
