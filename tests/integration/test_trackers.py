@@ -235,8 +235,10 @@ def test_a_wandb_run_killed_with_sigkill_and_resumed_has_each_step_once(tmp_path
   from tfm.train.config import TrainConfig  # pylint: disable=import-outside-toplevel
   lib.require("wandb")
   workdir = str(tmp_path / "run")
+  env = {k: v for k, v in os.environ.items() if k != "WANDB_SERVICE"}  # a service of its own, as
+  # a tfm process has: W&B's service started here by an earlier test would outlive the kill
   killed = subprocess.run([sys.executable, "-c", KILLED_WANDB_PART, workdir], check=False,
-                          env=dict(os.environ, PYTHONPATH=os.getcwd()))
+                          env=dict(env, PYTHONPATH=os.getcwd()))
   assert killed.returncode == -9
   run = trackers.open_run(TrainConfig(trackers=("wandb",)), workdir)
   for step in range(4, 9):  # the resume from step 3 repeats 4..6
