@@ -155,3 +155,18 @@ def test_an_mlflow_outage_is_said_in_one_line_without_urllib3s_retry_warnings(mo
   assert len(lines) == 1 and lines[0].startswith(f"[mlflow] could not log to {uri} (")
   assert "1 figures kept for the next try: training goes on" in lines[0]
   assert len(mlflow._pending) == 2
+
+
+def test_a_sweeps_runs_start_w_and_b_services_of_their_own(monkeypatch, tmp_path):
+  """Once the sweep has recorded a run's final figures in W&B, $WANDB_SERVICE names the sweep's
+  W&B service: the next runs' `tfm train` and `tfm eval` do not inherit it."""
+  from tfm.sweep import execute  # pylint: disable=import-outside-toplevel
+  launched = []
+  monkeypatch.setattr(execute.subprocess, "Popen",
+                      lambda argv, **kwargs: launched.append(kwargs["env"]))
+  monkeypatch.setenv("WANDB_SERVICE", "3-1-unix-/tmp/wandb-1-2-3/socket")
+  execute.Job([], [str(tmp_path / "run")], ["train"], execute.Share(env={"X": "1"}), 4,
+              None, 4)
+  (env,) = launched
+  assert "WANDB_SERVICE" not in env and env["X"] == "1"
+  assert env["PATH"] == execute.os.environ["PATH"]
