@@ -213,37 +213,43 @@ def test_a_server_that_fails_during_the_run_gets_the_figures_later(server, tmp_p
                        "dev/perplexity": [(3, 9.0)]}
 
 
-KILLED_WANDB_PART = """
+WANDB_PART = """
 import os, signal, sys, time
 from tfm.train import trackers
 from tfm.train.config import TrainConfig
-run = trackers.open_run(TrainConfig(trackers=("wandb",)), sys.argv[1])
-for step in range(1, 7):
+workdir, first, last, kill = sys.argv[1], int(sys.argv[2]), int(sys.argv[3]), sys.argv[4] == "kill"
+run = trackers.open_run(TrainConfig(trackers=("wandb",)), workdir)
+for step in range(first, last + 1):
   run.metrics(step, {"train/loss": 10.0 - step})
-time.sleep(4)  # beyond W&B's flush of the rows to disk (tracker_wandb.FLUSH_S)
-os.kill(os.getpid(), signal.SIGKILL)
+if sys.argv[5:]:
+  run.tags({"row": "", "group": "run", "seed": "0"})
+if kill:
+  time.sleep(4)  # beyond W&B's flush of the rows to disk (tracker_wandb.FLUSH_S)
+  os.kill(os.getpid(), signal.SIGKILL)
+run.close()
 """
+
+
+def _wandb_part(workdir, first: int, last: int, kill: bool = False, tags: bool = False) -> int:
+  """A tfm process's part of a W&B run: steps first..last of 'train/loss', then killed with
+  SIGKILL or closed; its exit status. A process of its own: W&B's finish returns before its
+  service has written a second run of a process to disk, and a service started by an earlier test
+  of this process would outlive a kill."""
+  import subprocess  # pylint: disable=import-outside-toplevel
+  import sys  # pylint: disable=import-outside-toplevel
+  env = {k: v for k, v in os.environ.items() if k != "WANDB_SERVICE"}
+  argv = [sys.executable, "-c", WANDB_PART, str(workdir), str(first), str(last),
+          "kill" if kill else "close"] + (["tags"] if tags else [])
+  return subprocess.run(argv, check=False, env=dict(env, PYTHONPATH=os.getcwd())).returncode
 
 
 def test_a_wandb_run_killed_with_sigkill_and_resumed_has_each_step_once(tmp_path):
   """A process killed with SIGKILL after logging steps 1..6 (W&B had written 1..5 to disk, step
   6's row still open), resumed from a checkpoint at step 3: steps 4 and 5 are not logged again,
   6 is, and the run's offline parts hold each step once."""
-  import subprocess  # pylint: disable=import-outside-toplevel
-  import sys  # pylint: disable=import-outside-toplevel
-  from tfm.train import trackers  # pylint: disable=import-outside-toplevel
-  from tfm.train.config import TrainConfig  # pylint: disable=import-outside-toplevel
   lib.require("wandb")
-  workdir = str(tmp_path / "run")
-  env = {k: v for k, v in os.environ.items() if k != "WANDB_SERVICE"}  # a service of its own, as
-  # a tfm process has: W&B's service started here by an earlier test would outlive the kill
-  killed = subprocess.run([sys.executable, "-c", KILLED_WANDB_PART, workdir], check=False,
-                          env=dict(env, PYTHONPATH=os.getcwd()))
-  assert killed.returncode == -9
-  run = trackers.open_run(TrainConfig(trackers=("wandb",)), workdir)
-  for step in range(4, 9):  # the resume from step 3 repeats 4..6
-    run.metrics(step, {"train/loss": 10.0 - step})
-  run.close()
+  assert _wandb_part(tmp_path / "run", 1, 6, kill=True) == -9
+  assert _wandb_part(tmp_path / "run", 4, 8) == 0  # the resume from step 3 repeats 4..6
   parts = lib.wandb_runs(str(tmp_path / "run" / "trackers" / "wandb"))
   assert len({p["id"] for p in parts}) == 1 and len(parts) == 2
   history = [(step, row["train/loss"]) for p in parts for step, row in p["history"]]
@@ -254,18 +260,10 @@ def test_a_wandb_run_continued_from_a_copied_workdir_keeps_its_name_and_tags_no_
     tmp_path):
   """The sweep's final tags of a run without a row add no 'row=' (nor 'group=', W&B's group);
   `tfm eval` on a copy of the workdir continues the run under its name, not the copy's."""
-  from tfm.train import trackers  # pylint: disable=import-outside-toplevel
-  from tfm.train.config import TrainConfig  # pylint: disable=import-outside-toplevel
   lib.require("wandb")
-  train = TrainConfig(trackers=("wandb",))
-  run = trackers.open_run(train, str(tmp_path / "run-s0"))
-  run.metrics(1, {"train/loss": 2.0})
-  run.tags({"row": "", "group": "run", "seed": "0"})
-  run.close()
+  assert _wandb_part(tmp_path / "run-s0", 1, 1, tags=True) == 0
   shutil.copytree(tmp_path / "run-s0", tmp_path / "copy")
-  run = trackers.open_run(train, str(tmp_path / "copy"))
-  run.metrics(2, {"dev/loss": 1.0})
-  run.close()
+  assert _wandb_part(tmp_path / "copy", 2, 2) == 0
   parts = lib.wandb_runs(str(tmp_path / "copy" / "trackers" / "wandb"))
   assert len(parts) == 2 and len({p["id"] for p in parts}) == 1
   assert [p["name"] for p in parts] == ["run-s0", "run-s0"]
