@@ -211,3 +211,82 @@ def test_a_server_that_fails_during_the_run_gets_the_figures_later(server, tmp_p
   histories = _histories(_client(server), mlflow.run_id)
   assert histories == {"train/loss": [(1, 3.0), (2, 2.0), (3, 1.5), (4, 1.0)],
                        "dev/perplexity": [(3, 9.0)]}
+
+
+WANDB_PART = """
+import os, signal, sys, time
+from tfm.train import trackers
+from tfm.train.config import TrainConfig
+workdir, first, last, kill = sys.argv[1], int(sys.argv[2]), int(sys.argv[3]), sys.argv[4] == "kill"
+run = trackers.open_run(TrainConfig(trackers=("wandb",)), workdir)
+for step in range(first, last + 1):
+  run.metrics(step, {"train/loss": 10.0 - step})
+if sys.argv[5:]:
+  run.tags({"row": "", "group": "run", "seed": "0"})
+if kill:
+  time.sleep(4)  # beyond W&B's flush of the rows to disk (tracker_wandb.FLUSH_S)
+  os.kill(os.getpid(), signal.SIGKILL)
+run.close()
+"""
+
+
+def _wandb_part(workdir, first: int, last: int, kill: bool = False, tags: bool = False) -> int:
+  """A tfm process's part of a W&B run: steps first..last of 'train/loss', then killed with
+  SIGKILL or closed; its exit status. A process of its own: W&B's finish returns before its
+  service has written a second run of a process to disk, and a service started by an earlier test
+  of this process would outlive a kill."""
+  import subprocess  # pylint: disable=import-outside-toplevel
+  import sys  # pylint: disable=import-outside-toplevel
+  env = {k: v for k, v in os.environ.items() if k != "WANDB_SERVICE"}
+  argv = [sys.executable, "-c", WANDB_PART, str(workdir), str(first), str(last),
+          "kill" if kill else "close"] + (["tags"] if tags else [])
+  return subprocess.run(argv, check=False, env=dict(env, PYTHONPATH=os.getcwd())).returncode
+
+
+def test_a_wandb_run_killed_with_sigkill_and_resumed_has_each_step_once(tmp_path):
+  """A process killed with SIGKILL after logging steps 1..6 (W&B had written 1..5 to disk, step
+  6's row still open), resumed from a checkpoint at step 3: steps 4 and 5 are not logged again,
+  6 is, and the run's offline parts hold each step once."""
+  lib.require("wandb")
+  assert _wandb_part(tmp_path / "run", 1, 6, kill=True) == -9
+  assert _wandb_part(tmp_path / "run", 4, 8) == 0  # the resume from step 3 repeats 4..6
+  parts = lib.wandb_runs(str(tmp_path / "run" / "trackers" / "wandb"))
+  assert len({p["id"] for p in parts}) == 1 and len(parts) == 2
+  history = [(step, row["train/loss"]) for p in parts for step, row in p["history"]]
+  assert history == [(s, 10.0 - s) for s in range(1, 9)]  # each step once, none missing
+
+
+def test_a_wandb_run_continued_from_a_copied_workdir_keeps_its_name_and_tags_no_empty_row(
+    tmp_path):
+  """The sweep's final tags of a run without a row add no 'row=' (nor 'group=', W&B's group);
+  `tfm eval` on a copy of the workdir continues the run under its name, not the copy's."""
+  lib.require("wandb")
+  assert _wandb_part(tmp_path / "run-s0", 1, 1, tags=True) == 0
+  shutil.copytree(tmp_path / "run-s0", tmp_path / "copy")
+  assert _wandb_part(tmp_path / "copy", 2, 2) == 0
+  parts = lib.wandb_runs(str(tmp_path / "copy" / "trackers" / "wandb"))
+  assert len(parts) == 2 and len({p["id"] for p in parts}) == 1
+  assert [p["name"] for p in parts] == ["run-s0", "run-s0"]
+  assert parts[0]["tags"] == ["seed=0"]
+
+
+def test_a_resume_at_another_tracking_uri_says_its_run_is_a_new_one(server, tmp_path):
+  import io  # pylint: disable=import-outside-toplevel
+  from tfm.train import trackers  # pylint: disable=import-outside-toplevel
+  from tfm.train.config import TrainConfig  # pylint: disable=import-outside-toplevel
+  first = f"sqlite:///{tmp_path}/first.db"
+  workdir = str(tmp_path / "run")
+  run = trackers.open_run(TrainConfig(trackers=("mlflow",), mlflow_tracking_uri=first), workdir)
+  (old,) = [t.run_id for t in run.all]
+  run.close()
+  console = io.StringIO()
+  run = trackers.open_run(TrainConfig(trackers=("mlflow",), mlflow_tracking_uri=server), workdir,
+                          stream=console)
+  (new,) = [t.run_id for t in run.all]
+  run.close()
+  assert new != old
+  assert console.getvalue().splitlines()[0] == (
+      f"[mlflow] the run {old} of {workdir}/trackers/mlflow.json is at {first}, "
+      f"train.mlflow_tracking_uri now {server}: a new run there, with this run's figures from "
+      "now on")
+  assert json.loads((tmp_path / "run" / "trackers" / "mlflow.json").read_text())["run_id"] == new

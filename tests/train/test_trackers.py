@@ -115,3 +115,58 @@ def test_the_trackers_change_no_sweep_runs_identity():
       "train.tracker_experiment=x", "train.wandb_mode=online", "train.wandb_entity=team"])
   assert publish.fingerprint(plain, "sha", 4) == publish.fingerprint(tracked, "sha", 4)
   assert execute.changed_keys(tracked, plain) == {}
+
+
+def test_a_file_store_uri_stops_in_one_line_naming_the_uri(tmp_path):
+  """MLflow 3's client refuses a file store (file:///..., 'maintenance mode') when it is made: that
+  too is the start's one line, not a traceback."""
+  pytest.importorskip("mlflow.tracking")
+  uri = f"file://{tmp_path}/mlruns"
+  with pytest.raises(ValueError) as e:
+    trackers.check(TrainConfig(trackers=("mlflow",), mlflow_tracking_uri=uri), str(tmp_path))
+  message = str(e.value)
+  assert message.startswith(f"train.trackers: mlflow: the tracking server or store at {uri} "
+                            "cannot be used (")
+  assert "\n" not in message and "train.mlflow_tracking_uri" in message
+  assert not (tmp_path / "mlruns").exists()
+
+
+def test_an_mlflow_outage_is_said_in_one_line_without_urllib3s_retry_warnings(monkeypatch,
+                                                                              caplog):
+  """A server that went away mid-run: each log's request retries (MLflow's retries), and the
+  console gets tfm's one line, not urllib3's warning at every retry."""
+  pytest.importorskip("mlflow.tracking")
+  from tfm.train import tracker_mlflow  # pylint: disable=import-outside-toplevel
+  import socket  # pylint: disable=import-outside-toplevel
+  with socket.socket() as s:
+    s.bind(("127.0.0.1", 0))
+    uri = f"http://127.0.0.1:{s.getsockname()[1]}"  # nothing listens there
+  monkeypatch.setenv("MLFLOW_HTTP_REQUEST_MAX_RETRIES", "1")
+  monkeypatch.setenv("MLFLOW_HTTP_REQUEST_BACKOFF_FACTOR", "0")
+  console = io.StringIO()
+  mlflow = object.__new__(tracker_mlflow.MLflow)  # a run made while the server answered
+  mlflow.__dict__.update(uri=uri, client=tracker_mlflow._client(uri), stream=console, floor={},
+                         _pending=[], _failing=False, run_id="0" * 32)
+  with caplog.at_level("WARNING"):
+    mlflow.metrics(1, {"train/loss": 3.0})
+    mlflow.metrics(2, {"train/loss": 2.0})
+  assert [r.getMessage()[:40] for r in caplog.records if r.name.startswith("urllib3")] == []
+  lines = console.getvalue().splitlines()
+  assert len(lines) == 1 and lines[0].startswith(f"[mlflow] could not log to {uri} (")
+  assert "1 figures kept for the next try: training goes on" in lines[0]
+  assert len(mlflow._pending) == 2
+
+
+def test_a_sweeps_runs_start_w_and_b_services_of_their_own(monkeypatch, tmp_path):
+  """Once the sweep has recorded a run's final figures in W&B, $WANDB_SERVICE names the sweep's
+  W&B service: the next runs' `tfm train` and `tfm eval` do not inherit it."""
+  from tfm.sweep import execute  # pylint: disable=import-outside-toplevel
+  launched = []
+  monkeypatch.setattr(execute.subprocess, "Popen",
+                      lambda argv, **kwargs: launched.append(kwargs["env"]))
+  monkeypatch.setenv("WANDB_SERVICE", "3-1-unix-/tmp/wandb-1-2-3/socket")
+  execute.Job([], [str(tmp_path / "run")], ["train"], execute.Share(env={"X": "1"}), 4,
+              None, 4)
+  (env,) = launched
+  assert "WANDB_SERVICE" not in env and env["X"] == "1"
+  assert env["PATH"] == execute.os.environ["PATH"]

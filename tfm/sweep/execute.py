@@ -189,9 +189,13 @@ class Job:
     self.log = open(os.path.join(self.workdirs[k], LOG), "a", encoding="utf-8")
     self.log.write(f"\n=== {time.strftime('%Y-%m-%d %H:%M:%S')} tfm {' '.join(argv)}\n")
     self.log.flush()
+    # Each tfm process its own W&B service (train.trackers), as run alone: W&B names the service
+    # the sweep started (recording a finished run's figures) in $WANDB_SERVICE, and a run sharing
+    # it would lose its figures when the sweep ends first and hold its run id when killed.
+    env = {k: v for k, v in os.environ.items() if k != "WANDB_SERVICE"}
     self.proc = subprocess.Popen(
         [sys.executable, "-m", "tfm.cli", *argv], stdout=self.log, stderr=subprocess.STDOUT,
-        env={**os.environ, **self.share.env, "PYTHONUNBUFFERED": "1"})
+        env={**env, **self.share.env, "PYTHONUNBUFFERED": "1"})
 
   def _share_train_log(self) -> None:
     """A stack's training output, written to its first run's log, into every other run's."""

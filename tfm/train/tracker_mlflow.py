@@ -23,6 +23,7 @@ and a figure that still fails is kept and sent with the next log.
 from __future__ import annotations
 
 import contextlib
+import logging
 import os
 import time
 from typing import Any, Mapping
@@ -45,7 +46,8 @@ def tracking_uri(train) -> str:
   return uri
 
 
-def _client(uri: str):
+def _client_class():
+  """MlflowClient; ValueError in one line without the mlflow package."""
   try:
     from mlflow.tracking import MlflowClient  # pylint: disable=import-outside-toplevel
   except ModuleNotFoundError as e:
@@ -53,6 +55,11 @@ def _client(uri: str):
       raise
     raise ValueError("train.trackers names mlflow, but the mlflow package is not installed: "
                      "pip install 'tfm[mlflow]' (or drop mlflow from train.trackers)") from None
+  return MlflowClient
+
+
+def _client(uri: str):
+  MlflowClient = _client_class()  # pylint: disable=invalid-name
   os.environ.setdefault("MLFLOW_HTTP_REQUEST_MAX_RETRIES", RETRIES)
   os.environ.setdefault("MLFLOW_HTTP_REQUEST_TIMEOUT", TIMEOUT_S)
   # Its run's URL printed to stdout at the end would cut into the progress line: ours, at the
@@ -77,17 +84,32 @@ def _one_attempt(timeout_s: int = 10):
         os.environ[k] = v
 
 
+@contextlib.contextmanager
+def _quiet_retries():
+  """urllib3's 'Retrying (Retry(total=...)) after connection broken' warnings off in the block."""
+  logger = logging.getLogger("urllib3.connectionpool")
+  level = logger.level
+  logger.setLevel(logging.ERROR)
+  try:
+    yield
+  finally:
+    logger.setLevel(level)
+
+
 def check(train) -> None:
   """The URI is set, the package installed and the server answers; else ValueError in one line."""
   uri = tracking_uri(train)
-  client = _client(uri)
+  _client_class()  # the package is installed
   try:
+    # The client itself refuses some URIs (MLflow 3 a file store's, file:///...: "maintenance
+    # mode"), so it is made inside the one-line error too.
+    client = _client(uri)
     with _one_attempt():
       client.search_experiments(max_results=1)
   except Exception as e:  # pylint: disable=broad-except
     reason = str(e).splitlines()[0] if str(e) else type(e).__name__
-    raise ValueError(f"train.trackers: mlflow: the tracking server at {uri} does not answer "
-                     f"({reason[:200]}); start it, or set train.mlflow_tracking_uri (or "
+    raise ValueError(f"train.trackers: mlflow: the tracking server or store at {uri} cannot be "
+                     f"used ({reason[:200]}); start it, or set train.mlflow_tracking_uri (or "
                      "$MLFLOW_TRACKING_URI) to one that does, or drop mlflow from train.trackers"
                      ) from None
 
@@ -127,6 +149,10 @@ class MLflow:
       except Exception:  # pylint: disable=broad-except
         print(f"[mlflow] the run {state['run_id']} of {workdir}/trackers/mlflow.json is not on "
               f"{self.uri}: a new run", file=stream, flush=True)
+    elif state.get("run_id"):
+      print(f"[mlflow] the run {state['run_id']} of {workdir}/trackers/mlflow.json is at "
+            f"{state.get('tracking_uri')}, train.mlflow_tracking_uri now {self.uri}: a new run "
+            "there, with this run's figures from now on", file=stream, flush=True)
     if run is None:
       run = self.client.create_run(_experiment_id(self.client, experiment), run_name=run_name,
                                    tags=dict(tags))
@@ -170,11 +196,13 @@ class MLflow:
     self._send()
 
   def _send(self) -> bool:
-    """Sends the pending metrics; on a failure keeps them (said once an outage). True: all sent."""
+    """Sends the pending metrics; on a failure keeps them (said once an outage). True: all sent.
+    urllib3's warning at each retry of a request is held back: an outage is said in one line."""
     try:
-      while self._pending:
-        self.client.log_batch(self.run_id, metrics=self._pending[:BATCH])
-        del self._pending[:BATCH]
+      with _quiet_retries():
+        while self._pending:
+          self.client.log_batch(self.run_id, metrics=self._pending[:BATCH])
+          del self._pending[:BATCH]
     except Exception as e:  # pylint: disable=broad-except
       if not self._failing:
         reason = str(e).splitlines()[0][:200] if str(e) else repr(e)

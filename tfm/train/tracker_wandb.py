@@ -10,9 +10,13 @@
   config    the config, flattened ('model.num_layers': 6)
   history   each figure at its step; files kept in the run's files ('eval/eval_dev_...json')
 
-The run's id and the last step each tag was logged at are kept in WORKDIR/trackers/wandb.json: a
-resumed run (its `tfm eval`, the sweep's final figures) continues the same W&B run (resume='allow',
-so an offline run's later parts sync into it) and logs a tag only beyond its last step. Each tfm
+The run's id is kept in WORKDIR/trackers/wandb.json: a resumed run (its `tfm eval`, the sweep's
+final figures) continues the same W&B run (resume='allow', so an offline run's later parts sync
+into it) and logs a tag only beyond the last step the run's offline files on disk hold
+(tfm/train/wandb_files.py; W&B writes them every FLUSH_S seconds and a step's row once a later step
+arrives, so a process killed with SIGKILL loses its last second and its last step's row, which the
+resume logs again where it repeats them). A remote workdir's files are written where the process
+ran: there, beyond the last step each tag was sent, kept in wandb.json. Each tfm
 process makes its own offline-run directory; W&B writes the process's console nowhere (console
 'off'): the workdir's log has it.
 """
@@ -25,7 +29,9 @@ import shutil
 from typing import Any, Mapping
 
 from tfm import storage
-from tfm.train import trackers
+from tfm.train import trackers, wandb_files
+
+FLUSH_S = 1.0  # W&B's rows reach the run's .wandb file within this many seconds (_flush_setting)
 
 
 def _wandb():
@@ -63,6 +69,13 @@ def files_dir(workdir: str) -> str:
   return os.fspath(trackers.directory(workdir))
 
 
+def _flush_setting(wandb) -> dict:
+  """W&B writes the run's rows to its .wandb file every FLUSH_S seconds (its default, 15 s, loses
+  that much of a run killed with SIGKILL); where this wandb has the setting."""
+  key = "x_transaction_log_flush_interval"
+  return {key: FLUSH_S} if key in getattr(wandb.Settings, "model_fields", {}) else {}
+
+
 class WandB:
   """The W&B run of the tfm run in `workdir` (created, or continued from its wandb.json)."""
   name = "wandb"
@@ -74,17 +87,26 @@ class WandB:
     state = trackers.read_state(workdir, self.name)
     self.run_id = state.get("run_id") or secrets.token_hex(6)  # W&B ids: [a-z0-9]
     self.steps: dict[str, int] = dict(state.get("steps", {}))  # tag -> its last step logged
-    self.floor = dict(self.steps)  # ... by the run's earlier processes: logged beyond it only
     directory = files_dir(workdir)
     os.makedirs(directory, exist_ok=True)
+    # Logged beyond the last step the run's earlier processes wrote to disk only: a process killed
+    # (SIGKILL) had sent steps that W&B had not yet written, which a resume logs again. A remote
+    # workdir's files are on the machine that wrote them: the steps its processes sent.
+    self.floor = (self.steps if storage.is_remote(workdir) else
+                  wandb_files.last_steps(os.path.join(directory, "wandb"), self.run_id)
+                  if state.get("run_id") else {})
+    # A run continued keeps its project and name (a workdir copied or moved elsewhere, a
+    # resume under another train.tracker_experiment: the same W&B run, not renamed or moved).
+    experiment, run_name = state.get("project", experiment), state.get("name", run_name)
     labels = [f"{k}={tags[k]}" for k in ("sweep", "row", "seed") if tags.get(k)]
     self.run = wandb.init(
         project=experiment, entity=train.wandb_entity or os.environ.get("WANDB_ENTITY"),
         name=run_name, id=self.run_id, resume="allow", dir=directory, mode=train.wandb_mode,
         group=tags.get("group") or None, tags=labels or None, reinit="create_new",
-        settings=wandb.Settings(console="off", silent=True, x_disable_stats=True))
+        settings=wandb.Settings(console="off", silent=True, x_disable_stats=True,
+                                **_flush_setting(wandb)))
     trackers.write_state(workdir, self.name, {"run_id": self.run_id, "project": experiment,
-                                              "steps": self.steps})
+                                              "name": run_name, "steps": self.steps})
     where = (f"offline, in {self.run.dir.rsplit(os.sep, 1)[0]}" if train.wandb_mode == "offline"
              else self.run.url)
     print(f"[wandb] run {self.run_id} ({run_name}) of project {experiment!r}: {where}",
@@ -94,8 +116,10 @@ class WandB:
     self.run.config.update(dict(values), allow_val_change=True)
 
   def tags(self, values: Mapping[str, str]) -> None:
+    """Tags 'key=value' (none for an empty value; a sweep's group is the run's W&B group)."""
     self.run.tags = tuple(dict.fromkeys([*(self.run.tags or ()),
-                                         *(f"{k}={v}" for k, v in values.items())]))
+                                         *(f"{k}={v}" for k, v in values.items()
+                                           if v != "" and k != "group")]))
 
   def metrics(self, step: int, values: Mapping[str, float]) -> None:
     new = {k: float(v) for k, v in values.items() if step > self.floor.get(k, -1)}
