@@ -110,6 +110,25 @@ def test_transformers_computes_tfm_logits_and_greedy_outputs(libraries, exported
   assert [a for a, b in zip(texts, ours) if "⁇" not in b] == [b for b in ours if "⁇" not in b]
 
 
+def test_marian_tokenizer_encodes_as_tfm_texts_quoting_special_pieces(libraries, exported,
+                                                                     monkeypatch):
+  """Texts holding "</s>", "<unk>" or "<pad>" as characters, unknown characters and odd spacing:
+  MarianTokenizer gives tfm's ids (transformers' default cut the pieces out as special ids)."""
+  _, transformers, _ = libraries
+  from tfm.data.tokenizer import Tokenizer  # pylint: disable=import-outside-toplevel
+  from tfm.export import marian  # pylint: disable=import-outside-toplevel
+  _, directory = exported
+  monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+  ours = Tokenizer.load(directory / "source.spm")
+  theirs = transformers.MarianTokenizer.from_pretrained(directory)
+  vocab_size = len(json.loads((directory / "vocab.json").read_text()))
+  texts = ["In the beginning </s> God", "a <unk> b <pad> c", "</s>", "Zürich — «» ☃ 😀 日本語",
+           "  two  spaces\tand a tab ", ""]
+  for text in texts:
+    assert theirs(text)["input_ids"] == [marian.marian_id(i, vocab_size)
+                                         for i in ours.encode(text)], text
+
+
 def test_ctranslate2_converts_the_export(libraries, exported):
   _, _, ctranslate2 = libraries
   workdir, directory = exported
