@@ -175,3 +175,30 @@ def test_tfm_export_ct2_decodes_as_tfm(libraries, exported):
   import sentencepiece  # pylint: disable=import-outside-toplevel
   processor = sentencepiece.SentencePieceProcessor(model_proto=sp)
   assert [processor.decode_pieces(r.hypotheses[0]) for r in results] == ours
+
+
+def test_tfm_export_killed_while_converting_leaves_nothing_and_reruns(libraries, exported):
+  """SIGKILL while --ct2 converts: neither --out nor --ct2 appears (a rerun would have refused an
+  existing --out); the rerun succeeds and removes the killed run's scratch directories."""
+  import signal  # pylint: disable=import-outside-toplevel
+  import time  # pylint: disable=import-outside-toplevel
+  workdir, directory = exported
+  root = directory.parent / "killed"
+  root.mkdir()
+  root_of_repo = Path(__file__).resolve().parents[2]
+  command = [sys.executable, "-m", "tfm.cli", "export", f"--workdir={workdir}",
+             f"--out={root / 'hf'}", f"--ct2={root / 'ct2'}"]
+  env = dict(os.environ, PYTHONPATH=str(root_of_repo), JAX_PLATFORMS="cpu")
+  process = subprocess.Popen(command, cwd=root_of_repo, env=env, stdout=subprocess.DEVNULL,
+                             stderr=subprocess.DEVNULL)
+  deadline = time.time() + 120
+  while not any(n.startswith(".ct2.") for n in os.listdir(root)):  # converting
+    assert process.poll() is None and time.time() < deadline, "the export ended before converting"
+    time.sleep(0.01)
+  process.send_signal(signal.SIGKILL)
+  process.wait()
+  assert sorted(n for n in os.listdir(root) if not n.startswith(".")) == []
+  rerun = subprocess.run(command, cwd=root_of_repo, env=env, capture_output=True, text=True)
+  assert rerun.returncode == 0, rerun.stderr[-2000:]
+  assert sorted(os.listdir(root)) == ["ct2", "hf"]
+  assert sorted(os.listdir(root / "ct2")) == ["config.json", "model.bin", "shared_vocabulary.json"]
