@@ -202,3 +202,15 @@ def test_tfm_export_killed_while_converting_leaves_nothing_and_reruns(libraries,
   assert rerun.returncode == 0, rerun.stderr[-2000:]
   assert sorted(os.listdir(root)) == ["ct2", "hf"]
   assert sorted(os.listdir(root / "ct2")) == ["config.json", "model.bin", "shared_vocabulary.json"]
+
+
+def test_an_unknown_ct2_quantization_is_refused_before_loading(libraries, tmp_path, capsys):
+  """Checked against CTranslate2's own list (its import loads torch: long tier)."""
+  from tfm import cli  # pylint: disable=import-outside-toplevel
+  # No workdir: the flag is refused before the workdir is read, nothing written.
+  assert cli.main(["tfm", "export", f"--workdir={tmp_path / 'none'}", f"--out={tmp_path / 'hf'}",
+                   f"--ct2={tmp_path / 'ct2'}", "--ct2_quantization=int3"]) == 2
+  error = capsys.readouterr().err.strip().splitlines()
+  assert error[-1].startswith("tfm export: --ct2_quantization int3: expected one of CTranslate2's "
+                              "int8, "), error
+  assert os.listdir(tmp_path) == []

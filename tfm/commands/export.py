@@ -139,7 +139,7 @@ def run(fv: flags.FlagValues, config):
   if fv.ct2:
     _check_ct2_target(fv.out, fv.ct2)
     _check_out(fv.ct2)
-    _check_ct2()
+    _check_ct2(fv.ct2_quantization)
   # pylint: disable=import-outside-toplevel
   import flax.linen as nn
   import jax
@@ -182,9 +182,14 @@ def _check_ct2_target(out: str, ct2: str) -> None:
                      "inside the other)")
 
 
-def _check_ct2() -> None:
-  """--ct2's libraries, before anything is loaded or written."""
+def _check_ct2(quantization: str | None) -> None:
+  """--ct2's libraries and --ct2_quantization (one of CTranslate2's weight types), before anything
+  is loaded or written."""
   import importlib.util  # pylint: disable=import-outside-toplevel
   missing = [m for m in ("ctranslate2", "torch", "transformers") if importlib.util.find_spec(m) is None]
   if missing:
     raise UsageError(f"--ct2: needs {', '.join(missing)} (pip install -e '.[export-check]')")
+  from ctranslate2.specs.model_spec import ACCEPTED_MODEL_TYPES  # pylint: disable=import-outside-toplevel
+  if quantization is not None and quantization not in ACCEPTED_MODEL_TYPES:
+    raise UsageError(f"--ct2_quantization {quantization}: expected one of CTranslate2's "
+                     f"{', '.join(ACCEPTED_MODEL_TYPES)}")
