@@ -189,7 +189,8 @@ def _check_ct2(quantization: str | None) -> None:
   missing = [m for m in ("ctranslate2", "torch", "transformers") if importlib.util.find_spec(m) is None]
   if missing:
     raise UsageError(f"--ct2: needs {', '.join(missing)} (pip install -e '.[export-check]')")
-  from ctranslate2.specs.model_spec import ACCEPTED_MODEL_TYPES  # pylint: disable=import-outside-toplevel
+  # pylint: disable-next=import-outside-toplevel
+  from ctranslate2.specs.model_spec import ACCEPTED_MODEL_TYPES
   if quantization is not None and quantization not in ACCEPTED_MODEL_TYPES:
     raise UsageError(f"--ct2_quantization {quantization}: expected one of CTranslate2's "
                      f"{', '.join(ACCEPTED_MODEL_TYPES)}")
