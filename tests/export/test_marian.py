@@ -207,6 +207,14 @@ def test_a_refused_workdir_writes_nothing(tmp_path, capsys):
   assert cli.main(["tfm", "export", f"--workdir={workdir}", f"--out={tmp_path / 'new'}",
                    "--ct2_quantization=int8"]) == 2
   assert "--ct2_quantization applies with --ct2" in capsys.readouterr().err
+  for ct2 in (tmp_path / "new", tmp_path / "new" / "ct2", tmp_path):
+    assert cli.main(["tfm", "export", f"--workdir={workdir}", f"--out={tmp_path / 'new'}",
+                     f"--ct2={ct2}"]) == 2
+    assert "expected a directory apart from --out" in capsys.readouterr().err, ct2
+  assert cli.main(["tfm", "export", f"--workdir={workdir}", f"--out={tmp_path / 'new'}",
+                   "--ct2=gs://bucket/ct2"]) == 2
+  assert "--ct2 gs://bucket/ct2: expected a local directory" in capsys.readouterr().err
+  assert sorted(os.listdir(tmp_path)) == ["export", "run"]
 
 
 def test_a_failed_write_leaves_nothing_behind(tmp_path, monkeypatch):
@@ -226,6 +234,54 @@ def test_a_failed_write_leaves_nothing_behind(tmp_path, monkeypatch):
   with pytest.raises(OSError, match="disk full"):
     export.write_directory(tmp_path / "broken", Broken())
   assert sorted(os.listdir(tmp_path)) == ["whole"]
+
+
+def test_a_failed_conversion_leaves_neither_directory(tmp_path, monkeypatch):
+  """--ct2's conversion runs before either directory is placed: its failure leaves no --out that
+  a rerun would refuse as existing."""
+  from tfm.commands import export  # pylint: disable=import-outside-toplevel
+  from tfm.export import ct2  # pylint: disable=import-outside-toplevel
+  files = {"config.json": b"{}", "model.safetensors": b"x" * 10}
+
+  def failing(export_dir, output_dir, quantization=None):
+    assert sorted(os.listdir(export_dir)) == sorted(files)  # the whole export, not yet placed
+    os.makedirs(output_dir)
+    (open(os.path.join(output_dir, "model.bin"), "wb")).close()  # half written
+    raise RuntimeError("converter failed")
+
+  monkeypatch.setattr(ct2, "convert", failing)
+  with pytest.raises(RuntimeError, match="converter failed"):
+    export.write_directory(tmp_path / "hf", files, str(tmp_path / "ct2"))
+  assert os.listdir(tmp_path) == []
+
+  def converting(export_dir, output_dir, quantization=None):
+    os.makedirs(output_dir)
+    with open(os.path.join(output_dir, "model.bin"), "wb") as f:
+      f.write(quantization.encode())
+
+  monkeypatch.setattr(ct2, "convert", converting)
+  export.write_directory(tmp_path / "hf", files, str(tmp_path / "sub" / "ct2"), "int8")
+  assert sorted(os.listdir(tmp_path)) == ["hf", "sub"] and os.listdir(tmp_path / "sub") == ["ct2"]
+  assert (tmp_path / "sub" / "ct2" / "model.bin").read_bytes() == b"int8"
+  assert sorted(os.listdir(tmp_path / "hf")) == sorted(files)
+
+
+def test_a_killed_exports_scratch_is_removed_by_the_next(tmp_path):
+  """A SIGKILLed export leaves its scratch directory beside --out; the next export on the host
+  removes those whose process is gone, and keeps a running one's."""
+  import socket  # pylint: disable=import-outside-toplevel
+  import subprocess  # pylint: disable=import-outside-toplevel
+  import sys  # pylint: disable=import-outside-toplevel
+  from tfm.commands import export  # pylint: disable=import-outside-toplevel
+  gone = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"],
+                        capture_output=True, text=True, check=True).stdout.strip()
+  stem = f".hf.tfm-export.{socket.gethostname()}."
+  dead, live = tmp_path / f"{stem}{gone}.abc", tmp_path / f"{stem}{os.getppid()}.def"
+  for scratch in (dead, live):
+    scratch.mkdir()
+    (scratch / "model.safetensors").write_bytes(b"half")
+  export.write_directory(tmp_path / "hf", {"a.json": b"{}"})
+  assert sorted(os.listdir(tmp_path)) == sorted([live.name, "hf"])
 
 
 def test_table3_rows_export_but_b_and_e():

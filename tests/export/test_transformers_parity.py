@@ -110,6 +110,25 @@ def test_transformers_computes_tfm_logits_and_greedy_outputs(libraries, exported
   assert [a for a, b in zip(texts, ours) if "⁇" not in b] == [b for b in ours if "⁇" not in b]
 
 
+def test_marian_tokenizer_encodes_as_tfm_texts_quoting_special_pieces(libraries, exported,
+                                                                     monkeypatch):
+  """Texts holding "</s>", "<unk>" or "<pad>" as characters, unknown characters and odd spacing:
+  MarianTokenizer gives tfm's ids (transformers' default cut the pieces out as special ids)."""
+  _, transformers, _ = libraries
+  from tfm.data.tokenizer import Tokenizer  # pylint: disable=import-outside-toplevel
+  from tfm.export import marian  # pylint: disable=import-outside-toplevel
+  _, directory = exported
+  monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+  ours = Tokenizer.load(directory / "source.spm")
+  theirs = transformers.MarianTokenizer.from_pretrained(directory)
+  vocab_size = len(json.loads((directory / "vocab.json").read_text()))
+  texts = ["In the beginning </s> God", "a <unk> b <pad> c", "</s>", "Zürich — «» ☃ 😀 日本語",
+           "  two  spaces\tand a tab ", ""]
+  for text in texts:
+    assert theirs(text)["input_ids"] == [marian.marian_id(i, vocab_size)
+                                         for i in ours.encode(text)], text
+
+
 def test_ctranslate2_converts_the_export(libraries, exported):
   _, _, ctranslate2 = libraries
   workdir, directory = exported
@@ -156,3 +175,42 @@ def test_tfm_export_ct2_decodes_as_tfm(libraries, exported):
   import sentencepiece  # pylint: disable=import-outside-toplevel
   processor = sentencepiece.SentencePieceProcessor(model_proto=sp)
   assert [processor.decode_pieces(r.hypotheses[0]) for r in results] == ours
+
+
+def test_tfm_export_killed_while_converting_leaves_nothing_and_reruns(libraries, exported):
+  """SIGKILL while --ct2 converts: neither --out nor --ct2 appears (a rerun would have refused an
+  existing --out); the rerun succeeds and removes the killed run's scratch directories."""
+  import signal  # pylint: disable=import-outside-toplevel
+  import time  # pylint: disable=import-outside-toplevel
+  workdir, directory = exported
+  root = directory.parent / "killed"
+  root.mkdir()
+  root_of_repo = Path(__file__).resolve().parents[2]
+  command = [sys.executable, "-m", "tfm.cli", "export", f"--workdir={workdir}",
+             f"--out={root / 'hf'}", f"--ct2={root / 'ct2'}"]
+  env = dict(os.environ, PYTHONPATH=str(root_of_repo), JAX_PLATFORMS="cpu")
+  process = subprocess.Popen(command, cwd=root_of_repo, env=env, stdout=subprocess.DEVNULL,
+                             stderr=subprocess.DEVNULL)
+  deadline = time.time() + 120
+  while not any(n.startswith(".ct2.") for n in os.listdir(root)):  # converting
+    assert process.poll() is None and time.time() < deadline, "the export ended before converting"
+    time.sleep(0.01)
+  process.send_signal(signal.SIGKILL)
+  process.wait()
+  assert sorted(n for n in os.listdir(root) if not n.startswith(".")) == []
+  rerun = subprocess.run(command, cwd=root_of_repo, env=env, capture_output=True, text=True)
+  assert rerun.returncode == 0, rerun.stderr[-2000:]
+  assert sorted(os.listdir(root)) == ["ct2", "hf"]
+  assert sorted(os.listdir(root / "ct2")) == ["config.json", "model.bin", "shared_vocabulary.json"]
+
+
+def test_an_unknown_ct2_quantization_is_refused_before_loading(libraries, tmp_path, capsys):
+  """Checked against CTranslate2's own list (its import loads torch: long tier)."""
+  from tfm import cli  # pylint: disable=import-outside-toplevel
+  # No workdir: the flag is refused before the workdir is read, nothing written.
+  assert cli.main(["tfm", "export", f"--workdir={tmp_path / 'none'}", f"--out={tmp_path / 'hf'}",
+                   f"--ct2={tmp_path / 'ct2'}", "--ct2_quantization=int3"]) == 2
+  error = capsys.readouterr().err.strip().splitlines()
+  assert error[-1].startswith("tfm export: --ct2_quantization int3: expected one of CTranslate2's "
+                              "int8, "), error
+  assert os.listdir(tmp_path) == []

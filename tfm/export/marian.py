@@ -209,12 +209,15 @@ def tokenizer_config(pieces: list[str], *, source_lang: str, target_lang: str,
   """tokenizer_config.json for MarianTokenizer: one shared SentencePiece model (source.spm and
   target.spm are the same file), inputs cut at data.max_length tokens (EOS included) when asked
   to truncate, pad, EOS and UNK named by the pieces of tfm ids 0, 1 and 2, no other special
-  tokens."""
+  tokens. split_special_tokens: a text holding a special token's piece ("</s>", "<unk>",
+  "<pad>") is SentencePiece's to split, as tfm's Tokenizer.encode does (transformers' default
+  cuts such a text out as the special token's id before SentencePiece sees it: a verse quoting
+  "</s>" would end there)."""
   return {
       "tokenizer_class": "MarianTokenizer", "source_lang": source_lang,
       "target_lang": target_lang, "model_max_length": max_length, "separate_vocabs": False,
       "pad_token": pieces[0], "eos_token": pieces[1], "unk_token": pieces[2],
-      "additional_special_tokens": [], "sp_model_kwargs": {},
+      "additional_special_tokens": [], "sp_model_kwargs": {}, "split_special_tokens": True,
   }
 
 
