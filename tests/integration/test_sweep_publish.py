@@ -79,8 +79,14 @@ def test_fingerprint_ignores_machine_paths_and_sees_everything_else():
   for key in ("train_files", "dev_files", "test_files", "eval_sets"):  # so were these
     del values["data"][key]
   del values["eval"]["length_buckets"]
-  for key in ("best_metric", "patience", "init_from", "init_checkpoint", "init_optimizer"):
+  for key in ("best_metric", "patience", "init_from", "init_checkpoint", "init_optimizer",
+              "optimizer", "ema_decay", "ema_warmup", "adafactor_decay_rate",
+              "adafactor_clipping_threshold", "adafactor_factored",
+              "adafactor_min_dim_size_to_factor", "adafactor_multiply_by_parameter_scale",
+              "adafactor_epsilon", "adafactor_momentum"):
     del values["train"][key]
+  for key in ("mixture", "mixture_weights"):
+    del values["data"][key]
   for key in execute.MACHINE_KEYS:
     section, name = key.split(".")
     del values[section][name]

@@ -11,7 +11,7 @@ import pytest
 from tests.train import helpers
 from tests.train.tiny_model import TinySeq2Seq, tiny_config
 from tfm.data.prefetch import to_device
-from tfm.train.config import TrainConfig
+from tfm.train.config import TrainConfig, decay_rate
 from tfm.train.sharding import batch_sharding
 
 STEPS = 4
@@ -190,4 +190,11 @@ def test_runs_written_before_these_keys_keep_their_fingerprints():
   assert default["train.weight_decay"] == 0.0
   adamw = config_lib.Config(train=TrainConfig(optimizer="adamw")).to_dict()
   assert adamw["train"]["weight_decay"] == 0.01
-  assert config_lib.build(adamw).train.weight_decay == 0.01
+  # Read back, config.json's 0.01 is adamw's default again: the same config, hashing alike (one
+  # form for one run), and an explicit other decay stays as given.
+  back = config_lib.build(adamw)
+  assert back == config_lib.Config(train=TrainConfig(optimizer="adamw")) and hash(back) == hash(
+      config_lib.Config(train=TrainConfig(optimizer="adamw")))
+  assert decay_rate(back.train) == 0.01
+  assert TrainConfig(optimizer="adamw", weight_decay=0.0).weight_decay == 0.0
+  assert TrainConfig(optimizer="adam", weight_decay=0.0) == TrainConfig()

@@ -147,6 +147,11 @@ class TrainConfig:
 
   def __post_init__(self):
     validate_train_config(self)
+    # One form for one run: a weight decay equal to the optimizer's default is stored as None, so
+    # a config read back from config.json (which writes the decay in force) equals the one that
+    # wrote it, and hashes alike.
+    if self.weight_decay is not None and float(self.weight_decay) == _default_decay(self.optimizer):
+      object.__setattr__(self, "weight_decay", None)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -316,7 +321,11 @@ def decay_rate(train: TrainConfig) -> float:
   """The weight decay in force: train.weight_decay, or the optimizer's default where it is None."""
   if train.weight_decay is not None:
     return float(train.weight_decay)
-  return ADAMW_WEIGHT_DECAY if train.optimizer == "adamw" else 0.0
+  return _default_decay(train.optimizer)
+
+
+def _default_decay(optimizer: str) -> float:
+  return ADAMW_WEIGHT_DECAY if optimizer == "adamw" else 0.0
 
 
 def validate_rules(rules, key: str = "mesh.rules") -> None:
