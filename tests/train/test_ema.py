@@ -191,3 +191,28 @@ def test_runs_written_before_these_keys_keep_their_fingerprints():
   adamw = config_lib.Config(train=TrainConfig(optimizer="adamw")).to_dict()
   assert adamw["train"]["weight_decay"] == 0.01
   assert config_lib.build(adamw).train.weight_decay == 0.01
+
+
+def test_a_checkpoint_written_before_the_state_had_an_ema_resumes(tiny_setup, tmp_path):
+  """An older tfm's TrainState had no `ema` field, so its checkpoints' trees have no `ema` node
+  (this tfm saves None there): a run without an EMA resumes them, bit for bit, through the loop's
+  Checkpointer and through restore_state (tfm convert, train.init_from with init_optimizer)."""
+  from tfm.train import checkpoint as ckpt_lib  # pylint: disable=import-outside-toplevel
+  state = jax.device_get(tiny_setup.initial).replace(step=np.int32(3))
+  older = {name: getattr(state, name) for name in
+           ("step", "params", "opt_state", "rng", "nonfinite_count")}  # the older TrainState
+  checkpointer = ckpt_lib.Checkpointer(tmp_path, keep=2)
+  checkpointer.save(3, older)
+  checkpointer.wait()
+  restored, _, step = checkpointer.restore(tiny_setup.experiment.abstract_state)
+  checkpointer.close()
+  again, _ = ckpt_lib.restore_state(tmp_path, 3, tiny_setup.experiment.abstract_state)
+  for got in (restored, again):
+    assert step == 3 and got.ema is None and int(got.step) == 3
+    assert helpers.max_diff(jax.device_get(got.params), state.params) == 0
+    assert helpers.max_diff(jax.device_get(got.opt_state), state.opt_state) == 0
+  # A run with an EMA is still told, in one line, that this checkpoint holds none.
+  with_ema = tiny_setup.experiment.abstract_state.replace(
+      ema=tiny_setup.experiment.abstract_state.params)
+  with pytest.raises(ValueError, match=r"config key train\.ema_decay: .* holds no EMA"):
+    ckpt_lib.restore_state(tmp_path, 3, with_ema)

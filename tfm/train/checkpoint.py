@@ -24,6 +24,7 @@ renamed and restore raises: that is a changed model or optimizer config, not a t
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import logging
 import os
@@ -230,12 +231,13 @@ class Checkpointer:
 
   def _restore(self, abstract_state: Any, step: int, accept) -> tuple[Any, dict]:
     check_shapes(self.directory / str(step) / STATE, abstract_state)
-    items = {STATE: ocp.args.StandardRestore(abstract_state), DATA: ocp.args.JsonRestore()}
+    target, finish = restore_target(self.directory / str(step) / STATE, abstract_state)
+    items = {STATE: ocp.args.StandardRestore(target), DATA: ocp.args.JsonRestore()}
     has_manifest = (self.directory / str(step) / MANIFEST).exists()
     if has_manifest:
       items[MANIFEST] = ocp.args.JsonRestore()
     restored = self.manager.restore(step, args=ocp.args.Composite(**items))
-    state, payload = restored[STATE], dict(restored[DATA] or {})
+    state, payload = finish(restored[STATE]), dict(restored[DATA] or {})
     if has_manifest:
       verify(restored[MANIFEST], state, payload)
     else:
@@ -292,6 +294,27 @@ def saved_shapes(state_dir: epath.Path) -> dict[str, tuple]:
     return _shapes(handler.metadata(state_dir).tree)
   finally:
     handler.close()
+
+
+def restore_target(state_dir: epath.Path, abstract_state: Any) -> tuple[Any, Callable[[Any], Any]]:
+  """(the tree to restore the checkpoint at state_dir into, a function making the TrainState of
+  what comes back) for `abstract_state`. They are abstract_state and the identity, except for a
+  state without an EMA (train.ema_decay = 0) read from a checkpoint an older tfm wrote, before the
+  state had an `ema` field: that tree has no `ema` node at all (this tfm saves None there), so
+  the other fields are restored as a dict and the state is rebuilt with ema=None."""
+  fields = [f.name for f in dataclasses.fields(abstract_state)] if dataclasses.is_dataclass(
+      abstract_state) else []
+  if "ema" not in fields or abstract_state.ema is not None:
+    return abstract_state, lambda state: state
+  handler = ocp.PyTreeCheckpointHandler()
+  try:
+    saved = handler.metadata(state_dir).tree
+  finally:
+    handler.close()
+  if not isinstance(saved, dict) or "ema" in saved:
+    return abstract_state, lambda state: state
+  target = {name: getattr(abstract_state, name) for name in fields if name != "ema"}
+  return target, lambda state: type(abstract_state)(**state, ema=None)
 
 
 def check_shapes(state_dir: epath.Path, target: Any, prefix: str = "") -> None:
@@ -369,8 +392,9 @@ def restore_state(workdir: str | epath.Path, step: int, abstract_state: Any) -> 
   aside and no host's data state is picked: for copying a checkpoint (tfm convert)."""
   path = checkpoint_dir(workdir) / str(step)
   check_shapes(path / STATE, abstract_state)
+  target, finish = restore_target(path / STATE, abstract_state)
   with ocp.Checkpointer(ocp.StandardCheckpointHandler()) as checkpointer:
-    state = checkpointer.restore(path / STATE, args=ocp.args.StandardRestore(abstract_state))
+    state = finish(checkpointer.restore(path / STATE, args=ocp.args.StandardRestore(target)))
   with ocp.Checkpointer(ocp.JsonCheckpointHandler()) as checkpointer:
     payload = dict(checkpointer.restore(path / DATA) or {})
     if (path / MANIFEST).exists():
