@@ -124,6 +124,8 @@ def test_without_an_ema_the_state_holds_none(tiny_setup):
 @pytest.mark.parametrize("key, value, expected", [
     ("ema_decay", 1.0, r"a number in \[0, 1\) \(0 = no EMA\)"),
     ("ema_decay", -0.1, r"a number in \[0, 1\)"),
+    # below 1, but 1 in float32, where the step computes the decay: an EMA frozen at p_0
+    ("ema_decay", 0.99999999, r"a number in \[0, 1\) \(0 = no EMA\), at most 0\.99999994"),
     ("ema_warmup", 1, "True or False"),
     ("optimizer", "sgd", r"one of \('adam', 'adamw', 'adafactor'\)"),
     ("weight_decay", -1.0, "None .* or a non-negative finite number"),
