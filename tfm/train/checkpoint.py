@@ -317,6 +317,32 @@ def restore_target(state_dir: epath.Path, abstract_state: Any) -> tuple[Any, Cal
   return target, lambda state: type(abstract_state)(**state, ema=None)
 
 
+def _optimizer_parts(names) -> set[str]:
+  """The parts of tfm's optimizer state (tfm/train/optimizer.py: opt_state/<part>/...) that
+  arrays by these names hold: adam, or adafactor (and momentum), and learning_rate."""
+  return {k.split("/")[1] for k in names if k.startswith("opt_state/") and k.count("/") >= 2}
+
+
+def optimizer_difference(saved, wanted) -> str | None:
+  """One line naming the key (train.optimizer, train.adafactor_momentum) in which the optimizer
+  of a state of arrays `wanted` (by name) differs from that of a checkpoint holding `saved`, or
+  None (the same parts; or either holds no optimizer state)."""
+  held, kept = _optimizer_parts(saved), _optimizer_parts(wanted)
+  if not held or not kept or held == kept:
+    return None
+  rule = lambda parts: ("adafactor" if "adafactor" in parts else "adam" if "adam" in parts
+                        else "/".join(sorted(parts)))
+  if rule(held) != rule(kept):
+    return (f"config key train.optimizer: the checkpoint holds the optimizer state of "
+            f"{rule(held)!r} (adam and adamw keep Adam's) and this run's optimizer is "
+            f"{rule(kept)!r}")
+  if ("momentum" in held) != ("momentum" in kept):
+    return ("config key train.adafactor_momentum: the checkpoint holds Adafactor's state "
+            f"{'with' if 'momentum' in held else 'without'} momentum and this run's "
+            f"adafactor_momentum is {'0' if 'momentum' in held else '> 0'}")
+  return None
+
+
 def check_shapes(state_dir: epath.Path, target: Any, prefix: str = "") -> None:
   """Raises ValueError naming the first array of `target` (ShapeDtypeStructs; prefix: where it
   sits in the saved tree, 'params/' for the parameters alone) that the checkpoint at state_dir
@@ -330,6 +356,11 @@ def check_shapes(state_dir: epath.Path, target: Any, prefix: str = "") -> None:
                      "(opt_state/0/...), as older tfm versions wrote it; this tfm keys it by part "
                      "(opt_state/adam/...) and cannot resume it: its parameters still evaluate "
                      "(tfm eval), or train into a new --workdir")
+  differs = optimizer_difference(saved, wanted) if not prefix else None
+  if differs:
+    raise ValueError(f"{differs}: a run resumes with the optimizer it was trained with; to "
+                     "change it, start a new run from this one (train.init_from, a fresh "
+                     "optimizer)")
   if not prefix and any(k.startswith("ema/") for k in saved) != any(
       k.startswith("ema/") for k in wanted):
     held = any(k.startswith("ema/") for k in saved)
