@@ -218,3 +218,28 @@ def test_a_checkpoint_written_before_the_state_had_an_ema_resumes(tiny_setup, tm
       ema=tiny_setup.experiment.abstract_state.params)
   with pytest.raises(ValueError, match=r"config key train\.ema_decay: .* holds no EMA"):
     ckpt_lib.restore_state(tmp_path, 3, with_ema)
+
+
+def test_a_sweep_reads_the_ema_result_scored_with_its_length_buckets(tmp_path):
+  """A sweep whose config sets eval.length_buckets (configs/positions.py) has its `tfm eval` and
+  `tfm eval --checkpoint ema` results named ..._len<edges>.json: the run's result takes the EMA's
+  figures from the file scored as the series is (its limit and buckets), not a hand-run one."""
+  import json  # pylint: disable=import-outside-toplevel
+  from tfm.commands.sweep_results import SweepResults  # pylint: disable=import-outside-toplevel
+  from tfm.config import load_config  # pylint: disable=import-outside-toplevel
+  from tfm.sweep.runs import Run  # pylint: disable=import-outside-toplevel
+  config = load_config("configs/quickstart.py", ["train.steps=6", "train.ema_decay=0.9",
+                                                 "eval.length_buckets=10,20"])
+  run = Run("configs/quickstart.py", None, (("train.ema_decay", "0.9"),), 0)
+  results = SweepResults([run], {run: config}, load_config("configs/quickstart.py"),
+                         eval_limit=lambda r: 4)
+  results._fingerprints[run] = "-"  # pylint: disable=protected-access  (no vocabulary here)
+  figures = lambda ppl: {"perplexity": ppl, "bleu": ppl / 10, "tokenized_bleu": 0.0,
+                         "checkpoints": [4, 6]}
+  for name, ppl in [("eval_dev_6_avg2_first4_len10-20.json", 50.0),
+                    ("eval_dev_ema6_first4_len10-20.json", 40.0),
+                    ("eval_dev_ema6_first4.json", 99.0)]:  # a hand-run eval without buckets
+    (tmp_path / name).write_text(json.dumps(figures(ppl)))
+  result = results.describe(run, str(tmp_path), 1.0)
+  assert (result.dev_ppl, result.trained_steps) == (50.0, 6)
+  assert (result.ema_dev_ppl, result.ema_bleu) == (40.0, 4.0)
