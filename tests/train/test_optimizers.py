@@ -177,3 +177,5 @@ def test_a_resume_with_another_optimizer_names_the_key(tiny_setup, tmp_path):
       "config key train.adafactor_momentum: the checkpoint holds Adafactor's state with momentum")
   assert ckpt_lib.optimizer_difference(names(tiny_setup.experiment.abstract_state),
                                        {"params/w": (2,)}) is None  # parameters alone: no verdict
+  chain = {"opt_state/0/mu/w": (2,), "opt_state/1/count": ()}  # optax.chain's: older tfm's
+  assert ckpt_lib.optimizer_difference(chain, names(abstract(optimizer="adafactor"))) is None
