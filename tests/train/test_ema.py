@@ -124,6 +124,8 @@ def test_without_an_ema_the_state_holds_none(tiny_setup):
 @pytest.mark.parametrize("key, value, expected", [
     ("ema_decay", 1.0, r"a number in \[0, 1\) \(0 = no EMA\)"),
     ("ema_decay", -0.1, r"a number in \[0, 1\)"),
+    # below 1, but 1 in float32, where the step computes the decay: an EMA frozen at p_0
+    ("ema_decay", 0.99999999, r"a number in \[0, 1\) \(0 = no EMA\), at most 0\.99999994"),
     ("ema_warmup", 1, "True or False"),
     ("optimizer", "sgd", r"one of \('adam', 'adamw', 'adafactor'\)"),
     ("weight_decay", -1.0, "None .* or a non-negative finite number"),
@@ -198,3 +200,53 @@ def test_runs_written_before_these_keys_keep_their_fingerprints():
   assert decay_rate(back.train) == 0.01
   assert TrainConfig(optimizer="adamw", weight_decay=0.0).weight_decay == 0.0
   assert TrainConfig(optimizer="adam", weight_decay=0.0) == TrainConfig()
+
+
+def test_a_checkpoint_written_before_the_state_had_an_ema_resumes(tiny_setup, tmp_path):
+  """An older tfm's TrainState had no `ema` field, so its checkpoints' trees have no `ema` node
+  (this tfm saves None there): a run without an EMA resumes them, bit for bit, through the loop's
+  Checkpointer and through restore_state (tfm convert, train.init_from with init_optimizer)."""
+  from tfm.train import checkpoint as ckpt_lib  # pylint: disable=import-outside-toplevel
+  state = jax.device_get(tiny_setup.initial).replace(step=np.int32(3))
+  older = {name: getattr(state, name) for name in
+           ("step", "params", "opt_state", "rng", "nonfinite_count")}  # the older TrainState
+  checkpointer = ckpt_lib.Checkpointer(tmp_path, keep=2)
+  checkpointer.save(3, older)
+  checkpointer.wait()
+  restored, _, step = checkpointer.restore(tiny_setup.experiment.abstract_state)
+  checkpointer.close()
+  again, _ = ckpt_lib.restore_state(tmp_path, 3, tiny_setup.experiment.abstract_state)
+  for got in (restored, again):
+    assert step == 3 and got.ema is None and int(got.step) == 3
+    assert helpers.max_diff(jax.device_get(got.params), state.params) == 0
+    assert helpers.max_diff(jax.device_get(got.opt_state), state.opt_state) == 0
+  # A run with an EMA is still told, in one line, that this checkpoint holds none.
+  with_ema = tiny_setup.experiment.abstract_state.replace(
+      ema=tiny_setup.experiment.abstract_state.params)
+  with pytest.raises(ValueError, match=r"config key train\.ema_decay: .* holds no EMA"):
+    ckpt_lib.restore_state(tmp_path, 3, with_ema)
+
+
+def test_a_sweep_reads_the_ema_result_scored_with_its_length_buckets(tmp_path):
+  """A sweep whose config sets eval.length_buckets (configs/positions.py) has its `tfm eval` and
+  `tfm eval --checkpoint ema` results named ..._len<edges>.json: the run's result takes the EMA's
+  figures from the file scored as the series is (its limit and buckets), not a hand-run one."""
+  import json  # pylint: disable=import-outside-toplevel
+  from tfm.commands.sweep_results import SweepResults  # pylint: disable=import-outside-toplevel
+  from tfm.config import load_config  # pylint: disable=import-outside-toplevel
+  from tfm.sweep.runs import Run  # pylint: disable=import-outside-toplevel
+  config = load_config("configs/quickstart.py", ["train.steps=6", "train.ema_decay=0.9",
+                                                 "eval.length_buckets=10,20"])
+  run = Run("configs/quickstart.py", None, (("train.ema_decay", "0.9"),), 0)
+  results = SweepResults([run], {run: config}, load_config("configs/quickstart.py"),
+                         eval_limit=lambda r: 4)
+  results._fingerprints[run] = "-"  # pylint: disable=protected-access  (no vocabulary here)
+  figures = lambda ppl: {"perplexity": ppl, "bleu": ppl / 10, "tokenized_bleu": 0.0,
+                         "checkpoints": [4, 6]}
+  for name, ppl in [("eval_dev_6_avg2_first4_len10-20.json", 50.0),
+                    ("eval_dev_ema6_first4_len10-20.json", 40.0),
+                    ("eval_dev_ema6_first4.json", 99.0)]:  # a hand-run eval without buckets
+    (tmp_path / name).write_text(json.dumps(figures(ppl)))
+  result = results.describe(run, str(tmp_path), 1.0)
+  assert (result.dev_ppl, result.trained_steps) == (50.0, 6)
+  assert (result.ema_dev_ppl, result.ema_bleu) == (40.0, 4.0)

@@ -142,3 +142,40 @@ def test_adamw_is_adam_with_a_default_decay():
   np.testing.assert_allclose(result["adam"]["w"], -0.1, rtol=1e-6)
   jax.tree.map(np.testing.assert_array_equal, result["adamw"], result["adam_decayed"])
   jax.tree.map(np.testing.assert_array_equal, result["adam"], result["adamw_0"])
+
+
+def test_a_resume_with_another_optimizer_names_the_key(tiny_setup, tmp_path):
+  """A checkpoint of an Adam run resumed by a run with train.optimizer='adafactor' (or Adafactor's
+  momentum turned on or off): one line naming the key, not 'another model config?', and the
+  checkpoint kept; adam and adamw hold the same state."""
+  import dataclasses  # pylint: disable=import-outside-toplevel
+  from tests.train import helpers  # pylint: disable=import-outside-toplevel
+  from tfm.experiment import Experiment  # pylint: disable=import-outside-toplevel
+  from tfm.train import checkpoint as ckpt_lib  # pylint: disable=import-outside-toplevel
+
+  def abstract(**train):
+    config = helpers.experiment_config(
+        tiny_setup.model.cfg, dataclasses.replace(tiny_setup.experiment.config.train, **train),
+        helpers.mesh_cfg())
+    return Experiment(config, model=tiny_setup.model, devices=jax.devices()[:1]).abstract_state
+
+  checkpointer = ckpt_lib.Checkpointer(tmp_path, keep=2)
+  checkpointer.save(2, tiny_setup.initial)
+  checkpointer.wait()
+  with pytest.raises(ckpt_lib.CheckpointError, match=r"config key train\.optimizer: the checkpoint "
+                     r"holds the optimizer state of 'adam' .* this run's optimizer is 'adafactor': "
+                     r"a run resumes with the optimizer it was trained with"):
+    checkpointer.restore(abstract(optimizer="adafactor"))
+  assert checkpointer.all_steps() == [2]
+  _, _, step = checkpointer.restore(abstract(optimizer="adamw"))
+  checkpointer.close()
+  assert step == 2
+  names = lambda state: ckpt_lib._shapes(state)  # pylint: disable=protected-access
+  plain, momentum = (names(abstract(optimizer="adafactor", adafactor_momentum=b)) for b in (0, 0.9))
+  assert ckpt_lib.optimizer_difference(plain, plain) is None
+  assert ckpt_lib.optimizer_difference(momentum, plain).startswith(
+      "config key train.adafactor_momentum: the checkpoint holds Adafactor's state with momentum")
+  assert ckpt_lib.optimizer_difference(names(tiny_setup.experiment.abstract_state),
+                                       {"params/w": (2,)}) is None  # parameters alone: no verdict
+  chain = {"opt_state/0/mu/w": (2,), "opt_state/1/count": ()}  # optax.chain's: older tfm's
+  assert ckpt_lib.optimizer_difference(chain, names(abstract(optimizer="adafactor"))) is None

@@ -90,8 +90,9 @@ def result_name(split: str, steps: list[int], limit: int, suffix: str = "",
 
 
 def buckets_named(name: str) -> tuple[int, ...]:
-  """The length buckets' edges a result file's name records (() for none)."""
-  m = RESULT.fullmatch(name)
+  """The length buckets' edges a result file's name records (() for none): a series' (RESULT) or
+  an EMA's (EMA_RESULT)."""
+  m = RESULT.fullmatch(name) or EMA_RESULT.fullmatch(name)
   return tuple(int(e) for e in m["buckets"].split("-")) if m and m["buckets"] else ()
 
 

@@ -97,7 +97,8 @@ class SweepResults:
     emas = [(int(m["step"]), os.path.getmtime(os.path.join(workdir, name)), name)
             for name in os.listdir(workdir)
             if (m := eval_command.EMA_RESULT.fullmatch(name)) and m["split"] == "dev"
-            and int(m["limit"] or 0) == self.eval_limit(r) and not m["buckets"]]
+            and int(m["limit"] or 0) == self.eval_limit(r)
+            and eval_command.buckets_named(name) == buckets]  # scored as the series is
     if emas and out.trained_steps is not None and max(emas)[0] == out.trained_steps:
       with open(os.path.join(workdir, max(emas)[-1]), encoding="utf-8") as f:
         out = out.with_ema_eval(json.load(f))

@@ -12,6 +12,8 @@ from __future__ import annotations
 
 import dataclasses
 
+import numpy as np
+
 from tfm import sections
 from tfm.sections import fail, is_int, is_number
 from tfm.train import platform_choices
@@ -313,8 +315,12 @@ def validate_optimizer_keys(train: TrainConfig) -> None:
   if not is_number(train.adafactor_momentum) or not 0 <= train.adafactor_momentum < 1:
     fail("train.adafactor_momentum", "a number in [0, 1) (0 = no momentum)",
          train.adafactor_momentum)
-  if not is_number(train.ema_decay) or not 0 <= train.ema_decay < 1:
-    fail("train.ema_decay", "a number in [0, 1) (0 = no EMA)", train.ema_decay)
+  # The step computes d in float32 (tfm/train/ema.py): a decay that rounds to 1 there (above
+  # 1 - 2^-25) would leave the EMA at the initial parameters for good.
+  if (not is_number(train.ema_decay) or not 0 <= train.ema_decay < 1
+      or float(np.float32(train.ema_decay)) >= 1):
+    fail("train.ema_decay", "a number in [0, 1) (0 = no EMA), at most 0.99999994 (float32's "
+         "largest below 1)", train.ema_decay)
 
 
 def decay_rate(train: TrainConfig) -> float:

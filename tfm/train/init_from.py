@@ -119,7 +119,13 @@ def start_state(config, experiment, workdir: str):
     target = abstract.replace(ema=abstract.params if source_ema else None)
   else:
     target = experiment.abstract_params
-  differs = first_difference(saved, ckpt_lib._shapes(target))  # pylint: disable=protected-access
+  wanted = ckpt_lib._shapes(target)  # pylint: disable=protected-access
+  optimizer = ckpt_lib.optimizer_difference(saved, wanted) if whole else None
+  if optimizer:
+    raise ValueError(f"{optimizer} ({source}, {which} checkpoint, step {step}): "
+                     "train.init_optimizer=True takes the source's optimizer state, so it needs "
+                     "the source's optimizer; set init_optimizer=False for a fresh one")
+  differs = first_difference(saved, wanted)
   if differs:
     what = "array" if whole else "parameter"
     raise ValueError(f"config key train.init_from: {source} ({which} checkpoint, step {step}) is "
