@@ -48,14 +48,7 @@ def tracking_uri(train) -> str:
 
 def _client_class():
   """MlflowClient; ValueError in one line without the mlflow package."""
-  try:
-    from mlflow.tracking import MlflowClient  # pylint: disable=import-outside-toplevel
-  except ModuleNotFoundError as e:
-    if e.name is None or e.name.split(".")[0] != "mlflow":
-      raise
-    raise ValueError("train.trackers names mlflow, but the mlflow package is not installed: "
-                     "pip install 'tfm[mlflow]' (or drop mlflow from train.trackers)") from None
-  return MlflowClient
+  return trackers.client_package("mlflow", "mlflow.tracking").MlflowClient
 
 
 def _client(uri: str):

@@ -35,14 +35,7 @@ FLUSH_S = 1.0  # W&B's rows reach the run's .wandb file within this many seconds
 
 
 def _wandb():
-  try:
-    import wandb  # pylint: disable=import-outside-toplevel
-  except ModuleNotFoundError as e:
-    if e.name is None or e.name.split(".")[0] != "wandb":
-      raise
-    raise ValueError("train.trackers names wandb, but the wandb package is not installed: "
-                     "pip install 'tfm[wandb]' (or drop wandb from train.trackers)") from None
-  return wandb
+  return trackers.client_package("wandb")
 
 
 def check(train) -> None:

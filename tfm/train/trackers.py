@@ -103,6 +103,19 @@ def param_text(value: Any) -> str:
   return json.dumps(value) if isinstance(value, (list, dict)) else str(value)
 
 
+def client_package(name: str, module: str = ""):
+  """The tracker's client package `name` (or its `module`), imported; ValueError in one line where
+  it is not installed (a missing dependency of the package itself still raises as it is)."""
+  import importlib  # pylint: disable=import-outside-toplevel
+  try:
+    return importlib.import_module(module or name)
+  except ModuleNotFoundError as e:
+    if e.name is None or e.name.split(".")[0] != name:
+      raise
+    raise ValueError(f"train.trackers names {name}, but the {name} package is not installed: "
+                     f"pip install 'tfm[{name}]' (or drop {name} from train.trackers)") from None
+
+
 def check(train, workdir: str) -> None:
   """Raises ValueError in one line when a tracker of train.trackers cannot be used (a package
   missing, no URI, a server that does not answer): called at the start of a run, before anything
