@@ -8,8 +8,6 @@ import collections
 import json
 import math
 import os
-import subprocess
-import sys
 
 import numpy as np
 import pytest
@@ -254,17 +252,7 @@ def test_two_processes_resume_their_mixtures_bit_exact(corpora, tmp_path):
   _tokenizer(cfg)  # in the shared vocab_dir, as the lead host trains it before the others read
   config_path = tmp_path / "data_config.json"
   config_path.write_text(json.dumps(sections.to_dict(cfg)))
-  port = test_multihost._free_port()  # pylint: disable=protected-access
-  env = dict(os.environ, JAX_PLATFORMS="cpu",
-             PYTHONPATH=os.pathsep.join([os.getcwd(), os.environ.get("PYTHONPATH", "")]))
-  procs = [subprocess.Popen([sys.executable, WORKER, str(i), str(port), str(config_path),
-                             str(tmp_path / f"host{i}.json")],
-                            env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
-           for i in range(2)]
-  for p in procs:
-    out, _ = p.communicate(timeout=180)
-    assert p.returncode == 0, out.decode()[-3000:]
-  hosts = [json.loads((tmp_path / f"host{i}.json").read_text()) for i in range(2)]
+  hosts = test_multihost.run_two_hosts(WORKER, config_path, tmp_path, timeout=180)
   for i, host in enumerate(hosts):
     assert host["index"] == i and host["same"]
     assert host["texts"] and all(int(t.split()[1]) % 2 == i for t in host["texts"])

@@ -24,20 +24,26 @@ def _free_port():
     return s.getsockname()[1]
 
 
-def test_two_processes_read_disjoint_complete_shards(cfg, tok, tmp_path):
-  config_path = tmp_path / "data_config.json"
-  config_path.write_text(json.dumps(dataclasses.asdict(cfg)))
+def run_two_hosts(worker: str, config_path, tmp_path, timeout: int = 120) -> list[dict]:
+  """Runs `worker HOST PORT CONFIG OUT` as JAX processes 0 and 1 on the CPU (a jax.distributed
+  coordinator on 127.0.0.1) and returns each host's JSON output, in host order."""
   port = _free_port()
   env = dict(os.environ, JAX_PLATFORMS="cpu",
              PYTHONPATH=os.pathsep.join([os.getcwd(), os.environ.get("PYTHONPATH", "")]))
-  procs = [subprocess.Popen([sys.executable, WORKER, str(i), str(port), str(config_path),
+  procs = [subprocess.Popen([sys.executable, worker, str(i), str(port), str(config_path),
                              str(tmp_path / f"host{i}.json")],
                             env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
            for i in range(2)]
   for p in procs:
-    out, _ = p.communicate(timeout=120)
+    out, _ = p.communicate(timeout=timeout)
     assert p.returncode == 0, out.decode()[-3000:]
-  hosts = [json.loads((tmp_path / f"host{i}.json").read_text()) for i in range(2)]
+  return [json.loads((tmp_path / f"host{i}.json").read_text()) for i in range(2)]
+
+
+def test_two_processes_read_disjoint_complete_shards(cfg, tok, tmp_path):
+  config_path = tmp_path / "data_config.json"
+  config_path.write_text(json.dumps(dataclasses.asdict(cfg)))
+  hosts = run_two_hosts(WORKER, config_path, tmp_path)
   assert [h["index"] for h in hosts] == [0, 1] and all(h["count"] == 2 for h in hosts)
   reads = [collections.Counter((tuple(a), tuple(b)) for a, b in h["train"]) for h in hosts]
   assert reads[0] and reads[1] and not set(reads[0]) & set(reads[1])
