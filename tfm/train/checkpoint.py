@@ -27,7 +27,6 @@ from __future__ import annotations
 import dataclasses
 import json
 import logging
-import os
 import re
 from typing import Any, Callable, Sequence
 
