@@ -140,11 +140,12 @@ def run(fv: flags.FlagValues, config):
   from tfm.eval.dev_loss import DevLoss
   from tfm.eval.restore import load_trained, read_workdir_config
   from tfm.train import checkpoint as ckpt_lib
-  from tfm.train import trackers
+  from tfm.train import distributed, trackers
   from tfm.train.progress import Counter
 
   edges = _flag_edges(fv)  # the flags and the workdir's config checked before loading anything
   saved_config = read_workdir_config(fv.workdir)
+  distributed.initialize_from_env()  # before process_index: it starts JAX's backend
   if jax.process_index() == 0:  # the run's trackers answer (train.trackers) before any work
     trackers.check(saved_config.train, fv.workdir)
   names = _eval_sets(fv, saved_config.data.eval_set_names)
