@@ -10,7 +10,7 @@ import pytest
 
 from tfm.config import Config, load_config
 from tfm.sweep import execute, publish
-from tfm.train import trackers
+from tfm.train import tracker_common, trackers
 from tfm.train.config import LOOP_FIELDS, TrainConfig, step_fields, train_from_mapping
 from tfm.train.metrics_writer import MetricsWriter
 
@@ -92,7 +92,7 @@ def test_params_are_the_flattened_config():
   assert params["model.d_model"] == 512 and params["train.trackers"] == ["tensorboard"]
   assert params["train.profile_steps"] == [] and len(params) == sum(
       len(section) if isinstance(section, dict) else 1 for section in config.to_dict().values())
-  assert [trackers.param_text(params[k]) for k in ("model.d_model", "train.trackers",
+  assert [tracker_common.param_text(params[k]) for k in ("model.d_model", "train.trackers",
                                                   "train.curves", "train.init_from")] == [
       "512", '["tensorboard"]', "True", "None"]
 

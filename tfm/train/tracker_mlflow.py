@@ -28,7 +28,7 @@ import os
 import time
 from typing import Any, Mapping
 
-from tfm.train import trackers
+from tfm.train import tracker_common
 
 # MLflow's request settings (environment variables it reads at each request), unless set already.
 RETRIES, TIMEOUT_S = "2", "30"
@@ -48,7 +48,7 @@ def tracking_uri(train) -> str:
 
 def _client_class():
   """MlflowClient; ValueError in one line without the mlflow package."""
-  return trackers.client_package("mlflow", "mlflow.tracking").MlflowClient
+  return tracker_common.client_package("mlflow", "mlflow.tracking").MlflowClient
 
 
 def _client(uri: str):
@@ -134,7 +134,7 @@ class MLflow:
     self.floor: dict[str, int] = {}  # tag -> the last step its history held when the run resumed
     self._pending: list = []  # metrics that a request failed to send
     self._failing = False
-    state = trackers.read_state(workdir, self.name)
+    state = tracker_common.read_state(workdir, self.name)
     run = None
     if state.get("run_id") and state.get("tracking_uri") == self.uri:
       try:
@@ -149,9 +149,9 @@ class MLflow:
     if run is None:
       run = self.client.create_run(_experiment_id(self.client, experiment), run_name=run_name,
                                    tags=dict(tags))
-      trackers.write_state(workdir, self.name, {"run_id": run.info.run_id,
-                                                "experiment_id": run.info.experiment_id,
-                                                "tracking_uri": self.uri})
+      tracker_common.write_state(workdir, self.name, {"run_id": run.info.run_id,
+                                                      "experiment_id": run.info.experiment_id,
+                                                      "tracking_uri": self.uri})
     else:
       self.client.update_run(run.info.run_id, status=RunStatus.to_string(RunStatus.RUNNING))
       for key in run.data.metrics:
@@ -165,7 +165,7 @@ class MLflow:
 
   def params(self, values: Mapping[str, Any]) -> None:
     from mlflow.entities import Param  # pylint: disable=import-outside-toplevel
-    values = {k: trackers.param_text(v)[:PARAM_LENGTH] for k, v in values.items()}
+    values = {k: tracker_common.param_text(v)[:PARAM_LENGTH] for k, v in values.items()}
     changed = sorted(k for k, v in values.items()
                      if k in self.logged_params and self.logged_params[k] != v)
     if changed:

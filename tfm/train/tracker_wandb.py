@@ -29,13 +29,13 @@ import shutil
 from typing import Any, Mapping
 
 from tfm import storage
-from tfm.train import trackers, wandb_files
+from tfm.train import tracker_common, wandb_files
 
 FLUSH_S = 1.0  # W&B's rows reach the run's .wandb file within this many seconds (_flush_setting)
 
 
 def _wandb():
-  return trackers.client_package("wandb")
+  return tracker_common.client_package("wandb")
 
 
 def check(train) -> None:
@@ -59,7 +59,7 @@ def files_dir(workdir: str) -> str:
   current directory (W&B writes local files only)."""
   if storage.is_remote(workdir):
     return os.environ.get("WANDB_DIR") or os.getcwd()
-  return os.fspath(trackers.directory(workdir))
+  return os.fspath(tracker_common.directory(workdir))
 
 
 def _flush_setting(wandb) -> dict:
@@ -77,7 +77,7 @@ class WandB:
                stream):
     wandb = _wandb()
     self.workdir, self.stream, self._warned = workdir, stream, False
-    state = trackers.read_state(workdir, self.name)
+    state = tracker_common.read_state(workdir, self.name)
     self.run_id = state.get("run_id") or secrets.token_hex(6)  # W&B ids: [a-z0-9]
     self.steps: dict[str, int] = dict(state.get("steps", {}))  # tag -> its last step logged
     directory = files_dir(workdir)
@@ -98,8 +98,8 @@ class WandB:
         group=tags.get("group") or None, tags=labels or None, reinit="create_new",
         settings=wandb.Settings(console="off", silent=True, x_disable_stats=True,
                                 **_flush_setting(wandb)))
-    trackers.write_state(workdir, self.name, {"run_id": self.run_id, "project": experiment,
-                                              "name": run_name, "steps": self.steps})
+    tracker_common.write_state(workdir, self.name, {"run_id": self.run_id, "project": experiment,
+                                                    "name": run_name, "steps": self.steps})
     where = (f"offline, in {self.run.dir.rsplit(os.sep, 1)[0]}" if train.wandb_mode == "offline"
              else self.run.url)
     print(f"[wandb] run {self.run_id} ({run_name}) of project {experiment!r}: {where}",
@@ -124,8 +124,8 @@ class WandB:
       self._warn(f"could not log step {step}", e)  # never stops the training
       return
     self.steps.update({k: int(step) for k in new})
-    state = trackers.read_state(self.workdir, self.name)
-    trackers.write_state(self.workdir, self.name, {**state, "steps": self.steps})
+    state = tracker_common.read_state(self.workdir, self.name)
+    tracker_common.write_state(self.workdir, self.name, {**state, "steps": self.steps})
 
   def artifact(self, path: str, folder: str = "") -> None:
     """A copy of the file in the run's files (W&B would link to it, and the file changes)."""

@@ -38,8 +38,8 @@ from typing import Any, Mapping, Protocol
 from etils import epath
 
 from tfm import storage
+from tfm.train.tracker_common import read_state, write_state
 
-DIRECTORY = "trackers"  # WORKDIR/trackers
 SWEEP_FILE = "sweep.json"
 DEFAULT_EXPERIMENT = "tfm"
 
@@ -54,20 +54,6 @@ class Tracker(Protocol):
   def artifact(self, path: str, folder: str = "") -> None: ...
   def sync(self) -> None: ...
   def close(self, ok: bool = True) -> None: ...
-
-
-def directory(workdir: str) -> epath.Path:
-  return storage.path(workdir) / DIRECTORY
-
-
-def read_state(workdir: str, name: str) -> dict:
-  """WORKDIR/trackers/<name>.json ({} where absent)."""
-  path = directory(workdir) / f"{name}.json"
-  return storage.read_json(path) if path.exists() else {}
-
-
-def write_state(workdir: str, name: str, state: Mapping[str, Any]) -> None:
-  storage.write_json(directory(workdir) / f"{name}.json", dict(state))
 
 
 def write_sweep_tags(workdir: str, sweep: str, row: str | None, group: str, seed: int) -> None:
@@ -96,24 +82,6 @@ def flat_params(config_dict: Mapping[str, Any]) -> dict[str, Any]:
   from tfm.config import flatten  # pylint: disable=import-outside-toplevel
   return {key: json.loads(json.dumps(value, default=str))
           for key, value in sorted(flatten(config_dict).items())}
-
-
-def param_text(value: Any) -> str:
-  """A param as text: str() of a scalar ('0.1', 'True', 'None'), JSON of a list or mapping."""
-  return json.dumps(value) if isinstance(value, (list, dict)) else str(value)
-
-
-def client_package(name: str, module: str = ""):
-  """The tracker's client package `name` (or its `module`), imported; ValueError in one line where
-  it is not installed (a missing dependency of the package itself still raises as it is)."""
-  import importlib  # pylint: disable=import-outside-toplevel
-  try:
-    return importlib.import_module(module or name)
-  except ModuleNotFoundError as e:
-    if e.name is None or e.name.split(".")[0] != name:
-      raise
-    raise ValueError(f"train.trackers names {name}, but the {name} package is not installed: "
-                     f"pip install 'tfm[{name}]' (or drop {name} from train.trackers)") from None
 
 
 def check(train, workdir: str) -> None:
