@@ -152,6 +152,7 @@ def test_a_resume_with_another_optimizer_names_the_key(tiny_setup, tmp_path):
   from tests.train import helpers  # pylint: disable=import-outside-toplevel
   from tfm.experiment import Experiment  # pylint: disable=import-outside-toplevel
   from tfm.train import checkpoint as ckpt_lib  # pylint: disable=import-outside-toplevel
+  from tfm.train import checkpoint_compat  # pylint: disable=import-outside-toplevel
 
   def abstract(**train):
     config = helpers.experiment_config(
@@ -172,10 +173,11 @@ def test_a_resume_with_another_optimizer_names_the_key(tiny_setup, tmp_path):
   assert step == 2
   names = lambda state: ckpt_lib._shapes(state)  # pylint: disable=protected-access
   plain, momentum = (names(abstract(optimizer="adafactor", adafactor_momentum=b)) for b in (0, 0.9))
-  assert ckpt_lib.optimizer_difference(plain, plain) is None
-  assert ckpt_lib.optimizer_difference(momentum, plain).startswith(
+  assert checkpoint_compat.optimizer_difference(plain, plain) is None
+  assert checkpoint_compat.optimizer_difference(momentum, plain).startswith(
       "config key train.adafactor_momentum: the checkpoint holds Adafactor's state with momentum")
-  assert ckpt_lib.optimizer_difference(names(tiny_setup.experiment.abstract_state),
+  assert checkpoint_compat.optimizer_difference(names(tiny_setup.experiment.abstract_state),
                                        {"params/w": (2,)}) is None  # parameters alone: no verdict
   chain = {"opt_state/0/mu/w": (2,), "opt_state/1/count": ()}  # optax.chain's: older tfm's
-  assert ckpt_lib.optimizer_difference(chain, names(abstract(optimizer="adafactor"))) is None
+  assert checkpoint_compat.optimizer_difference(
+      chain, names(abstract(optimizer="adafactor"))) is None

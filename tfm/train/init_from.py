@@ -24,6 +24,7 @@ from tfm import config as config_lib
 from tfm import storage
 from tfm.train import best as best_lib
 from tfm.train import checkpoint as ckpt_lib
+from tfm.train import checkpoint_compat
 from tfm.train import vocabulary
 from tfm.train.ema import init_ema
 
@@ -120,7 +121,7 @@ def start_state(config, experiment, workdir: str):
   else:
     target = experiment.abstract_params
   wanted = ckpt_lib._shapes(target)  # pylint: disable=protected-access
-  optimizer = ckpt_lib.optimizer_difference(saved, wanted) if whole else None
+  optimizer = checkpoint_compat.optimizer_difference(saved, wanted) if whole else None
   if optimizer:
     raise ValueError(f"{optimizer} ({source}, {which} checkpoint, step {step}): "
                      "train.init_optimizer=True takes the source's optimizer state, so it needs "
