@@ -54,11 +54,22 @@ def _dev(workdir):
   return t, pairs, encode
 
 
+def _tfm_greedy(t, pairs) -> list:
+  """tfm's greedy translations of the pairs' sources at the run's eval settings (as tfm eval)."""
+  from tfm.decode.text import translate_texts  # pylint: disable=import-outside-toplevel
+  e = t.config.eval
+  translate = t.experiment.translate_fn(beam_size=1, length_penalty=e.length_penalty,
+                                        max_extra_length=e.max_extra_length, eos_id=1)
+  ours, _ = translate_texts(translate, t.params, t.tokenizer, [s for s, _ in pairs],
+                            batch_size=t.experiment.decode_rows(e.batch_size),
+                            max_input_length=t.config.data.max_length)
+  return ours
+
+
 def test_transformers_computes_tfm_logits_and_greedy_outputs(libraries, exported, monkeypatch):
   torch, transformers, _ = libraries
   import flax.linen as nn  # pylint: disable=import-outside-toplevel
   import jax  # pylint: disable=import-outside-toplevel
-  from tfm.decode.text import translate_texts  # pylint: disable=import-outside-toplevel
   from tfm.export import marian  # pylint: disable=import-outside-toplevel
   workdir, directory = exported
   monkeypatch.setenv("HF_HUB_OFFLINE", "1")  # loads from the directory alone
@@ -91,18 +102,14 @@ def test_transformers_computes_tfm_logits_and_greedy_outputs(libraries, exported
   difference = np.abs(theirs - ours)[tgt != 0].max()
   assert difference < 1e-4, difference
 
-  e = t.config.eval
-  translate = t.experiment.translate_fn(beam_size=1, length_penalty=e.length_penalty,
-                                        max_extra_length=e.max_extra_length, eos_id=1)
-  ours, _ = translate_texts(translate, t.params, t.tokenizer, [s for s, _ in pairs],
-                            batch_size=t.experiment.decode_rows(e.batch_size),
-                            max_input_length=t.config.data.max_length)
+  ours = _tfm_greedy(t, pairs)
   theirs, texts = [], []
   order = marian.id_order(V)
   for ids in sources:
     with torch.no_grad():
       out = model.generate(torch.tensor([list(to_marian(ids))]), num_beams=1,
-                           max_new_tokens=len(ids) + e.max_extra_length, max_length=None)
+                           max_new_tokens=len(ids) + t.config.eval.max_extra_length,
+                           max_length=None)
     theirs.append(t.tokenizer.decode([int(order[j]) for j in out[0].tolist()[1:]]))
     texts.append(tokenizer.decode(out[0], skip_special_tokens=True))
   assert theirs == ours  # the same tokens
@@ -150,7 +157,6 @@ def test_tfm_export_ct2_decodes_as_tfm(libraries, exported):
   """`tfm export --ct2` keeps the start token's embedding: greedy outputs are tfm's."""
   _, _, ctranslate2 = libraries
   from tfm import cli  # pylint: disable=import-outside-toplevel
-  from tfm.decode.text import translate_texts  # pylint: disable=import-outside-toplevel
   workdir, directory = exported
   target = directory.parent / "tfm_ct2"
   assert cli.main(["tfm", "export", f"--workdir={workdir}", f"--out={directory.parent / 'hf2'}",
@@ -159,17 +165,13 @@ def test_tfm_export_ct2_decodes_as_tfm(libraries, exported):
   marian_vocab = json.loads((directory / "vocab.json").read_text())
   assert vocabulary == sorted(marian_vocab, key=marian_vocab.get)  # pad kept, last
   t, pairs, encode = _dev(workdir)
-  e = t.config.eval
-  translate = t.experiment.translate_fn(beam_size=1, length_penalty=e.length_penalty,
-                                        max_extra_length=e.max_extra_length, eos_id=1)
-  ours, _ = translate_texts(translate, t.params, t.tokenizer, [s for s, _ in pairs],
-                            batch_size=t.experiment.decode_rows(e.batch_size),
-                            max_input_length=t.config.data.max_length)
+  ours = _tfm_greedy(t, pairs)
   translator = ctranslate2.Translator(str(target), device="cpu")
   sources = [encode(s) for s, _ in pairs]
   results = [translator.translate_batch([t.tokenizer.pieces(ids)], beam_size=1,
                                         suppress_sequences=[["<pad>"]],
-                                        max_decoding_length=len(ids) + e.max_extra_length)[0]
+                                        max_decoding_length=(len(ids)
+                                                             + t.config.eval.max_extra_length))[0]
              for ids in sources]
   sp = t.tokenizer.__getstate__()["proto"]
   import sentencepiece  # pylint: disable=import-outside-toplevel
