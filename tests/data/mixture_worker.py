@@ -12,17 +12,13 @@ import sys
 os.environ["JAX_PLATFORMS"] = "cpu"
 
 import jax  # noqa: E402
+import multihost_worker  # noqa: E402  (this folder: the script's own)
 import numpy as np  # noqa: E402
 
 
 def main():
-  process_id, port, config_path, out_path = sys.argv[1:5]
-  jax.distributed.initialize(coordinator_address=f"127.0.0.1:{port}", num_processes=2,
-                             process_id=int(process_id), initialization_timeout=60)
+  cfg, out_path = multihost_worker.join(sys.argv)
   from tfm.data import pipeline, sources, tokenizer  # pylint: disable=import-outside-toplevel
-  from tfm.data.config import DataConfig  # pylint: disable=import-outside-toplevel
-  with open(config_path, encoding="utf-8") as f:
-    cfg = DataConfig(**json.load(f))
   source = sources.DataSource.of(cfg)
   tok = tokenizer.get_tokenizer(cfg, None, source=source)
   keywords = dict(process_index=jax.process_index(), process_count=jax.process_count())

@@ -22,14 +22,20 @@ def segments(batch, side):
         yield [int(t) for t in tokens[row][seg[row] == segment_id]]
 
 
-def main():
-  process_id, port, config_path, out_path = sys.argv[1:5]
+def join(argv):
+  """(the DataConfig of config.json, out.json's path) of argv `process_id port config.json
+  out.json`, once this process has joined the 2-process cluster (coordinator on 127.0.0.1:port)."""
+  process_id, port, config_path, out_path = argv[1:5]
   jax.distributed.initialize(coordinator_address=f"127.0.0.1:{port}", num_processes=2,
                              process_id=int(process_id), initialization_timeout=60)
-  from tfm.data import pipeline, prefetch, sources, tokenizer  # pylint: disable=import-outside-toplevel
   from tfm.data.config import DataConfig  # pylint: disable=import-outside-toplevel
   with open(config_path, encoding="utf-8") as f:
-    cfg = DataConfig(**json.load(f))
+    return DataConfig(**json.load(f)), out_path
+
+
+def main():
+  cfg, out_path = join(sys.argv)
+  from tfm.data import pipeline, prefetch, sources, tokenizer  # pylint: disable=import-outside-toplevel
   tok = tokenizer.get_tokenizer(cfg, None, source=sources.DataSource.of(cfg))
   index, count = jax.process_index(), jax.process_count()
   source = sources.DataSource.of(cfg)
