@@ -263,15 +263,21 @@ def test_two_processes_resume_their_mixtures_bit_exact(corpora, tmp_path):
   assert hosts[0]["texts"][:20] != hosts[1]["texts"][:20]
 
 
-def test_a_trained_mixtures_vocabulary_is_found_without_its_files(corpora, tmp_path):
-  """A workdir copied to a machine without the sources' text files still finds its vocabulary
-  (the one mixture vocabulary of its languages and size there); one it never had is an error."""
-  d, pairs = corpora
-  corpus = tmp_path / "corpus"
+def _copy_of(d, corpus):
+  """The corpora's files a, b and bdev (both languages) copied into a new folder `corpus`, which a
+  test may delete after training from it."""
   corpus.mkdir()
   for name in ("a", "b", "bdev"):
     for lang in ("en", "xx"):
       (corpus / f"{name}.{lang}").write_bytes((d / f"{name}.{lang}").read_bytes())
+  return corpus
+
+
+def test_a_trained_mixtures_vocabulary_is_found_without_its_files(corpora, tmp_path):
+  """A workdir copied to a machine without the sources' text files still finds its vocabulary
+  (the one mixture vocabulary of its languages and size there); one it never had is an error."""
+  d, pairs = corpora
+  corpus = _copy_of(d, tmp_path / "corpus")
   cfg = _cfg(corpus, vocab_dir=None)
   workdir = tmp_path / "run"
   trained = tokenizer.get_tokenizer(cfg, str(workdir), source=sources.DataSource.of(cfg))
@@ -357,11 +363,7 @@ def test_a_run_starts_from_a_copied_mixtures_workdir(corpora, tmp_path):
   from tfm.train import checkpoint as ckpt_lib  # pylint: disable=import-outside-toplevel
   from tfm.train import init_from  # pylint: disable=import-outside-toplevel
   d, _ = corpora
-  corpus = tmp_path / "corpus"
-  corpus.mkdir()
-  for name in ("a", "b", "bdev"):
-    for lang in ("en", "xx"):
-      (corpus / f"{name}.{lang}").write_bytes((d / f"{name}.{lang}").read_bytes())
+  corpus = _copy_of(d, tmp_path / "corpus")
   overrides = ["data.dataset=text", "data.source_lang=en", "data.target_lang=xx",
                "data.vocab_size=150", "model.vocab_size=150", "data.max_length=32",
                f"data.dev_files={d}/bdev.{{lang}}"]
