@@ -1,5 +1,11 @@
 """The training loop: an Experiment's step over the data, with dev loss, dev BLEU and checkpoints.
 
+One loop and one step for every task (config.task): translation pairs packed into rows, or for
+'lm' and 'mlm' a stream of monolingual texts cut into rows (mlm's masked), which the same loss
+scores (tfm/train/loss.py: real target tokens; an mlm batch's targets are 0 but at its masked
+positions). What differs is the batches and what evaluation reports (tfm/eval/dev_loss.py: lm adds
+the per-word perplexity; lm and mlm have no dev BLEU, so eval.bleu_every is ignored for them).
+
   config.data  -> tokenizer, per-host packed batches (in this process or, with train.input=process,
                   one of their own: train_batches), prefetched onto the mesh by a thread
   Experiment   -> mesh, rules, model, optimizer, sharded state, the jitted steps (tfm/experiment.py)
@@ -118,6 +124,8 @@ def train_batches(config: Config, tokenizer, exp: Experiment):
   cannot hold the GIL the thread dispatching the steps needs. The same batches either way."""
   keywords = dict(process_index=jax.process_index(), process_count=jax.process_count(),
                   row_multiple=exp.batch_row_multiple)
+  if config.task != "translate":  # lm, mlm: a stream of texts cut into rows (mlm: then masked)
+    keywords["task"] = config.task
   if exp.choices.input == "inline":
     return pipeline.train_iterator(config.data, exp.data_source, tokenizer, **keywords)
   return batch_process.BatchProcess(config.data, exp.data_source, tokenizer, **keywords)
@@ -249,10 +257,11 @@ def _train(configs: list[Config], held: list[Workdir], log: logs.WorkdirLog, str
     tokenizer = tokenizers[0]
     eval_sets = exp.data_source.eval_set_names  # data.eval_sets; ('dev',) by default
     evaluate_dev = [{name: DevLoss(config.data, exp.data_source, tokenizer, e.eval_step,
-                                   exp.batch_sharding, split=name, row_multiple=exp.batch_shards)
+                                   exp.batch_sharding, split=name, row_multiple=exp.batch_shards,
+                                   task=config.task)
                      for name in eval_sets} for e in exps]
     decode = None
-    if config.eval.bleu_every:
+    if cadence.bleu_every:  # translation only: lm and mlm have no dev BLEU
       translate = exp.translate_fn(eos_id=tokenizer.eos_id)
       decode = {name: DevBleu(config.data, exp.data_source, tokenizer, translate,
                               batch_size=exp.decode_rows(config.eval.batch_size), split=name,
