@@ -122,7 +122,7 @@ def check_task(config: Config) -> None:
   if arch != TASKS[task]:
     raise ValueError(f"config keys task={task!r} and model.architecture={arch!r}: {task} needs "
                      f"{TASKS[task]!r}")
-  text_key = getattr(config.data, "text_key", None)
+  text_key = config.data.text_key
   if task != "translate" and text_key is None:
     raise ValueError(f"config keys task={task!r} and data.text_key=None: {task} reads one text an "
                      "example; set data.text_key (a TFDS feature such as 'text', or a language "

@@ -122,10 +122,9 @@ def train_batches(config: Config, tokenizer, exp: Experiment):
   """This host's train batches (pipeline.train_iterator): in this process, or with
   train.input=process in a process of their own (tfm/data/batch_process.py), where the packer
   cannot hold the GIL the thread dispatching the steps needs. The same batches either way."""
+  # lm, mlm: a stream of texts cut into rows (mlm: then masked), which the batcher's state resumes
   keywords = dict(process_index=jax.process_index(), process_count=jax.process_count(),
-                  row_multiple=exp.batch_row_multiple)
-  if config.task != "translate":  # lm, mlm: a stream of texts cut into rows (mlm: then masked)
-    keywords["task"] = config.task
+                  row_multiple=exp.batch_row_multiple, task=config.task)
   if exp.choices.input == "inline":
     return pipeline.train_iterator(config.data, exp.data_source, tokenizer, **keywords)
   return batch_process.BatchProcess(config.data, exp.data_source, tokenizer, **keywords)

@@ -39,11 +39,11 @@ class DevLoss:
                split: str = "dev", row_multiple: int = 1, task: str = "translate",
                context_length: int | None = None):
     self.eval_step = eval_step
-    keywords = dict(process_index=jax.process_index(), process_count=jax.process_count(),
-                    row_multiple=row_multiple)
-    if task != "translate":
-      keywords.update(task=task, context_length=context_length)
-    host_batches = pipeline.eval_batches(data, source, tokenizer, split, **keywords)
+    host_batches = pipeline.eval_batches(data, source, tokenizer, split,
+                                         process_index=jax.process_index(),
+                                         process_count=jax.process_count(),
+                                         row_multiple=row_multiple, task=task,
+                                         context_length=context_length)
     self.batches = [prefetch.to_device(b, sharding) for b in host_batches]
     # Every host's words: the NLL sums the eval step returns are the global batch's.
     self.words = (pipeline.eval_word_count(data, source, split, task=task) if task == "lm"
