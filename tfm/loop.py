@@ -77,11 +77,11 @@ def prepare_data(config: Config, source: sources.DataSource, workdir: str):
     sources.prepare(source)
     # A resumed run's model learned the vocabulary already there: never train another one.
     tokenizer_lib.get_tokenizer(config.data, workdir, source=source,
-                                train=not ckpt_lib.available_steps(workdir))
+                                train=not ckpt_lib.available_steps(workdir), task=config.task)
   distributed.barrier("tfm-data-ready")
   if not lead:
     sources.prepare(source, create_data_dir=True)  # the lead checked that the path exists
-  tokenizer = tokenizer_lib.get_tokenizer(config.data, workdir)
+  tokenizer = tokenizer_lib.get_tokenizer(config.data, workdir, task=config.task)
   check_vocabulary(config, tokenizer.vocab_size)
   distributed.barrier("tfm-data-everywhere")
   return tokenizer
@@ -192,8 +192,8 @@ def _train(configs: list[Config], held: list[Workdir], log: logs.WorkdirLog, str
                   if c.train.init_from and not ckpt_lib.available_steps(w)}  # a resume: its own
   tokenizers = [prepare_data(config, exp.data_source, workdirs[0])]
   for c, e, w in zip(configs[1:], exps[1:], workdirs[1:]):  # a stack's other members: the first's
-    vocabulary.take(vocabulary.path_of(config.data, workdirs[0]), c.data, w, workdirs[0],
-                    "a stack's members share one vocabulary")
+    vocabulary.take(vocabulary.path_of(config.data, workdirs[0], task=config.task), c.data, w,
+                    workdirs[0], "a stack's members share one vocabulary", task=c.task)
     tokenizers.append(prepare_data(c, e.data_source, w))
   for k, sha256 in source_vocab.items():
     init_from_lib.check_tokenizer(configs[k], tokenizers[k], sha256)

@@ -118,12 +118,12 @@ def _runs(fv: flags.FlagValues, config: config_lib.Config) -> list[Run]:
 def _prepare_data(configs) -> None:
   """Every distinct dataset and vocabulary, once, before any run starts."""
   from tfm.data import sources, tokenizer  # pylint: disable=import-outside-toplevel
-  for data in {c.data for c in configs}:
+  for data, task in {(c.data, c.task) for c in configs}:  # an mlm vocabulary holds <mask>
     source = sources.DataSource.of(data)
     sources.prepare(source)
-    tok = tokenizer.get_tokenizer(data, source=source)
+    tok = tokenizer.get_tokenizer(data, source=source, task=task)
     for c in configs:
-      if c.data == data:
+      if (c.data, c.task) == (data, task):
         config_lib.check_vocabulary(c, tok.vocab_size)
 
 

@@ -34,7 +34,7 @@ class SweepResults:
       from tfm.data import tokenizer  # pylint: disable=import-outside-toplevel
       c = self.configs[r]
       self._fingerprints[r] = publish.fingerprint(
-          c, tokenizer.get_tokenizer(c.data).model_sha256, self.eval_limit(r))
+          c, tokenizer.get_tokenizer(c.data, task=c.task).model_sha256, self.eval_limit(r))
     return self._fingerprints[r]
 
   @functools.cached_property
