@@ -44,24 +44,34 @@ def _tokens(batches):
   return np.concatenate(parts)
 
 
-def test_train_rows_are_the_shuffled_examples_concatenated(lm_env):
-  """One epoch of task lm: the rows' tokens, in order, are the kept lines in grain's shuffle order
-  (grain computes it here), each encoded with EOS, concatenated; every row but the last batch's
-  is full; inputs are zero; the 70-word lines (longer than a row) are not dropped."""
+@pytest.mark.parametrize("hosts", [1, 2])
+def test_train_rows_are_the_shuffled_examples_concatenated(lm_env, hosts):
+  """One epoch of task lm on each host: the rows' tokens, in order, are the host's lines
+  (line h + hosts * i) in grain's shuffle order (grain computes it here), the kept ones each
+  encoded with EOS, concatenated; every row but the last batch's is full; inputs are zero; the
+  70-word lines (longer than a row) are not dropped; the hosts' lines make the whole split."""
   cfg, tok, lines = lm_env["cfg"], lm_env["lm"], lm_env["lines"]["train"]
-  it = pipeline.train_iterator(cfg, sources.DataSource.of(cfg), tok, num_epochs=1, task="lm")
-  try:
-    batches = list(it)
-    stats = it.stats()
-  finally:
-    it.close()
-  order = list(grain.MapDataset.range(len(lines)).shuffle(seed=cfg.shuffle_seed))
-  want = _stream_of(_ok_texts([lines[i] for i in order]), tok)
-  assert np.array_equal(_tokens(batches), want)
-  assert all(b["targets"].shape == (4, 32) for b in batches)
-  assert all(not b[k].any() for b in batches for k in ("inputs", "inputs_segmentation"))
-  assert len(batches) == -(-len(want) // (4 * 32))
-  assert stats["examples_read"] == len(lines) and stats["examples_kept"] == len(lines) - 2
+  read = 0
+  for host in range(hosts):
+    it = pipeline.train_iterator(cfg, sources.DataSource.of(cfg), tok, num_epochs=1, task="lm",
+                                 process_index=host, process_count=hosts)
+    try:
+      batches = list(it)
+      stats = it.stats()
+    finally:
+      it.close()
+    mine = lines[host::hosts]
+    order = list(grain.MapDataset.range(len(mine)).shuffle(seed=cfg.shuffle_seed))
+    want = _stream_of(_ok_texts([mine[i] for i in order]), tok)
+    assert np.array_equal(_tokens(batches), want)
+    rows = 4 // hosts
+    assert all(b["targets"].shape == (rows, 32) for b in batches)
+    assert all(not b[k].any() for b in batches for k in ("inputs", "inputs_segmentation"))
+    assert len(batches) == -(-len(want) // (rows * 32))
+    assert stats["examples_read"] == len(mine)
+    assert stats["examples_kept"] == len(_ok_texts(mine))
+    read += stats["examples_read"]
+  assert read == len(lines)
   assert max(len(tok.encode(t)) for t in _ok_texts(lines)) > cfg.max_length
 
 
