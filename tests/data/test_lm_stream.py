@@ -183,6 +183,18 @@ def test_a_mixture_of_monolingual_sources_streams_both(lm_env, tmp_path):
   b = {tuple(tok.encode(t)) for t in other_lines}
   assert examples <= a | b and examples & a and examples & b
   assert counts["from_a"] > 0 and counts["from_b"] > 0
+  source = sources.DataSource.of(mixed)
+  first = pipeline.train_iterator(mixed, source, tok, task="lm")
+  second = pipeline.train_iterator(mixed, source, tok, task="lm")
+  try:  # resumed mid-example, the mixture's draws included
+    _take(first, 2)
+    while first.get_state()["batcher"]["offset"] == 0:
+      _take(first, 1)
+    second.set_state(first.get_state())
+    assert testlib.same_batches(_take(second, 3), _take(first, 3))
+  finally:
+    first.close()
+    second.close()
 
 
 def test_task_and_text_key_mismatches_are_refused_in_one_line(lm_env):
@@ -195,3 +207,30 @@ def test_task_and_text_key_mismatches_are_refused_in_one_line(lm_env):
     pipeline.train_iterator(cfg, source, tok)
   with pytest.raises(ValueError, match=r"config key task: expected"):
     pipeline.eval_batches(cfg, source, tok, task="gpt")
+
+
+@pytest.mark.long
+def test_worker_processes_give_the_same_masked_stream(lm_env):
+  """data.num_workers=2 (worker processes tokenize): the mlm batches of num_workers=0, also after
+  a resume."""
+  cfg, tok = lm_env["cfg"], lm_env["mlm"]
+  source = sources.DataSource.of(cfg)
+  inline = pipeline.train_iterator(cfg, source, tok, task="mlm")
+  try:
+    want = _take(inline, 6)
+  finally:
+    inline.close()
+  workers = cfg.replace(num_workers=2)
+  it = pipeline.train_iterator(workers, source, tok, task="mlm")
+  try:
+    got = _take(it, 3)
+    state = it.get_state()
+  finally:
+    it.close()
+  resumed = pipeline.train_iterator(workers, source, tok, task="mlm")
+  try:
+    resumed.set_state(state)
+    got += _take(resumed, 3)
+  finally:
+    resumed.close()
+  assert testlib.same_batches(got, want)
