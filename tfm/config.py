@@ -49,8 +49,7 @@ ADDED_LATER = {"model.matmul_precision": "default", "eval.length_buckets": (),
                "train.adafactor_min_dim_size_to_factor": 128,
                "train.adafactor_multiply_by_parameter_scale": True,
                "train.adafactor_epsilon": 1e-30, "train.adafactor_momentum": 0.0,
-               "task": "translate", "data.text_key": None, "data.mask_rate": 0.15,
-               "data.mask_token_rate": 0.8, "data.mask_random_rate": 0.1}
+               "task": "translate"}
 # Keys a config may hold beside the sections: a table config's rows, one row's name and figures.
 EXTRAS = ("rows", "row", "paper")
 # What a run learns, and the model.architecture each task trains: translation pairs (the paper's
