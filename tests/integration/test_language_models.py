@@ -42,7 +42,7 @@ def _dev(log: str, name: str) -> dict[int, float]:
 
 
 @pytest.mark.parametrize("task", ["lm", "mlm"])
-def test_a_stopped_run_resumes_bit_exact(experiment_module, tmp_path, task):
+def test_a_stopped_run_resumes_bit_exact(experiment_module, tmp_path, capsys, task):
   whole, log = run_train(_config(experiment_module, task), tmp_path / "a")
   run_train(_config(experiment_module, task, "train.steps=3"), tmp_path / "b")
   resumed, again = run_train(_config(experiment_module, task), tmp_path / "b")
@@ -58,6 +58,15 @@ def test_a_stopped_run_resumes_bit_exact(experiment_module, tmp_path, task):
   else:
     assert not _dev(log, "word_perplexity")
   assert "bleu" not in log.lower()
+  # tfm eval scores the last checkpoints as training's last evaluation did (the same dev rows;
+  # mlm: masked with the same fixed seed), with averaging off.
+  assert cli.main(["tfm", "eval", f"--workdir={tmp_path / 'a'}", "--average=1"]) == 0
+  result = json.load(open(tmp_path / "a" / "eval_dev_6_avg1.json"))
+  assert result["task"] == task and "bleu" not in result and "sentences" not in result
+  assert math.isclose(result["perplexity"], _dev(log, "perplexity")[6], rel_tol=1e-4)
+  assert result["target_tokens"] == _dev(log, "tokens")[6]
+  assert ("words" in result) == (task == "lm")
+  capsys.readouterr()
 
 
 def test_stacked_lm_members_are_their_solo_runs(experiment_module, tmp_path):
