@@ -330,8 +330,8 @@ def _evaluate_texts(fv: flags.FlagValues, names: list[str], contexts: tuple[int,
     try:
       trackers.record_later(fv.workdir, files=tuple(written), folder="eval")
     except Exception as e:  # pylint: disable=broad-except  # the results are written already
-      print(f"[eval] the results did not reach the run's trackers ({' '.join(str(e).split())[:300]})",
-            file=sys.stderr)
+      reason = " ".join(str(e).split())[:300]
+      print(f"[eval] the results did not reach the run's trackers ({reason})", file=sys.stderr)
 
 
 def _print(result: dict) -> None:
