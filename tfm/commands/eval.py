@@ -1,6 +1,7 @@
 """`tfm eval --workdir DIR [--split NAME[,NAME...]] [--average N | --checkpoint best|ema] [--limit K]
-[--beam_size B,... --length_penalty A,... --max_extra_length E,...] [--length_buckets=E1,E2,..]`:
-BLEU, chrF, TER and perplexity, and by source length.
+[--beam_size B,... --length_penalty A,... --max_extra_length E,...] [--length_buckets=E1,E2,..]
+[--context_lengths=L1,L2,..]`: BLEU, chrF, TER and perplexity, and by source length; for a
+language model (task lm / mlm) its perplexities, and by context length.
 
 --split names what is evaluated: 'dev', 'test', or evaluation sets of the run's data.eval_sets;
 without it, every evaluation set of data.eval_sets (by default only 'dev', the dataset's dev
