@@ -6,7 +6,9 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
+from tests.data import tfm_data_testlib as testlib
 from tests.model.helpers import draw, tiny
+from tfm.data import tokenizer as tokenizer_lib
 from tfm.decode import generate as gen
 from tfm.model.config import ModelConfig
 
@@ -16,9 +18,10 @@ FULL_LENGTH = 32
 
 
 @functools.lru_cache(maxsize=None)
-def lm(positions: str):
-  """(model, params, a jitted full forward pass) of a tiny decoder-only model."""
-  cfg = tiny(architecture="decoder_only", num_encoder_layers=0, positions=positions,
+def lm():
+  """(model, params, a jitted full forward pass) of a tiny decoder-only model with learned positions
+  (the rotary and other positions' caches: tests/model/test_decode_cache.py)."""
+  cfg = tiny(architecture="decoder_only", num_encoder_layers=0, positions="learned",
              max_length=FULL_LENGTH)
   targets = jnp.ones((1, FULL_LENGTH), jnp.int32)
   model, v = draw(cfg, None, targets, seed=3)
@@ -58,6 +61,12 @@ def tokens_of(sequences):
   return rows
 
 
+@functools.lru_cache(maxsize=None)
+def generator(**settings):
+  """make_generator for lm(), built once per setting (each compiles its functions)."""
+  return gen.make_generator(lm()[0], max_new_tokens=NEW, **settings)
+
+
 def run_batch(generator, params, prompts, seed=0, limits=None):
   batch = gen.prompt_batch(prompts, len(prompts))
   keys = gen.row_keys(seed, 0, len(prompts))
@@ -72,11 +81,10 @@ def run_stream(generator, params, prompts, seed=0, limit=NEW):
           for i, p in enumerate(prompts)]
 
 
-@pytest.mark.parametrize("positions", ["learned", "rope"])
-def test_greedy_is_the_argmax_of_full_forward_passes(positions):
-  model, params, full = lm(positions)
+def test_greedy_is_the_argmax_of_full_forward_passes():
+  _, params, full = lm()
   expected = [argmax_continuation(full, params, p, NEW) for p in PROMPTS]
-  greedy = gen.make_generator(model, max_new_tokens=NEW, temperature=0)
+  greedy = generator(temperature=0)
   assert run_batch(greedy, params, PROMPTS) == expected  # ragged prompts in one batch
   assert run_stream(greedy, params, PROMPTS) == expected
   # Per-row limits: the batch stops each row at its own.
@@ -85,27 +93,23 @@ def test_greedy_is_the_argmax_of_full_forward_passes(positions):
 
 
 def test_top_k_1_sampling_is_greedy_and_stream_equals_batch():
-  model, params, _ = lm("learned")
-  greedy = gen.make_generator(model, max_new_tokens=NEW, temperature=0)
-  top1 = gen.make_generator(model, max_new_tokens=NEW, temperature=1.3, top_k=1)
-  assert run_batch(top1, params, PROMPTS, seed=5) == run_batch(greedy, params, PROMPTS)
-  sampler = gen.make_generator(model, max_new_tokens=NEW, temperature=1.0)
+  _, params, _ = lm()
+  top1 = generator(temperature=1.3, top_k=1)
+  assert run_batch(top1, params, PROMPTS, seed=5) == run_batch(generator(temperature=0),
+                                                               params, PROMPTS)
+  sampler = generator(temperature=0.7)
   batch = run_batch(sampler, params, PROMPTS, seed=7)
   assert run_stream(sampler, params, PROMPTS, seed=7) == batch  # one key per prompt, any batch
   assert run_batch(sampler, params, PROMPTS, seed=7) == batch
-  assert run_batch(sampler, params, PROMPTS, seed=8) != batch  # 24 draws at temperature 1
+  assert run_batch(sampler, params, PROMPTS, seed=8) != batch  # 24 draws at temperature 0.7
 
 
 def test_sampling_frequencies_follow_the_softmax_at_temperature():
   """N rows of one prompt, one key each: the first new token's counts against N * softmax(logits /
-  T) (pad excluded) of a full forward pass, within 5 binomial standard deviations; then the second
-  token's counts among the rows whose first token was the most common one, against its
-  conditional."""
-  cfg = tiny(architecture="decoder_only", num_encoder_layers=0, vocab_size=8, positions="learned",
-             max_length=FULL_LENGTH)
-  model, v = draw(cfg, None, jnp.ones((1, FULL_LENGTH), jnp.int32), seed=11)
-  params = v["params"]
-  full = jax.jit(lambda p, t: model.apply({"params": p}, None, t))
+  T) (pad excluded) of a full forward pass, within 5 binomial standard deviations (+1) for every
+  token of the vocabulary; then the second token's counts among the rows whose first token was the
+  most common one, against its conditional."""
+  _, params, full = lm()
   temperature, rows, prompt = 0.7, 3000, [4, 6, 2]
 
   def expected(sequence):
@@ -120,10 +124,10 @@ def test_sampling_frequencies_follow_the_softmax_at_temperature():
     bound = 5 * np.sqrt(n * probs * (1 - probs)) + 1
     assert np.all(np.abs(counts - n * probs) <= bound), (counts, n * probs)
 
-  sampler = gen.make_generator(model, max_new_tokens=2, temperature=temperature)
+  sampler = generator(temperature=temperature)
   batch = gen.prompt_batch([prompt] * rows, rows)
   result = sampler.generate(params, batch.fed, batch.counts, batch.last,
-                            gen.row_keys(0, 0, rows), np.full((rows,), 2, np.int32))
+                            gen.row_keys(0, 0, rows), np.full((rows,), 2, np.int32))  # 2 steps
   seqs = np.asarray(result.sequences)
   check(seqs[:, 0], expected(prompt))
   first = np.bincount(seqs[:, 0][seqs[:, 0] != 1]).argmax()
@@ -159,3 +163,37 @@ def test_learned_positions_bound_the_prompt_and_the_new_tokens():
   assert gen.new_token_limit(rope, 50, 100) == 100  # no table of positions to run out of
   with pytest.raises(ValueError, match="decoder_only"):
     gen.make_generator(type("M", (), {"cfg": ModelConfig()})(), max_new_tokens=3)
+
+
+def test_streamed_text_is_the_decoded_whole(tmp_path):
+  """text_deltas on a real SentencePiece vocabulary: after every token the text shown is the new
+  part of decode(prompt + tokens so far), and the deltas join to decode(prompt + tokens up to EOS)
+  less decode(prompt): word-start spaces included, the first one of an empty prompt's text not."""
+  texts = [clean for _, clean in testlib.corpus()["web"].values()][:400]
+  tokenizer_lib.train_vocab(texts, 300, tmp_path / "spm.model")
+  tok = tokenizer_lib.Tokenizer.load(tmp_path / "spm.model")
+  rng = np.random.default_rng(0)
+  for trial in range(40):
+    prompt = tok.encode(texts[trial])[:-1][:int(rng.integers(0, 8))]
+    tokens = [int(t) for t in rng.integers(2, tok.vocab_size, 10)]
+    if trial % 2:
+      tokens[int(rng.integers(0, 10))] = tok.eos_id
+    fed = []
+
+    def feed():
+      for token in tokens:
+        fed.append(token)
+        yield token
+
+    head, shown = tok.decode(prompt), ""
+    for delta in gen.text_deltas(tok, prompt, feed()):
+      assert delta
+      shown += delta
+      if fed[-1] != tok.eos_id:
+        assert head + shown == tok.decode(prompt + fed)  # live: nothing held back
+    ended = tokens[:tokens.index(tok.eos_id)] if tok.eos_id in tokens else tokens
+    whole = tok.decode(prompt + ended)
+    assert whole.startswith(head) and shown == whole[len(head):]
+    assert shown == gen.continuation(tok, prompt, tokens)
+    if not prompt and ended:
+      assert not shown.startswith(" ")
