@@ -1,4 +1,5 @@
-"""Prompt continuation (tfm/decode/generate.py) against full, uncached forward passes of the model."""
+"""Prompt continuation (tfm/decode/generate.py) against full, uncached forward passes of the
+model."""
 
 import functools
 import jax
@@ -70,7 +71,8 @@ def generator(**settings):
 def run_batch(generator, params, prompts, seed=0, limits=None):
   batch = gen.prompt_batch(prompts, len(prompts))
   keys = gen.row_keys(seed, 0, len(prompts))
-  limits = np.full((len(prompts),), NEW, np.int32) if limits is None else np.asarray(limits, np.int32)
+  limits = np.full((len(prompts),), NEW) if limits is None else np.asarray(limits)
+  limits = limits.astype(np.int32)
   result = generator.generate(params, batch.fed, batch.counts, batch.last, keys, limits)
   return tokens_of(result.sequences)
 

@@ -1,4 +1,5 @@
-"""Continuing prompts with a decoder-only language model: the prompt through the cache, then sampling.
+"""Continuing prompts with a decoder-only language model: the prompt through the cache, then
+sampling.
 
 A decoder-only model reads its text after the start token 0 (`Transformer.decode` shifts its
 targets right), so a prompt of pieces p_1 .. p_n is the decoder input s = [0, p_1, .., p_n]. The
@@ -60,7 +61,8 @@ def prefill(tokens_to_logits: TokensToLogits, cache: PyTree, fed: jax.Array,
 
 class PromptBatch(NamedTuple):
   """Prompts as decoder inputs: fed int32[rows, P] (row r: s[:-1], padded with 0), counts
-  int32[rows] (n = len(s) - 1), last int32[rows] (s[-1]). Rows past the prompts are empty prompts."""
+  int32[rows] (n = len(s) - 1), last int32[rows] (s[-1]). Rows past the prompts are empty
+  prompts."""
 
   fed: np.ndarray
   counts: np.ndarray

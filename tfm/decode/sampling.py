@@ -11,8 +11,9 @@ decoders jit-compile (one loop per cache length with `cache_lengths` / `grow_cac
 Sampling draws step t's token with the key `jax.random.fold_in(rng, t)`: the same key gives the
 same output. `rng` may also hold one key per row (`[batch]` typed keys or uint32[batch, 2]): row r
 then draws with fold_in(rng[r], t), so its tokens do not depend on the other rows of its batch
-(`tfm.decode.generate` streams one prompt and batches several with the same samples). The logits are processed in this order: drop pad_id, divide by the temperature,
-keep the top_k largest, keep the nucleus (top_p), renormalise. The returned log-probability is
+(`tfm.decode.generate` streams one prompt and batches several with the same samples). The logits
+are processed in this order: drop pad_id, divide by the temperature, keep the top_k largest, keep
+the nucleus (top_p), renormalise. The returned log-probability is
 that of the *model* (the unprocessed log-softmax), summed over the generated tokens, EOS included.
 """
 
@@ -147,9 +148,10 @@ def greedy(tokens_to_logits: TokensToLogits, cache: PyTree, *, max_decode_len: i
 
   cache leaves [batch, ...]; max_lengths int32[batch] limits |Y| (EOS included), None =
   max_decode_len (static). start_id: the first step's input, one id or int32[batch] (a
-  prompt's last token when the cache holds the rest of it, `tfm.decode.generate`). cache_lengths / grow_cache: a cache that grows with the output (see
-  `tfm.decode.common`); () = one loop over the cache as given. Returns a `DecodeResult` with
-  sequences int32[batch, max_decode_len].
+  prompt's last token when the cache holds the rest of it, `tfm.decode.generate`).
+  cache_lengths / grow_cache: a cache that grows with the output (see `tfm.decode.common`); () =
+  one loop over the cache as given. Returns a `DecodeResult` with sequences
+  int32[batch, max_decode_len].
   """
   return _decode(tokens_to_logits, cache, lambda logits, step: jnp.argmax(logits, axis=-1),
                  max_decode_len=max_decode_len, max_lengths=max_lengths, eos_id=eos_id,
