@@ -15,6 +15,8 @@ from tfm.data import tokenizer as tokenizer_lib
 from tfm.experiment import Experiment
 from tfm.train import checkpoint as ckpt_lib
 
+LM = ["task=lm", "model.architecture=decoder_only", "model.num_encoder_layers=0", "data.text_key=en",
+      "model.positions=learned", "model.max_length=40", "eval.max_extra_length=8"]
 PROMPTS = ["gen one and two", "", "in the beginning god"]
 NEW = 7
 
@@ -22,17 +24,16 @@ NEW = 7
 @pytest.fixture(scope="module")
 def lm_workdir(experiment_module, tmp_path_factory):
   """A workdir as `tfm train` leaves one (config.json, its vocabulary, a checkpoint at train.steps)
-  for a decoder-only model with learned positions, its parameters the initial ones: what is tested
-  is the command's decoding of whatever parameters it restores, not training."""
+  for a task lm model (decoder-only) with learned positions, its parameters the initial ones: what
+  is tested is the command's decoding of whatever parameters it restores, not training (a trained
+  run: test_generate_continues_a_trained_lm_run, long tier)."""
   workdir = tmp_path_factory.mktemp("lm")
-  config = experiment_module("model.architecture=decoder_only", "model.num_encoder_layers=0",
-                             "model.positions=learned", "model.max_length=40",
-                             "eval.max_extra_length=8", "train.average_checkpoints=1")
+  config = experiment_module(*LM, "train.average_checkpoints=1")
   config = config.replace(data=dataclasses.replace(config.data, vocab_dir=str(workdir)))
   ckpt_lib.write_config(workdir, config.to_dict())
-  texts = [clean for _, clean in testlib.corpus()["web"].values()]
-  tokenizer_lib.train_vocab(texts, config.data.vocab_size,
-                            tokenizer_lib.trained_vocab_path(config.data, epath.Path(workdir)))
+  texts = [clean for _, clean in testlib.corpus()["web"].values()]  # the English side, text_key en
+  tokenizer_lib.train_vocab(texts, config.data.vocab_size, tokenizer_lib.trained_vocab_path(
+      config.data, epath.Path(workdir), config.task))
   exp = Experiment(config)
   checkpointer = ckpt_lib.Checkpointer(workdir, keep=1, async_save=False)
   checkpointer.save(config.train.steps, exp.init_state())
@@ -94,10 +95,27 @@ def test_generate_refusals_are_one_line(lm_workdir, experiment_module, tmp_path,
   ckpt_lib.write_config(translation, experiment_module().to_dict())
   code, out, err = generate(capsys, translation, "--prompt=x")
   assert code == 1 and out == "" and len(err.strip().splitlines()) == 1
-  assert "model.architecture='decoder_only'" in err and "'encoder_decoder'" in err
+  assert "task='lm'" in err and "config.task is 'translate'" in err
   code, out, err = generate(capsys, workdir, "--prompt=one", "--prompt=" + " and" * 60)
   assert code == 1 and out == ""
   assert err.strip().splitlines() == [err.strip()] and "prompt 1: a prompt of" in err
   assert "model.max_length=40" in err
   code, out, err = generate(capsys, workdir, "--prompt=one", "--greedy", "--top_k=3")
   assert code == 2 and "--greedy takes the most likely token; --top_k applies to sampling" in err
+
+
+@pytest.mark.long
+def test_generate_continues_a_trained_lm_run(experiment_module, tmp_path, capsys):
+  """A task lm run trained by the loop (6 steps, its vocabulary of the English side), its last two
+  checkpoints averaged: the command's greedy text is the full passes' argmax continuation."""
+  from tests.integration.conftest import run_train  # pylint: disable=import-outside-toplevel
+  from tfm.eval.restore import load_trained  # pylint: disable=import-outside-toplevel
+  run_train(experiment_module(*LM), tmp_path / "lm")
+  workdir = str(tmp_path / "lm")
+  code, out, err = generate(capsys, workdir, *[f"--prompt={p}" for p in PROMPTS], "--greedy",
+                            f"--max_new_tokens={NEW}")
+  assert code == 0, err
+  t = load_trained(workdir)
+  assert t.steps == [3, 6]
+  full = jax.jit(lambda p, x: t.model.apply({"params": p}, None, x))
+  assert out.split("\n")[:-1] == [argmax_text(t, full, p) for p in PROMPTS]

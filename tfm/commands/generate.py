@@ -2,8 +2,8 @@
 [--top_k K] [--top_p P] [--greedy] [--seed S] [--checkpoint last|best|ema] [--average N]
 [--nostream [--batch_size B]] [--noecho]`.
 
-Continues each prompt (--prompt, repeatable, or stdin, one a line) with the decoder-only language
-model in DIR: a line per prompt on stdout, the prompt then its continuation, the continuation's
+Continues each prompt (--prompt, repeatable, or stdin, one a line) with the language model (task
+lm, a decoder-only model) in DIR: a line per prompt on stdout, the prompt then its continuation, the continuation's
 text written as each token is drawn. A continuation ends at the model's EOS or after
 --max_new_tokens tokens (fewer where a model with learned positions runs out of them). Prompt i
 (counting from 0) samples with the key fold_in(PRNGKey(--seed), i), so a seed gives the same
@@ -65,12 +65,12 @@ def _check_flags(fv: flags.FlagValues):
 
 def _refuse_non_lm(workdir: str, config) -> None:
   """One line for a workdir whose model does not continue text (before anything is loaded)."""
-  architecture = config.model.architecture
-  if architecture != "decoder_only":
-    use = ("tfm translate translates with it" if architecture == "encoder_decoder"
-           else "an encoder-only model fills in masked tokens; it does not generate")
+  if config.task != "lm":
+    use = ("tfm translate translates with it" if config.task == "translate"
+           else "a masked language model fills in masked tokens; it does not continue text")
     raise ValueError(f"--workdir={workdir}: tfm generate continues text with a language model "
-                     f"(model.architecture='decoder_only'); this run's is {architecture!r} ({use})")
+                     f"(task='lm', model.architecture='decoder_only'); this run's config.task is "
+                     f"{config.task!r} ({use})")
 
 
 def _stdin_prompts(interactive: bool):
@@ -130,7 +130,8 @@ def run(fv: flags.FlagValues, config):
 
   workdir_config = read_workdir_config(fv.workdir)
   _refuse_non_lm(fv.workdir, workdir_config)
-  tokenizer = tokenizer_lib.get_tokenizer(workdir_config.data, fv.workdir, train=False)
+  tokenizer = tokenizer_lib.get_tokenizer(workdir_config.data, fv.workdir, train=False,
+                                          task=workdir_config.task)
   prompts = _Prompts(tokenizer, workdir_config.model, fv.max_new_tokens)
   interactive = not fv.prompt and fv.stream and sys.stdin.isatty()
   texts = fv.prompt or _stdin_prompts(interactive)
