@@ -2,6 +2,8 @@
 continuation computed here by full forward passes, stream against batch, and its refusals."""
 
 import dataclasses
+import io
+import sys
 
 import jax
 import jax.numpy as jnp
@@ -102,6 +104,26 @@ def test_generate_refusals_are_one_line(lm_workdir, experiment_module, tmp_path,
   assert "model.max_length=40" in err
   code, out, err = generate(capsys, workdir, "--prompt=one", "--greedy", "--top_k=3")
   assert code == 2 and "--greedy takes the most likely token; --top_k applies to sampling" in err
+
+
+class _Terminal(io.TextIOWrapper):
+  def isatty(self):
+    return True
+
+
+def test_generate_reads_stdin_piped_or_typed(lm_workdir, monkeypatch, capsys):
+  """Piped prompts are all checked before the model loads (a bad one: nothing printed); typed ones
+  are continued as they come, a refused one said on stderr and the session going on."""
+  workdir, _ = lm_workdir
+  long_line = " and" * 60
+  lines = f"one\n{long_line}\ntwo\n".encode()
+  monkeypatch.setattr(sys, "stdin", io.TextIOWrapper(io.BytesIO(lines), encoding="utf-8"))
+  code, out, err = generate(capsys, workdir, "--greedy", f"--max_new_tokens={NEW}")
+  assert code == 1 and out == "" and "prompt 1: a prompt of" in err
+  monkeypatch.setattr(sys, "stdin", _Terminal(io.BytesIO(lines), encoding="utf-8"))
+  code, out, err = generate(capsys, workdir, "--greedy", f"--max_new_tokens={NEW}")
+  assert code == 0 and [line[:3] for line in out.splitlines()] == ["one", "two"]
+  assert "tfm generate: error: prompt 1: a prompt of" in err and "2 prompts" in err
 
 
 @pytest.mark.long

@@ -3,12 +3,12 @@
 [--nostream [--batch_size B]] [--noecho]`.
 
 Continues each prompt (--prompt, repeatable, or stdin, one a line) with the language model (task
-lm, a decoder-only model) in DIR: a line per prompt on stdout, the prompt then its continuation, the continuation's
-text written as each token is drawn. A continuation ends at the model's EOS or after
---max_new_tokens tokens (fewer where a model with learned positions runs out of them). Prompt i
-(counting from 0) samples with the key fold_in(PRNGKey(--seed), i), so a seed gives the same
-texts streamed or batched (--nostream: the prompts in batches, each batch in one compiled loop,
-printed as a batch ends).
+lm, a decoder-only model) in DIR: a line per prompt on stdout, the prompt then its continuation,
+the continuation's text written as each token is drawn. A continuation ends at the model's EOS or
+after --max_new_tokens tokens (fewer where a model with learned positions runs out of them).
+Prompt i (counting from 0) samples with the key fold_in(PRNGKey(--seed), i), so a seed gives the
+same texts streamed or batched (--nostream: the prompts in batches, each batch in one compiled
+loop, printed as a batch ends).
 """
 
 from __future__ import annotations
@@ -74,7 +74,8 @@ def _refuse_non_lm(workdir: str, config) -> None:
 
 
 def _stdin_prompts(interactive: bool):
-  """The prompts of stdin: read as they come from a terminal, else all of it first (UTF-8)."""
+  """The prompts of stdin: read as they come from a terminal (a prompt refused there is said on
+  stderr and the session goes on), else all of it first (UTF-8)."""
   if interactive:
     return (line.rstrip("\r\n") for line in sys.stdin)
   stdin = getattr(sys.stdin, "buffer", None)  # bytes, so bad UTF-8 is an error, not a crash
@@ -90,7 +91,7 @@ class _Prompts:
 
   def __init__(self, tokenizer, model_cfg, max_new_tokens: int):
     self.tokenizer, self.model_cfg, self.max_new_tokens = tokenizer, model_cfg, max_new_tokens
-    self.notes: list[str] = []
+    self.notes: dict[int, str] = {}  # by prompt number (a prompt is encoded to check it first)
 
   def encode(self, number: int, text: str) -> tuple[list[int], int]:
     """(the prompt's piece ids without EOS, its new-token limit)."""
@@ -102,8 +103,8 @@ class _Prompts:
     except ValueError as e:
       raise ValueError(f"prompt {number}: {e}") from None
     if limit < self.max_new_tokens:
-      self.notes.append(f"prompt {number}: at most {limit} new tokens (model.max_length="
-                        f"{self.model_cfg.max_length} learned positions)")
+      self.notes[number] = (f"prompt {number}: at most {limit} new tokens (model.max_length="
+                            f"{self.model_cfg.max_length} learned positions)")
     return ids, limit
 
 
@@ -119,13 +120,61 @@ def _write(text: str) -> None:
   sys.stdout.flush()
 
 
+def _streamed(fv, t, generator, texts, prompts: _Prompts) -> tuple[int, int]:
+  """Each prompt's line, its continuation written token by token; (prompts, new tokens)."""
+  # pylint: disable=import-outside-toplevel
+  from tfm.decode.generate import row_keys, stream_tokens, text_deltas
+  rows = t.experiment.decode_rows(1)
+  count = new_tokens = 0
+  for number, text in enumerate(texts):
+    try:
+      ids, limit = prompts.encode(number, text)
+    except ValueError as e:  # checked before loading unless typed: the session goes on
+      print(f"tfm generate: error: {e}", file=sys.stderr)
+      continue
+    if fv.echo:
+      _write(text)
+    drawn: list[int] = []
+    tokens = stream_tokens(generator, t.params, ids, key=row_keys(fv.seed, number, 1)[0],
+                           limit=limit, rows=rows, eos_id=t.tokenizer.eos_id)
+    for delta in text_deltas(t.tokenizer, ids, _recorded(tokens, drawn)):
+      _write(delta)
+    _write("\n")
+    count, new_tokens = count + 1, new_tokens + len(drawn)
+  return count, new_tokens
+
+
+def _batched(fv, t, generator, texts, encoded) -> tuple[int, int]:
+  """The prompts in batches of --batch_size, each continued in one loop and printed when it ends;
+  (prompts, new tokens)."""
+  # pylint: disable=import-outside-toplevel
+  import numpy as np
+  from tfm.decode.generate import continuation, prompt_batch, row_keys
+  rows = t.experiment.decode_rows(min(fv.batch_size or t.config.eval.batch_size,
+                                      max(len(texts), 1)))
+  new_tokens = 0
+  for first in range(0, len(texts), rows):
+    chunk = encoded[first:first + rows]
+    batch = prompt_batch([ids for ids, _ in chunk], rows)
+    limits = np.ones((rows,), np.int32)  # rows past the prompts: one step
+    limits[:len(chunk)] = [limit for _, limit in chunk]
+    result = generator.generate(t.params, batch.fed, batch.counts, batch.last,
+                                row_keys(fv.seed, first, rows), limits)
+    sequences = np.asarray(result.sequences)
+    for row, (ids, _) in enumerate(chunk):
+      made = [int(x) for x in sequences[row] if x != 0]
+      _write((texts[first + row] if fv.echo else "") + continuation(t.tokenizer, ids, made) + "\n")
+      new_tokens += len(made)
+  return len(texts), new_tokens
+
+
 def run(fv: flags.FlagValues, config):
   refuse_config(config)
   require_workdir(fv)
   _check_flags(fv)
   # pylint: disable=import-outside-toplevel
   from tfm.data import tokenizer as tokenizer_lib
-  from tfm.decode.generate import continuation, prompt_batch, row_keys, stream_tokens, text_deltas
+  from tfm.decode.generate import new_token_limit
   from tfm.eval.restore import load_trained, read_workdir_config
 
   workdir_config = read_workdir_config(fv.workdir)
@@ -137,50 +186,29 @@ def run(fv: flags.FlagValues, config):
   texts = fv.prompt or _stdin_prompts(interactive)
   if not interactive:  # every prompt checked before the model is loaded
     texts = list(texts)
-    encoded = [prompts.encode(i, text) for i, text in enumerate(texts)]
+    for number, text in enumerate(texts):
+      prompts.encode(number, text)
   t = load_trained(fv.workdir, fv.average, checkpoint=fv.checkpoint)
   announce_backend(t.note)
   exp = t.experiment
-  generator = exp.generator(max_new_tokens=fv.max_new_tokens,
+  # The decode cache holds the longest prompt's positions and this many more: with learned
+  # positions no prompt gets more than model.max_length new tokens, so the cache needs no more.
+  most = new_token_limit(t.config.model, 0, fv.max_new_tokens)
+  generator = exp.generator(max_new_tokens=most,
                             temperature=0 if fv.greedy else fv.temperature, top_k=fv.top_k,
                             top_p=fv.top_p, eos_id=tokenizer.eos_id)
-  start, count, new_tokens = time.perf_counter(), 0, 0
+  start = time.perf_counter()
   try:
     if fv.stream:
-      rows = exp.decode_rows(1)
-      for number, text in enumerate(texts):
-        ids, limit = encoded[number] if not interactive else prompts.encode(number, text)
-        keys = row_keys(fv.seed, number, 1)
-        if fv.echo:
-          _write(text)
-        drawn: list[int] = []
-        tokens = stream_tokens(generator, t.params, ids, key=keys[0], limit=limit, rows=rows,
-                               eos_id=tokenizer.eos_id)
-        for delta in text_deltas(tokenizer, ids, _recorded(tokens, drawn)):
-          _write(delta)
-        _write("\n")
-        count, new_tokens = count + 1, new_tokens + len(drawn)
+      count, new_tokens = _streamed(fv, t, generator, texts, prompts)
     else:
-      import numpy as np
-      rows = exp.decode_rows(min(fv.batch_size or t.config.eval.batch_size, max(len(texts), 1)))
-      for first in range(0, len(texts), rows):
-        chunk = encoded[first:first + rows]
-        batch = prompt_batch([ids for ids, _ in chunk], rows)
-        limits = np.ones((rows,), np.int32)
-        limits[:len(chunk)] = [limit for _, limit in chunk]
-        result = generator.generate(t.params, batch.fed, batch.counts, batch.last,
-                                    row_keys(fv.seed, first, rows), limits)
-        sequences = np.asarray(result.sequences)
-        for row, (ids, _) in enumerate(chunk):
-          made = [int(x) for x in sequences[row] if x != 0]
-          _write((texts[first + row] if fv.echo else "")
-                 + continuation(tokenizer, ids, made) + "\n")
-          count, new_tokens = count + 1, new_tokens + len(made)
+      count, new_tokens = _batched(fv, t, generator, texts, [prompts.encode(i, text) for i, text
+                                                             in enumerate(texts)])
   except BrokenPipeError:  # the reader went away (`| head`): stop quietly
     sys.stdout = open(os.devnull, "w", encoding="utf-8")  # pylint: disable=consider-using-with
     return 0
   seconds = time.perf_counter() - start
-  for note in prompts.notes:
+  for note in prompts.notes.values():
     print(f"tfm generate: {note}", file=sys.stderr)
   print(f"tfm generate: {count} prompts, {new_tokens} new tokens in {seconds:.1f} s "
         f"({new_tokens / max(seconds, 1e-9):.1f} tokens/s, compiling included)", file=sys.stderr)
