@@ -329,7 +329,8 @@ class Experiment:
   def generator(self, *, max_new_tokens: int, temperature: float = 1.0, top_k: int = 0,
                 top_p: float = 1.0, eos_id: int = 1) -> Generator:
     """The prompt continuation of a decoder-only model on this mesh (tfm/decode/generate.py): its
-    generate, start and advance, each an OnMesh; temperature 0 is greedy."""
+    generate, start, prepare and advance, the jitted ones each an OnMesh; temperature 0 is
+    greedy."""
     architecture = self.key.model.architecture
     if architecture != "decoder_only":
       raise ValueError(f"model.architecture={architecture!r}: continuing prompts (tfm generate) "
@@ -340,7 +341,8 @@ class Experiment:
     key = tuple(sorted(settings.items()))
     if key not in built:
       made = make_generator(self.model, **settings)
-      built[key] = Generator(*(OnMesh(f, self.mesh, self.rules) for f in made))
+      built[key] = Generator(*(OnMesh(f, self.mesh, self.rules) if hasattr(f, "lower") else f
+                               for f in made))  # (an unscanned model's prepare is no jit)
     return built[key]
 
   def score_fn(self) -> OnMesh:

@@ -193,3 +193,20 @@ def test_streamed_text_is_the_decoded_whole(tmp_path):
     assert shown == gen.continuation(tok, prompt, tokens)
     if not prompt and ended:
       assert not shown.startswith(" ")
+
+
+@pytest.mark.long
+def test_a_scanned_model_generates_as_its_unrolled_twin():
+  """model.scan_layers: the batch and the stream decode the unrolled twin (parameters unstacked
+  once by prepare), and both give the scanned model's full-pass argmax (long: two compiles)."""
+  cfg = tiny(architecture="decoder_only", num_encoder_layers=0, positions="rope",
+             max_length=FULL_LENGTH, scan_layers=True)
+  model, v = draw(cfg, None, jnp.ones((1, FULL_LENGTH), jnp.int32), seed=5)
+  params = v["params"]
+  full = jax.jit(lambda p, t: model.apply({"params": p}, None, t))
+  expected = [argmax_continuation(full, params, p, NEW) for p in PROMPTS]
+  greedy = gen.make_generator(model, max_new_tokens=NEW, temperature=0)
+  assert run_batch(greedy, params, PROMPTS) == expected
+  keys = gen.row_keys(0, 0, len(PROMPTS))
+  assert [list(gen.stream_tokens(greedy, params, p, key=keys[i], limit=NEW))
+          for i, p in enumerate(PROMPTS)] == expected

@@ -210,6 +210,7 @@ def run(fv: flags.FlagValues, config):
   seconds = time.perf_counter() - start
   for note in prompts.notes.values():
     print(f"tfm generate: {note}", file=sys.stderr)
-  print(f"tfm generate: {count} prompts, {new_tokens} new tokens in {seconds:.1f} s "
-        f"({new_tokens / max(seconds, 1e-9):.1f} tokens/s, compiling included)", file=sys.stderr)
+  print(f"tfm generate: {count} prompt{'' if count == 1 else 's'}, {new_tokens} new tokens in "
+        f"{seconds:.1f} s ({new_tokens / max(seconds, 1e-9):.1f} tokens/s, compiling included)",
+        file=sys.stderr)
   return 0

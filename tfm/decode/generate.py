@@ -113,12 +113,16 @@ class Generator(NamedTuple):
   generate(params, fed, counts, last, keys, limits int32[rows]) -> DecodeResult (sequences
     int32[rows, max_new_tokens]: each row's new tokens, EOS, then 0).
   start(params, fed, counts) -> cache holding the prompts (P + max_new_tokens positions).
-  advance(params, cache, previous int32[rows], step int32[], keys) -> (tokens int32[rows], cache):
-    the tokens of step `step` (0 = the first new token, previous = last); the cache is donated.
+  prepare(params) -> the parameters `advance` takes: a scanned model's unstacked
+    (`decoding_twin`) once, not at every step; any other model's as they are.
+  advance(prepared, cache, previous int32[rows], step int32[], keys) -> (tokens int32[rows],
+    cache): the tokens of step `step` (0 = the first new token, previous = last); the cache is
+    donated.
   """
 
   generate: Callable
   start: Callable
+  prepare: Callable
   advance: Callable
 
 
@@ -134,6 +138,7 @@ def make_generator(model: Transformer, *, max_new_tokens: int, temperature: floa
                      "with a 'decoder_only' model")
   if max_new_tokens < 1:
     raise ValueError(f"max_new_tokens: expected >= 1, got {max_new_tokens}")
+  scanned = getattr(model.cfg, "scan_layers", False)
   model, unstack = decoding_twin(model)
   settings = dict(temperature=temperature, top_k=top_k, top_p=top_p)
 
@@ -150,11 +155,12 @@ def make_generator(model: Transformer, *, max_new_tokens: int, temperature: floa
                   max_decode_len=max_new_tokens, max_lengths=limits, eos_id=eos_id,
                   start_id=last, pad_id=pad_id, **settings)
 
-  def advance(params, cache, previous, step, keys):
-    logits, cache = cached_step(model, unstack(params))(previous[:, None], cache)
+  def advance(prepared, cache, previous, step, keys):
+    logits, cache = cached_step(model, prepared)(previous[:, None], cache)
     return choose_tokens(drop_pad(logits, pad_id), step, keys, **settings), cache
 
   return Generator(generate=jax.jit(generate), start=jax.jit(start),
+                   prepare=jax.jit(unstack) if scanned else unstack,
                    advance=jax.jit(advance, donate_argnums=(1,)))
 
 
@@ -167,9 +173,10 @@ def stream_tokens(generator: Generator, params, prompt: Sequence[int], *, key: j
   batch = prompt_batch([prompt], rows)
   keys = jnp.broadcast_to(key, (rows,) + key.shape)
   cache = generator.start(params, batch.fed, batch.counts)
+  prepared = generator.prepare(params)
   previous = jnp.asarray(batch.last)
   for step in range(limit):
-    tokens, cache = generator.advance(params, cache, previous, jnp.asarray(step, jnp.int32), keys)
+    tokens, cache = generator.advance(prepared, cache, previous, jnp.asarray(step, jnp.int32), keys)
     token = int(np.asarray(jax.device_get(tokens))[0])
     yield token
     if token == eos_id:
