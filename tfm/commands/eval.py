@@ -294,8 +294,6 @@ def _evaluate_texts(fv: flags.FlagValues, names: list[str], contexts: tuple[int,
   from tfm.eval.restore import load_trained
   from tfm.train import checkpoint as ckpt_lib
   from tfm.train import trackers
-  if fv.out is not None and len(names) > 1:
-    raise UsageError(f"--out writes one result; --split names {len(names)}: name one")
   t = load_trained(fv.workdir, fv.average, checkpoint=fv.checkpoint)
   announce_backend(t.note)
   exp, c = t.experiment, t.config
