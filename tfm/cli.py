@@ -24,6 +24,8 @@ COMMANDS = {
              "at the run's decoding settings or a grid of them", False),
     "translate": ("translate", "translate lines from stdin or --input with the model in --workdir "
                   "(or their n best, or score given translations)", False),
+    "generate": ("generate", "continue prompts from --prompt or stdin with the language model "
+                 "(task lm) in --workdir, streaming the text as it is sampled", False),
     "plan": ("plan", "compile the train step for a TPU topology ahead of time: memory, FLOPs, "
              "step time", True),
     "convert": ("convert", "copy --workdir's checkpoints into a new --out with model.scan_layers "

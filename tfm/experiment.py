@@ -14,6 +14,7 @@ Every command, benchmark and test helper assembles a run here and nowhere else:
   exp.stacked_train_step(k)               # the same step vmapped over k runs (tfm/train/stack.py)
   exp.translate_fn(...)                   # beam search / greedy / sampling under the same mesh
   exp.score_fn()                          # log P of given translations, teacher-forced
+  exp.generator(...)                      # a decoder-only model's prompt continuation, same mesh
   exp.attention_weights_fn()              # the model's attention weights of a teacher-forced pass
   exp.batch_sharding, exp.batch_row_multiple, exp.abstract_batch(rows, length)
   exp.train_rows(hosts), exp.rows_note(hosts)  # the packed batch's rows, rounded up to split
@@ -52,6 +53,7 @@ import numpy as np
 from tfm.config import Config
 from tfm.data.batching import BATCH_KEYS, global_rows, rows_note
 from tfm.data.sources import DataSource
+from tfm.decode.generate import Generator, make_generator
 from tfm.decode.score import make_score_fn
 from tfm.decode.translate import make_translate_fn
 from tfm.model.attention_weights import attention_weights
@@ -322,6 +324,25 @@ class Experiment:
     key = tuple(sorted(settings.items()))
     if key not in built:
       built[key] = OnMesh(make_translate_fn(self.model, **settings), self.mesh, self.rules)
+    return built[key]
+
+  def generator(self, *, max_new_tokens: int, temperature: float = 1.0, top_k: int = 0,
+                top_p: float = 1.0, eos_id: int = 1) -> Generator:
+    """The prompt continuation of a decoder-only model on this mesh (tfm/decode/generate.py): its
+    generate, start, prepare and advance, the jitted ones each an OnMesh; temperature 0 is
+    greedy."""
+    architecture = self.key.model.architecture
+    if architecture != "decoder_only":
+      raise ValueError(f"model.architecture={architecture!r}: continuing prompts (tfm generate) "
+                       "needs a 'decoder_only' language model")
+    settings = dict(max_new_tokens=max_new_tokens, temperature=temperature, top_k=top_k,
+                    top_p=top_p, eos_id=eos_id)
+    built = self.pieces.setdefault("generators", {})  # one per setting, shared as the rest
+    key = tuple(sorted(settings.items()))
+    if key not in built:
+      made = make_generator(self.model, **settings)
+      built[key] = Generator(*(OnMesh(f, self.mesh, self.rules) if hasattr(f, "lower") else f
+                               for f in made))  # (an unscanned model's prepare is no jit)
     return built[key]
 
   def score_fn(self) -> OnMesh:

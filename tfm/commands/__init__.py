@@ -15,7 +15,7 @@ class UsageError(ValueError):
 
 def define_trained_flags(fv: flags.FlagValues):
   """--workdir, --average and --checkpoint: the flags of commands that use a trained model (eval,
-  translate)."""
+  translate, generate)."""
   flags.DEFINE_string("workdir", None, "a workdir written by `tfm train`", flag_values=fv)
   flags.DEFINE_integer("average", None, "average the last N checkpoints (default "
                        "train.average_checkpoints; 1 = latest only)", lower_bound=1, flag_values=fv)
@@ -23,6 +23,15 @@ def define_trained_flags(fv: flags.FlagValues):
                     "(--average of them); best: the run's best checkpoint by its "
                     "train.best_metric, alone; ema: the exponential moving average of the "
                     "parameters (train.ema_decay) the last checkpoint holds", flag_values=fv)
+
+
+def text_lines(text: str) -> list[str]:
+  """One input per '\n' (or '\r\n'), as line-aligned corpora count them: str.splitlines() would
+  also cut a line at U+2028, form feeds and the like, and the outputs would lose their alignment."""
+  lines = text.split("\n")
+  if lines and lines[-1] == "":
+    lines.pop()
+  return [line[:-1] if line.endswith("\r") else line for line in lines]
 
 
 def require_workdir(fv: flags.FlagValues):

@@ -19,7 +19,7 @@ from absl import flags
 from etils import epath
 
 from tfm.commands import (UsageError, announce_backend, define_trained_flags, refuse_config,
-                           require_workdir)
+                           require_workdir, text_lines)
 
 
 def define_flags(fv: flags.FlagValues):
@@ -67,15 +67,6 @@ def _check_flags(fv: flags.FlagValues):
     raise UsageError("--temperature, --top_k, --top_p and --seed apply with --sample only")
 
 
-def _lines(text: str) -> list[str]:
-  """One input per '\n' (or '\r\n'), as line-aligned corpora count them: str.splitlines() would
-  also cut a line at U+2028, form feeds and the like, and the outputs would lose their alignment."""
-  lines = text.split("\n")
-  if lines and lines[-1] == "":
-    lines.pop()
-  return [line[:-1] if line.endswith("\r") else line for line in lines]
-
-
 def run(fv: flags.FlagValues, config):
   refuse_config(config)
   require_workdir(fv)
@@ -88,7 +79,7 @@ def run(fv: flags.FlagValues, config):
 
   if fv.input:
     try:
-      lines = _lines(epath.Path(fv.input).read_text(encoding="utf-8"))
+      lines = text_lines(epath.Path(fv.input).read_text(encoding="utf-8"))
     except (OSError, UnicodeDecodeError) as e:
       raise ValueError(f"--input {fv.input}: cannot read it as UTF-8 text ({e})") from None
   else:
@@ -97,7 +88,7 @@ def run(fv: flags.FlagValues, config):
       text = stdin.read().decode("utf-8") if stdin is not None else sys.stdin.read()
     except UnicodeDecodeError as e:
       raise ValueError(f"stdin: not UTF-8 text ({e})") from None
-    lines = _lines(text)
+    lines = text_lines(text)
   if fv.score:
     pairs = []
     for number, line in enumerate(lines, 1):

@@ -70,6 +70,16 @@ def uncached_step(model: Transformer, params) -> tuple[Callable, Callable]:
   return make_state, step
 
 
+def decoding_twin(model: Transformer) -> tuple[Transformer, Callable]:
+  """(the model the decoders run, params -> its parameters). A scanned model (model.scan_layers)
+  decodes as its unrolled twin, its parameters unstacked once per call: a scan over the layers
+  inside a decoder's loop, with the cache stacked, made beam search slower on CPU (see
+  experiments/SPEED.md). Any other model decodes as itself."""
+  if not getattr(getattr(model, "cfg", None), "scan_layers", False):
+    return model, lambda params: params
+  return Transformer(dataclasses.replace(model.cfg, scan_layers=False)), unstack_layers
+
+
 # Decoder cache entries that are the same in every beam of an example and that the decoder reads
 # once per example (cross-attention multiplies an example's beams with them in one product): the
 # projected encoder output and the encoder's padding. (The decode position is the same in every
@@ -115,17 +125,11 @@ def make_translate_fn(model: Transformer, *, beam_size: int = 4, alpha: float = 
   if n_best is not None and (temperature is not None or not 1 <= n_best <= beam_size):
     raise ValueError(f"n_best: expected 1 <= n_best <= beam_size={beam_size} with beam search "
                      f"(not sampling), got {n_best!r}")
-  # A scanned model (model.scan_layers) decodes as its unrolled twin, its parameters unstacked once
-  # per call: a scan over the layers inside the search's loop, with the cache stacked, made beam
-  # search slower on CPU (see experiments/SPEED.md).
-  scanned = getattr(getattr(model, "cfg", None), "scan_layers", False)
-  if scanned:
-    model = Transformer(dataclasses.replace(model.cfg, scan_layers=False))
+  model, unstack = decoding_twin(model)
 
   @jax.jit
   def translate(params, inputs, rng=None, alpha_arg=None):
-    if scanned:
-      params = unstack_layers(params)
+    params = unstack(params)
     max_decode_len = inputs.shape[1] + max_extra_length
     # The paper's limit (input length + 50); 1 for all-padding rows that fill up a last batch, so
     # they finish at the first step instead of keeping the search running.

@@ -1,0 +1,212 @@
+"""Prompt continuation (tfm/decode/generate.py) against full, uncached forward passes of the
+model."""
+
+import functools
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+from tests.data import tfm_data_testlib as testlib
+from tests.model.helpers import draw, tiny
+from tfm.data import tokenizer as tokenizer_lib
+from tfm.decode import generate as gen
+from tfm.model.config import ModelConfig
+
+PROMPTS = [[5, 9, 3, 17, 22, 8, 30], [], [12], [7, 7, 31, 4]]  # ragged, one empty
+NEW = 6
+FULL_LENGTH = 32
+
+
+@functools.lru_cache(maxsize=None)
+def lm():
+  """(model, params, a jitted full forward pass) of a tiny decoder-only model with learned positions
+  (the rotary and other positions' caches: tests/model/test_decode_cache.py)."""
+  cfg = tiny(architecture="decoder_only", num_encoder_layers=0, positions="learned",
+             max_length=FULL_LENGTH)
+  targets = jnp.ones((1, FULL_LENGTH), jnp.int32)
+  model, v = draw(cfg, None, targets, seed=3)
+  full = jax.jit(lambda p, t: model.apply({"params": p}, None, t))
+  return model, v["params"], full
+
+
+def next_logits(full, params, sequence):
+  """The model's logits [vocab] for the token after `sequence`, from one uncached forward pass over
+  the whole of it: the decoder input is [0] + sequence, so the logits at position len(sequence)
+  (fed the sequence's last token) predict what follows. The row is padded to FULL_LENGTH with a
+  placeholder after the sequence and 0 (padding, masked) after that."""
+  row = np.zeros((1, FULL_LENGTH), np.int32)
+  row[0, :len(sequence)] = sequence
+  row[0, len(sequence)] = 3  # a real token, so position len(sequence) is not padding
+  return np.asarray(full(params, jnp.asarray(row)))[0, len(sequence)]
+
+
+def argmax_continuation(full, params, prompt, limit, eos=1):
+  """Greedy continuation by repeated full forward passes; pad (0) is never chosen."""
+  out = []
+  while len(out) < limit:
+    logits = next_logits(full, params, list(prompt) + out).astype(np.float64)
+    logits[0] = -np.inf
+    out.append(int(np.argmax(logits)))
+    if out[-1] == eos:
+      break
+  return out
+
+
+def tokens_of(sequences):
+  """Rows of a DecodeResult's sequences as lists, cut after EOS / before padding."""
+  rows = []
+  for row in np.asarray(sequences):
+    row = [int(t) for t in row]
+    rows.append(row[:row.index(1) + 1] if 1 in row else [t for t in row if t != 0])
+  return rows
+
+
+@functools.lru_cache(maxsize=None)
+def generator(**settings):
+  """make_generator for lm(), built once per setting (each compiles its functions)."""
+  return gen.make_generator(lm()[0], max_new_tokens=NEW, **settings)
+
+
+def run_batch(generator, params, prompts, seed=0, limits=None):
+  batch = gen.prompt_batch(prompts, len(prompts))
+  keys = gen.row_keys(seed, 0, len(prompts))
+  limits = np.full((len(prompts),), NEW) if limits is None else np.asarray(limits)
+  limits = limits.astype(np.int32)
+  result = generator.generate(params, batch.fed, batch.counts, batch.last, keys, limits)
+  return tokens_of(result.sequences)
+
+
+def test_greedy_is_the_argmax_of_full_forward_passes():
+  _, params, full = lm()
+  expected = [argmax_continuation(full, params, p, NEW) for p in PROMPTS]
+  greedy = generator(temperature=0)
+  assert run_batch(greedy, params, PROMPTS) == expected  # ragged prompts in one batch
+  # (The streamed path, and its samples against the batch's: test_generate_command.py.)
+  # Per-row limits: the batch stops each row at its own.
+  assert run_batch(greedy, params, PROMPTS, limits=[2, 1, 3, 6]) == [
+      e[:n] for e, n in zip(expected, [2, 1, 3, 6])]
+
+
+def test_top_k_1_sampling_is_greedy_and_a_seed_fixes_the_samples():
+  _, params, _ = lm()
+  top1 = generator(temperature=1.3, top_k=1)
+  assert run_batch(top1, params, PROMPTS, seed=5) == run_batch(generator(temperature=0),
+                                                               params, PROMPTS)
+  sampler = generator(temperature=0.7)
+  batch = run_batch(sampler, params, PROMPTS, seed=7)
+  assert run_batch(sampler, params, PROMPTS[::-1], seed=7) != batch[::-1]  # keys by position
+  assert run_batch(sampler, params, PROMPTS, seed=7) == batch
+  assert run_batch(sampler, params, PROMPTS, seed=8) != batch  # 24 draws at temperature 0.7
+
+
+def test_sampling_frequencies_follow_the_softmax_at_temperature():
+  """N rows of one prompt, one key each: the first new token's counts against N * softmax(logits /
+  T) (pad excluded) of a full forward pass, within 5 binomial standard deviations (+1) for every
+  token of the vocabulary; then the second token's counts among the rows whose first token was the
+  most common one, against its conditional."""
+  _, params, full = lm()
+  temperature, rows, prompt = 0.7, 3000, [4, 6, 2]
+
+  def expected(sequence):
+    logits = next_logits(full, params, sequence).astype(np.float64) / temperature
+    logits[0] = -np.inf
+    p = np.exp(logits - logits.max())
+    return p / p.sum()
+
+  def check(tokens, probs):
+    n = len(tokens)
+    counts = np.bincount(tokens, minlength=len(probs))
+    bound = 5 * np.sqrt(n * probs * (1 - probs)) + 1
+    assert np.all(np.abs(counts - n * probs) <= bound), (counts, n * probs)
+
+  sampler = generator(temperature=temperature)
+  batch = gen.prompt_batch([prompt] * rows, rows)
+  result = sampler.generate(params, batch.fed, batch.counts, batch.last,
+                            gen.row_keys(0, 0, rows), np.full((rows,), 2, np.int32))  # 2 steps
+  seqs = np.asarray(result.sequences)
+  check(seqs[:, 0], expected(prompt))
+  first = np.bincount(seqs[:, 0][seqs[:, 0] != 1]).argmax()
+  check(seqs[seqs[:, 0] == first, 1], expected(prompt + [int(first)]))
+
+
+def test_prefill_keeps_finished_rows():
+  """prefill against the step contract alone: a cache that records every token it is fed."""
+
+  def step(ids, cache):
+    seen = cache["seen"].at[jnp.arange(ids.shape[0]), cache["n"]].set(ids[:, 0])
+    return jnp.zeros((ids.shape[0], 4)), {"seen": seen, "n": cache["n"] + 1}
+
+  batch = gen.prompt_batch([[5, 6, 7], [], [8]], 4)
+  np.testing.assert_array_equal(batch.counts, [3, 0, 1, 0])
+  np.testing.assert_array_equal(batch.last, [7, 0, 8, 0])
+  cache = {"seen": jnp.full((4, 8), -1, jnp.int32), "n": jnp.zeros((4,), jnp.int32)}
+  out = gen.prefill(step, cache, jnp.asarray(batch.fed), jnp.asarray(batch.counts))
+  np.testing.assert_array_equal(out["n"], [3, 0, 1, 0])
+  np.testing.assert_array_equal(np.asarray(out["seen"])[:, :3],
+                                [[0, 5, 6], [-1, -1, -1], [0, -1, -1], [-1, -1, -1]])
+
+
+def test_learned_positions_bound_the_prompt_and_the_new_tokens():
+  cfg = ModelConfig(architecture="decoder_only", num_encoder_layers=0, positions="learned",
+                    max_length=10)
+  assert gen.new_token_limit(cfg, 4, 100) == 6  # inputs at positions 0 .. 9
+  assert gen.new_token_limit(cfg, 9, 100) == 1
+  with pytest.raises(ValueError, match="model.max_length=10"):
+    gen.new_token_limit(cfg, 10, 1)
+  rope = ModelConfig(architecture="decoder_only", num_encoder_layers=0, positions="rope",
+                     max_length=10)
+  assert gen.new_token_limit(rope, 50, 100) == 100  # no table of positions to run out of
+  with pytest.raises(ValueError, match="decoder_only"):
+    gen.make_generator(type("M", (), {"cfg": ModelConfig()})(), max_new_tokens=3)
+
+
+def test_streamed_text_is_the_decoded_whole(tmp_path):
+  """text_deltas on a real SentencePiece vocabulary: after every token the text shown is the new
+  part of decode(prompt + tokens so far), and the deltas join to decode(prompt + tokens up to EOS)
+  less decode(prompt): word-start spaces included, the first one of an empty prompt's text not."""
+  texts = [clean for _, clean in testlib.corpus()["web"].values()][:400]
+  tokenizer_lib.train_vocab(texts, 300, tmp_path / "spm.model")
+  tok = tokenizer_lib.Tokenizer.load(tmp_path / "spm.model")
+  rng = np.random.default_rng(0)
+  for trial in range(40):
+    prompt = tok.encode(texts[trial])[:-1][:int(rng.integers(0, 8))]
+    tokens = [int(t) for t in rng.integers(2, tok.vocab_size, 10)]
+    if trial % 2:
+      tokens[int(rng.integers(0, 10))] = tok.eos_id
+    fed = []
+
+    def feed():
+      for token in tokens:
+        fed.append(token)
+        yield token
+
+    head, shown = tok.decode(prompt), ""
+    for delta in gen.text_deltas(tok, prompt, feed()):
+      assert delta
+      shown += delta
+      if fed[-1] != tok.eos_id:
+        assert head + shown == tok.decode(prompt + fed)  # live: nothing held back
+    ended = tokens[:tokens.index(tok.eos_id)] if tok.eos_id in tokens else tokens
+    whole = tok.decode(prompt + ended)
+    assert whole.startswith(head) and shown == whole[len(head):]
+    assert shown == gen.continuation(tok, prompt, tokens)
+    if not prompt and ended:
+      assert not shown.startswith(" ")
+
+
+@pytest.mark.long
+def test_a_scanned_model_generates_as_its_unrolled_twin():
+  """model.scan_layers: the batch and the stream decode the unrolled twin (parameters unstacked
+  once by prepare), and both give the scanned model's full-pass argmax (long: two compiles)."""
+  cfg = tiny(architecture="decoder_only", num_encoder_layers=0, positions="rope",
+             max_length=FULL_LENGTH, scan_layers=True)
+  model, v = draw(cfg, None, jnp.ones((1, FULL_LENGTH), jnp.int32), seed=5)
+  params = v["params"]
+  full = jax.jit(lambda p, t: model.apply({"params": p}, None, t))
+  expected = [argmax_continuation(full, params, p, NEW) for p in PROMPTS]
+  greedy = gen.make_generator(model, max_new_tokens=NEW, temperature=0)
+  assert run_batch(greedy, params, PROMPTS) == expected
+  keys = gen.row_keys(0, 0, len(PROMPTS))
+  assert [list(gen.stream_tokens(greedy, params, p, key=keys[i], limit=NEW))
+          for i, p in enumerate(PROMPTS)] == expected
