@@ -46,15 +46,22 @@ ADDED_LATER = {"model.matmul_precision": "default", "eval.length_buckets": (),
                "train.adafactor_clipping_threshold": 1.0, "train.adafactor_factored": True,
                "train.adafactor_min_dim_size_to_factor": 128,
                "train.adafactor_multiply_by_parameter_scale": True,
-               "train.adafactor_epsilon": 1e-30, "train.adafactor_momentum": 0.0}
+               "train.adafactor_epsilon": 1e-30, "train.adafactor_momentum": 0.0,
+               "task": "translate"}
 # Keys a config may hold beside the sections: a table config's rows, one row's name and figures.
 EXTRAS = ("rows", "row", "paper")
+# What a run learns, and the model.architecture each task trains: translation pairs (the paper's
+# encoder-decoder), a causal language model of monolingual text (GPT: next-token prediction), a
+# masked language model of it (BERT: the masked tokens from both sides).
+TASKS = {"translate": "encoder_decoder", "lm": "decoder_only", "mlm": "encoder_only"}
 
 
 @dataclasses.dataclass(frozen=True)
 class Config:
-  """A whole experiment. rows: the row names of a table config (configs/table3.py without a
-  row); row / paper: the name of one row and the paper's figures for it ({ppl, bleu, params_m})."""
+  """A whole experiment. task: what it learns (TASKS: 'translate' pairs, 'lm' or 'mlm' on the
+  monolingual texts of data.text_key); rows: the row names of a table config (configs/table3.py
+  without a row); row / paper: the name of one row and the paper's figures for it ({ppl, bleu,
+  params_m})."""
 
   model: ModelConfig = dataclasses.field(default_factory=ModelConfig)
   data: DataConfig = dataclasses.field(default_factory=DataConfig)
@@ -64,8 +71,10 @@ class Config:
   rows: tuple[str, ...] | None = None
   row: str | None = None
   paper: Mapping[str, Any] | None = None
+  task: str = "translate"
 
   def __post_init__(self):
+    check_task(self)
     if self.data.vocab_size != self.model.vocab_size:
       raise ValueError(f"config keys data.vocab_size ({self.data.vocab_size}) and model.vocab_size "
                        f"({self.model.vocab_size}) must be equal: the model embeds the data's "
@@ -81,10 +90,12 @@ class Config:
     if self.train.best_metric == "dev_bleu" and not self.eval.bleu_every:
       raise ValueError("config key train.best_metric ('dev_bleu') needs eval.bleu_every > 0: the "
                        "best checkpoint is chosen at the dev BLEU evaluations")
-    if self.eval.bleu_every and m.architecture != "encoder_decoder":
-      raise ValueError(f"config key eval.bleu_every ({self.eval.bleu_every}) must be 0 with "
-                       f"model.architecture={m.architecture!r}: dev BLEU translates, which needs "
-                       "'encoder_decoder'")
+
+  @property
+  def translates(self) -> bool:
+    """Whether the run translates (task 'translate'): only then is there dev BLEU (eval.bleu_every
+    is ignored by lm and mlm runs, which have no translations to score)."""
+    return self.task == "translate"
 
   def replace(self, **sections_changes) -> "Config":
     """A copy with whole sections (or extras) replaced, validated again."""
@@ -95,8 +106,34 @@ class Config:
     force (None, the optimizer's default, resolved: 0 for adam, as every earlier run wrote it)."""
     out = {name: sections.to_dict(getattr(self, name)) for name in SECTIONS}
     out["train"]["weight_decay"] = decay_rate(self.train)
+    out["task"] = self.task
     out.update({k: getattr(self, k) for k in EXTRAS if getattr(self, k) is not None})
     return out
+
+
+def check_task(config: Config) -> None:
+  """Raises ValueError (one line, naming the keys) unless config.task is one of TASKS and fits
+  model.architecture, data.text_key and train.best_metric: translation reads pairs into an
+  encoder-decoder; lm and mlm read one text an example (data.text_key) into a decoder-only and an
+  encoder-only stack; neither has dev BLEU to choose a best checkpoint by."""
+  task, arch = config.task, config.model.architecture
+  if task not in TASKS:
+    sections.fail("task", f"one of {tuple(TASKS)}", task)
+  if arch != TASKS[task]:
+    raise ValueError(f"config keys task={task!r} and model.architecture={arch!r}: {task} needs "
+                     f"{TASKS[task]!r}")
+  text_key = config.data.text_key
+  if task != "translate" and text_key is None:
+    raise ValueError(f"config keys task={task!r} and data.text_key=None: {task} reads one text an "
+                     "example; set data.text_key (a TFDS feature such as 'text', or a language "
+                     "such as 'en')")
+  if task == "translate" and text_key is not None:
+    raise ValueError(f"config keys task='translate' and data.text_key={text_key!r}: translation "
+                     "reads pairs (data.source_lang, data.target_lang); unset data.text_key, or "
+                     "set task to 'lm' or 'mlm'")
+  if task != "translate" and config.train.best_metric == "dev_bleu":
+    raise ValueError(f"config keys task={task!r} and train.best_metric='dev_bleu': {task} has no "
+                     "dev BLEU; choose 'dev_ppl' or 'none'")
 
 
 def flatten(values: Mapping[str, Any]) -> dict[str, Any]:
@@ -116,6 +153,7 @@ def default_config() -> ml_collections.ConfigDict:
   c = ml_collections.ConfigDict()
   for name in SECTIONS:
     c[name] = sections.to_config_dict(getattr(Config(), name))
+  c.task = Config.task
   return c
 
 
@@ -123,9 +161,10 @@ def build(values: Mapping[str, Any]) -> Config:
   """A validated Config from a ConfigDict or a dict (e.g. config.json); absent sections and keys
   take their defaults, unknown ones are named."""
   values = dict(values.items())
-  unknown = sorted(set(values) - set(SECTIONS) - set(EXTRAS))
+  unknown = sorted(set(values) - set(SECTIONS) - set(EXTRAS) - {"task"})
   if unknown:
-    raise ValueError(f"unknown config section(s) {unknown}; expected {', '.join(SECTIONS)}")
+    raise ValueError(f"unknown config section(s) {unknown}; expected {', '.join(SECTIONS)} (and "
+                     "task)")
   section = lambda name: values.get(name)
   extras = {k: values[k] for k in EXTRAS if values.get(k) is not None}
   if "rows" in extras:
@@ -136,7 +175,8 @@ def build(values: Mapping[str, Any]) -> Config:
                 data=data_config.from_mapping(section("data")),
                 train=train_from_mapping(section("train")),
                 mesh=mesh_from_mapping(section("mesh")),
-                eval=eval_config.from_mapping(section("eval")), **extras)
+                eval=eval_config.from_mapping(section("eval")),
+                task=values.get("task", ADDED_LATER["task"]), **extras)
 
 
 def define_config_flag(flag_values: flags.FlagValues, argv: Sequence[str], default=None):

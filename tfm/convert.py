@@ -73,7 +73,7 @@ def convert_workdir(workdir: str, out: str, scan_layers: bool,
       del state
     writer.close()
     if config.data.vocab_dir is None:  # the vocabulary lives in the workdir: B needs its copy
-      vocab = storage.path(workdir) / tokenizer_lib.vocab_filename(config.data)
+      vocab = storage.path(workdir) / tokenizer_lib.vocab_filename(config.data, config.task)
       if vocab.exists() and jax.process_index() == 0:  # local or gs://
         storage.write_atomically(storage.path(out) / vocab.name, vocab.read_bytes())
     w.commit(converted_config(config, scan_layers).to_dict())  # A's mesh, whatever ran here

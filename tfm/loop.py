@@ -1,5 +1,11 @@
 """The training loop: an Experiment's step over the data, with dev loss, dev BLEU and checkpoints.
 
+One loop and one step for every task (config.task): translation pairs packed into rows, or for
+'lm' and 'mlm' a stream of monolingual texts cut into rows (mlm's masked), which the same loss
+scores (tfm/train/loss.py: real target tokens; an mlm batch's targets are 0 but at its masked
+positions). What differs is the batches and what evaluation reports (tfm/eval/dev_loss.py: lm adds
+the per-word perplexity; lm and mlm have no dev BLEU, so eval.bleu_every is ignored for them).
+
   config.data  -> tokenizer, per-host packed batches (in this process or, with train.input=process,
                   one of their own: train_batches), prefetched onto the mesh by a thread
   Experiment   -> mesh, rules, model, optimizer, sharded state, the jitted steps (tfm/experiment.py)
@@ -71,11 +77,11 @@ def prepare_data(config: Config, source: sources.DataSource, workdir: str):
     sources.prepare(source)
     # A resumed run's model learned the vocabulary already there: never train another one.
     tokenizer_lib.get_tokenizer(config.data, workdir, source=source,
-                                train=not ckpt_lib.available_steps(workdir))
+                                train=not ckpt_lib.available_steps(workdir), task=config.task)
   distributed.barrier("tfm-data-ready")
   if not lead:
     sources.prepare(source, create_data_dir=True)  # the lead checked that the path exists
-  tokenizer = tokenizer_lib.get_tokenizer(config.data, workdir)
+  tokenizer = tokenizer_lib.get_tokenizer(config.data, workdir, task=config.task)
   check_vocabulary(config, tokenizer.vocab_size)
   distributed.barrier("tfm-data-everywhere")
   return tokenizer
@@ -116,8 +122,9 @@ def train_batches(config: Config, tokenizer, exp: Experiment):
   """This host's train batches (pipeline.train_iterator): in this process, or with
   train.input=process in a process of their own (tfm/data/batch_process.py), where the packer
   cannot hold the GIL the thread dispatching the steps needs. The same batches either way."""
+  # lm, mlm: a stream of texts cut into rows (mlm: then masked), which the batcher's state resumes
   keywords = dict(process_index=jax.process_index(), process_count=jax.process_count(),
-                  row_multiple=exp.batch_row_multiple)
+                  row_multiple=exp.batch_row_multiple, task=config.task)
   if exp.choices.input == "inline":
     return pipeline.train_iterator(config.data, exp.data_source, tokenizer, **keywords)
   return batch_process.BatchProcess(config.data, exp.data_source, tokenizer, **keywords)
@@ -185,8 +192,8 @@ def _train(configs: list[Config], held: list[Workdir], log: logs.WorkdirLog, str
                   if c.train.init_from and not ckpt_lib.available_steps(w)}  # a resume: its own
   tokenizers = [prepare_data(config, exp.data_source, workdirs[0])]
   for c, e, w in zip(configs[1:], exps[1:], workdirs[1:]):  # a stack's other members: the first's
-    vocabulary.take(vocabulary.path_of(config.data, workdirs[0]), c.data, w, workdirs[0],
-                    "a stack's members share one vocabulary")
+    vocabulary.take(vocabulary.path_of(config.data, workdirs[0], task=config.task), c.data, w,
+                    workdirs[0], "a stack's members share one vocabulary", task=c.task)
     tokenizers.append(prepare_data(c, e.data_source, w))
   for k, sha256 in source_vocab.items():
     init_from_lib.check_tokenizer(configs[k], tokenizers[k], sha256)
@@ -249,10 +256,11 @@ def _train(configs: list[Config], held: list[Workdir], log: logs.WorkdirLog, str
     tokenizer = tokenizers[0]
     eval_sets = exp.data_source.eval_set_names  # data.eval_sets; ('dev',) by default
     evaluate_dev = [{name: DevLoss(config.data, exp.data_source, tokenizer, e.eval_step,
-                                   exp.batch_sharding, split=name, row_multiple=exp.batch_shards)
+                                   exp.batch_sharding, split=name, row_multiple=exp.batch_shards,
+                                   task=config.task)
                      for name in eval_sets} for e in exps]
     decode = None
-    if config.eval.bleu_every:
+    if cadence.bleu_every:  # translation only: lm and mlm have no dev BLEU
       translate = exp.translate_fn(eos_id=tokenizer.eos_id)
       decode = {name: DevBleu(config.data, exp.data_source, tokenizer, translate,
                               batch_size=exp.decode_rows(config.eval.batch_size), split=name,

@@ -224,11 +224,22 @@ CASES = {
                                "config key train.guard: expected one of ('auto', 'branch', "
                                "'select'), got 'where'"),
     "params_zero_vocab": Case(["params", QS, "--vocab_size=0"], 1, "config key model.vocab_size"),
-    "train_decoder_only_with_dev_bleu": Case(
+    "train_decoder_only_translating": Case(
         ["train", "--config.model.architecture=decoder_only",
-         "--config.model.num_encoder_layers=0", "--config.eval.bleu_every=3", "--workdir=WORK"], 1,
-        "config key eval.bleu_every (3) must be 0 with model.architecture='decoder_only'",
+         "--config.model.num_encoder_layers=0", "--workdir=WORK"], 1,
+        "config keys task='translate' and model.architecture='decoder_only': translate needs "
+        "'encoder_decoder'", corpus=True),
+    "train_lm_on_an_encoder_decoder": Case(
+        ["train", "--config.task=lm", "--workdir=WORK"], 1,
+        "config keys task='lm' and model.architecture='encoder_decoder': lm needs 'decoder_only'",
         corpus=True),
+    "train_mlm_without_text_key": Case(
+        ["train", "--config.task=mlm", "--config.model.architecture=encoder_only",
+         "--config.model.num_decoder_layers=0", "--workdir=WORK"], 1,
+        "config keys task='mlm' and data.text_key=None: mlm reads one text an example", corpus=True),
+    "eval_context_lengths_of_a_translation_run": Case(
+        ["eval", "--workdir=TRAINED", "--context_lengths=64,128"], 2,
+        "--context_lengths: scores a language model (task 'lm'); the run in"),
     "eval_without_the_trained_vocabulary": Case(
         ["eval", "--workdir=WORK"], 1, "the vocabulary this model was trained with is missing",
         _copy_trained_with(lambda c: c["data"].update(vocab_dir="/nonexistent/vocab"))),

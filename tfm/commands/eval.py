@@ -19,6 +19,15 @@ size and length for every alpha other than the run's own, which is the constant 
 search) and written, and a table shows the figures per point. With length buckets (the flag, else
 eval.length_buckets) a result also holds `by_length`: perplexity and both BLEUs of every pair of
 the set in each bucket of source length, beyond data.max_length too (tfm/eval/by_length.py).
+A language model's run (task 'lm' or 'mlm') has no translations: its evaluation is the dev loss,
+the set's texts as one stream cut into rows of data.max_length (tfm/eval/dev_loss.py): perplexity
+per piece, accuracy, and for lm the per-word perplexity (exp(NLL sum / whitespace words)); for mlm
+perplexity and accuracy over the masked positions (masked with a fixed seed, the same every
+evaluation). Decoding and BLEU flags (--beam_size, --length_penalty, --max_extra_length, --limit,
+--length_buckets) are refused there. --context_lengths=256,512 (lm only) also scores the set at
+each context length, every piece once in rows of that many (a model trained on rows of
+data.max_length, asked to extrapolate where its positions allow: learned positions stop at
+model.max_length), and names the file ..._ctx256-512.json.
 --out writes the JSON elsewhere (one set, one point); a workdir it cannot write (read-only) gets
 the results printed and one line saying where they could not be saved. The files written are kept
 with the run's MLflow / W&B run under eval/ (its train.trackers: tfm/train/trackers.py).
@@ -66,6 +75,9 @@ def define_flags(fv: flags.FlagValues):
                     flag_values=fv)
   flags.DEFINE_list("max_extra_length", None, "override eval.max_extra_length (outputs of at most "
                     f"input length + this many tokens): {GRID_HELP}", flag_values=fv)
+  flags.DEFINE_list("context_lengths", None, "an lm run only: also score the set in rows of each "
+                    "of these many pieces (e.g. 256,512,1024), every piece once: perplexity per "
+                    "piece and per word at each context length", flag_values=fv)
 
 
 RESULT = re.compile(r"eval_(?P<split>[A-Za-z0-9][A-Za-z0-9_.-]*?)_(?P<step>\d+)_avg(?P<averaged>\d+)"
@@ -76,17 +88,20 @@ EMA_RESULT = re.compile(r"eval_(?P<split>[A-Za-z0-9][A-Za-z0-9_.-]*?)_ema(?P<ste
 
 
 def result_name(split: str, steps: list[int], limit: int, suffix: str = "",
-                best: bool = False, buckets: tuple[int, ...] = (), ema: bool = False) -> str:
+                best: bool = False, buckets: tuple[int, ...] = (), ema: bool = False,
+                contexts: tuple[int, ...] = ()) -> str:
   """The file `tfm eval` writes for checkpoints `steps` averaged and BLEU over `limit` pairs.
   suffix: the decoding settings where they are not the run's own (Decoding.suffix); best: the
   run's best checkpoint (train.best_metric), eval_<split>_best<step>..., and ema: the EMA of the
   parameters at the last checkpoint (train.ema_decay), eval_<split>_ema<step>..., apart from the
   series' (RESULT, which the sweep reads, matches only the latter); buckets: the length buckets'
-  edges."""
+  edges; contexts: an lm's context lengths (--context_lengths: _ctx<L1-L2..>, which RESULT does
+  not match)."""
   checkpoints = (f"best{steps[-1]}" if best else f"ema{steps[-1]}" if ema
                  else f"{steps[-1]}_avg{len(steps)}")
   return (f"eval_{split}_{checkpoints}" + (f"_first{limit}" if limit else "") + suffix
-          + (f"_len{'-'.join(map(str, buckets))}" if buckets else "") + ".json")
+          + (f"_len{'-'.join(map(str, buckets))}" if buckets else "")
+          + (f"_ctx{'-'.join(map(str, contexts))}" if contexts else "") + ".json")
 
 
 def buckets_named(name: str) -> tuple[int, ...]:
@@ -145,10 +160,14 @@ def run(fv: flags.FlagValues, config):
 
   edges = _flag_edges(fv)  # the flags and the workdir's config checked before loading anything
   saved_config = read_workdir_config(fv.workdir)
+  contexts = _context_lengths(fv, saved_config)
   distributed.initialize_from_env()  # before process_index: it starts JAX's backend
   if jax.process_index() == 0:  # the run's trackers answer (train.trackers) before any work
     trackers.check(saved_config.train, fv.workdir)
   names = _eval_sets(fv, saved_config.data.eval_set_names)
+  if not saved_config.translates:
+    _evaluate_texts(fv, names, contexts)
+    return
   try:
     points = decoding.points(saved_config.eval, fv.beam_size, fv.length_penalty,
                              fv.max_extra_length)
@@ -234,8 +253,97 @@ def run(fv: flags.FlagValues, config):
       print(f"[eval] the results did not reach the run's trackers ({reason})", file=sys.stderr)
 
 
+TRANSLATION_FLAGS = ("beam_size", "length_penalty", "max_extra_length", "limit",
+                     "length_buckets")
+
+
+def _context_lengths(fv: flags.FlagValues, config) -> tuple[int, ...]:
+  """--context_lengths checked against the run (() without it): an lm run's, positive integers,
+  none past model.max_length with learned positions (the table has no row beyond it). A
+  language model's run also refuses the flags of decoding and BLEU."""
+  if not config.translates:
+    given = [f"--{name}" for name in TRANSLATION_FLAGS if fv[name].present]
+    if given:
+      raise UsageError(f"{', '.join(given)}: decoding and BLEU flags; the run in {fv.workdir} is "
+                       f"task {config.task!r}, which is scored by its dev loss alone")
+  if fv.context_lengths is None:
+    return ()
+  if config.task != "lm":
+    raise UsageError(f"--context_lengths: scores a language model (task 'lm'); the run in "
+                     f"{fv.workdir} is task {config.task!r}")
+  try:
+    lengths = tuple(int(x) for x in fv.context_lengths)
+  except ValueError:
+    lengths = ()
+  if not lengths or min(lengths) < 1:
+    raise UsageError(f"--context_lengths: expected positive integers, e.g. 256,512, got "
+                     f"{','.join(fv.context_lengths)!r}")
+  if config.model.positions == "learned" and max(lengths) > config.model.max_length:
+    raise UsageError(f"--context_lengths: {max(lengths)} is past model.max_length "
+                     f"({config.model.max_length}), the rows of the run's learned position table")
+  return tuple(dict.fromkeys(lengths))
+
+
+def _evaluate_texts(fv: flags.FlagValues, names: list[str], contexts: tuple[int, ...]) -> None:
+  """An lm or mlm run's evaluation of each set: the dev loss figures (tfm/eval/dev_loss.py) in
+  rows of data.max_length, then (lm, --context_lengths) in rows of each context length; printed
+  and written to the workdir (or --out)."""
+  # pylint: disable=import-outside-toplevel
+  import jax
+  from tfm.eval.dev_loss import DevLoss
+  from tfm.eval.restore import load_trained
+  from tfm.train import checkpoint as ckpt_lib
+  from tfm.train import trackers
+  if fv.out is not None and len(names) > 1:
+    raise UsageError(f"--out writes one result; --split names {len(names)}: name one")
+  t = load_trained(fv.workdir, fv.average, checkpoint=fv.checkpoint)
+  announce_backend(t.note)
+  exp, c = t.experiment, t.config
+  hosts = ckpt_lib.read_data_state(t.checkpoints_in, t.steps[-1])["hosts"]
+  tokens = sum(h.get("efficiency", {}).get("real_targets", 0) for h in hosts) or None
+  score = lambda name, length: DevLoss(
+      c.data, exp.data_source, t.tokenizer, exp.eval_step, exp.batch_sharding, split=name,
+      row_multiple=exp.batch_shards, task=c.task, context_length=length)(t.params)
+  written = []
+  for name in names:
+    losses = score(name, None)
+    result = dict(split=name, task=c.task, checkpoints=t.steps, averaged=len(t.steps),
+                  **({"checkpoint": "best", "best": t.best} if t.best else {}),
+                  **({"checkpoint": "ema", "ema_decay": c.train.ema_decay,
+                      "ema_warmup": c.train.ema_warmup} if t.checkpoint == "ema" else {}),
+                  perplexity=losses["perplexity"], nll=losses["nll"], loss=losses["loss"],
+                  accuracy=losses["accuracy"], target_tokens=losses["tokens"],
+                  **({"word_perplexity": losses["word_perplexity"], "words": losses["words"]}
+                     if "words" in losses else {}),
+                  context_length=c.data.max_length, train_target_tokens=tokens)
+    if contexts:
+      result["context_lengths"] = [
+          dict(context_length=length, perplexity=f["perplexity"], nll=f["nll"],
+               word_perplexity=f["word_perplexity"], accuracy=f["accuracy"], tokens=f["tokens"])
+          for length, f in ((n, score(name, n)) for n in contexts)]
+    _print(result)
+    path = fv.out or epath.Path(fv.workdir) / result_name(
+        name, t.steps, 0, best=t.best is not None, ema=t.checkpoint == "ema", contexts=contexts)
+    if jax.process_index() == 0 and save("results", path, json.dumps(result, indent=1) + "\n",
+                                         given=fv.out is not None):
+      print(f"{'written':>22}: {path}")
+      written.append(path)
+  if written:
+    try:
+      trackers.record_later(fv.workdir, files=tuple(written), folder="eval")
+    except Exception as e:  # pylint: disable=broad-except  # the results are written already
+      print(f"[eval] the results did not reach the run's trackers ({' '.join(str(e).split())[:300]})",
+            file=sys.stderr)
+
+
 def _print(result: dict) -> None:
   for key, value in result.items():
+    if key == "context_lengths":
+      for entry in value:
+        print(f"{'context ' + str(entry['context_length']):>22}: " + ", ".join(
+            f"{k} {v:.4f}" if isinstance(v, float) else f"{k} {v}" for k, v in entry.items()
+            if k != "context_length"))
+      continue
     if key == "by_length":
       for entry in value:
         print(f"{'length ' + entry['bucket']:>22}: " + ", ".join(

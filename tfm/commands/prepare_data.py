@@ -21,5 +21,5 @@ def run(fv: flags.FlagValues, config):
   else:
     print(f"dataset {builder.info.full_name} ready in {builder.data_dir}")
   if fv.workdir or config.data.vocab_dir:
-    tok = tokenizer.get_tokenizer(config.data, fv.workdir, source=source)
+    tok = tokenizer.get_tokenizer(config.data, fv.workdir, source=source, task=config.task)
     print(f"vocabulary of {tok.vocab_size} tokens ready")

@@ -118,12 +118,12 @@ def _runs(fv: flags.FlagValues, config: config_lib.Config) -> list[Run]:
 def _prepare_data(configs) -> None:
   """Every distinct dataset and vocabulary, once, before any run starts."""
   from tfm.data import sources, tokenizer  # pylint: disable=import-outside-toplevel
-  for data in {c.data for c in configs}:
+  for data, task in {(c.data, c.task) for c in configs}:  # an mlm vocabulary holds <mask>
     source = sources.DataSource.of(data)
     sources.prepare(source)
-    tok = tokenizer.get_tokenizer(data, source=source)
+    tok = tokenizer.get_tokenizer(data, source=source, task=task)
     for c in configs:
-      if c.data == data:
+      if (c.data, c.task) == (data, task):
         config_lib.check_vocabulary(c, tok.vocab_size)
 
 
@@ -173,7 +173,9 @@ def run(fv: flags.FlagValues, config: config_lib.Config | None):
     raise UsageError(f"--run_index={fv.run_index}: this sweep has runs 0..{len(runs) - 1}")
   vocab_dir = os.path.join(root, "vocab") if config.data.vocab_dir is None else None
   configs = {r: r.load(vocab_dir) for r in runs}  # every config validated before anything runs
-  eval_limit = lambda r: configs[r].eval.bleu_examples if fv.eval_limit is None else fv.eval_limit
+  # Dev pairs BLEU decodes (0: all); None for lm and mlm runs, which have no BLEU.
+  eval_limit = lambda r: (None if not configs[r].translates else configs[r].eval.bleu_examples
+                          if fv.eval_limit is None else fv.eval_limit)
   from tfm.train.stack import stack_class  # pylint: disable=import-outside-toplevel
   stack_key = lambda r: stack_class(configs[r])  # runs that may train as one stack
   if fv.dry_run and not fv.slurm:
@@ -182,7 +184,7 @@ def run(fv: flags.FlagValues, config: config_lib.Config | None):
       train = stack_train_argv(group, root, vocab_dir, write=False)  # one run: its own
       print(f"# {', '.join(r.name for r in group)}\ntfm {' '.join(train)}")
       for r, workdir in zip(group, workdirs):
-        print(f"tfm eval --workdir={workdir} --split=dev --limit={eval_limit(r)}")
+        print(f"tfm {' '.join(execute.eval_argv(workdir, eval_limit(r)))}")
     return None
   results = SweepResults(runs, configs, config_lib.load_config(config_lib.config_file(fv)), eval_limit)
   if fv.slurm:

@@ -34,7 +34,7 @@ class SweepResults:
       from tfm.data import tokenizer  # pylint: disable=import-outside-toplevel
       c = self.configs[r]
       self._fingerprints[r] = publish.fingerprint(
-          c, tokenizer.get_tokenizer(c.data).model_sha256, self.eval_limit(r))
+          c, tokenizer.get_tokenizer(c.data, task=c.task).model_sha256, self.eval_limit(r))
     return self._fingerprints[r]
 
   @functools.cached_property
@@ -80,12 +80,13 @@ class SweepResults:
     return RunResult(name=r.name, group=r.group, row=r.row, seed=r.seed, index=self.index[r],
                      steps=c.train.steps, fingerprint=self.fingerprint(r),
                      changes=execute.changed_keys(c, self.reference), params=self.params[r],
-                     paper=c.paper or {}, wall_s=wall_s)
+                     paper=c.paper or {}, wall_s=wall_s, task=c.task)
 
   def describe(self, r: Run, workdir: str, wall_s: float) -> RunResult:
     out = self.static(r, wall_s)
     buckets = self.configs[r].eval.length_buckets
-    evals = [(int(m["step"]), int(m["limit"] or 0) == self.eval_limit(r)
+    limit = self.eval_limit(r) or 0  # None: an lm / mlm run's (no BLEU, no --limit)
+    evals = [(int(m["step"]), int(m["limit"] or 0) == limit
               and eval_command.buckets_named(name) == buckets,
               os.path.getmtime(os.path.join(workdir, name)), name)
              for name in os.listdir(workdir)
@@ -97,7 +98,7 @@ class SweepResults:
     emas = [(int(m["step"]), os.path.getmtime(os.path.join(workdir, name)), name)
             for name in os.listdir(workdir)
             if (m := eval_command.EMA_RESULT.fullmatch(name)) and m["split"] == "dev"
-            and int(m["limit"] or 0) == self.eval_limit(r)
+            and int(m["limit"] or 0) == limit
             and eval_command.buckets_named(name) == buckets]  # scored as the series is
     if emas and out.trained_steps is not None and max(emas)[0] == out.trained_steps:
       with open(os.path.join(workdir, max(emas)[-1]), encoding="utf-8") as f:

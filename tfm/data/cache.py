@@ -74,10 +74,15 @@ def cache_root(cfg) -> str:
 
 def fingerprint_inputs(cfg, tokenizer, source, process_count: int) -> dict[str, Any]:
   """Everything the cached token ids depend on (hashed into the directory name)."""
-  return {"format": FORMAT_VERSION, "dataset": cfg.dataset, "source_lang": cfg.source_lang,
-          "target_lang": cfg.target_lang, "split": "train", "records": len(source),
-          "tfds_version": source.version, "vocab_sha256": tokenizer.model_sha256,
-          "max_length": cfg.max_length, "overlong": cfg.overlong, "process_count": process_count}
+  inputs = {"format": FORMAT_VERSION, "dataset": cfg.dataset, "source_lang": cfg.source_lang,
+            "target_lang": cfg.target_lang, "split": "train", "records": len(source),
+            "tfds_version": source.version, "vocab_sha256": tokenizer.model_sha256,
+            "max_length": cfg.max_length, "overlong": cfg.overlong,
+            "process_count": process_count}
+  if cfg.text_key is not None:  # monolingual: one text, no length limit (examples.length_limit)
+    inputs.update(text_key=cfg.text_key, source_lang=None, target_lang=None, max_length=None,
+                  overlong=None)
+  return inputs
 
 
 def cache_dir(cfg, tokenizer, source, process_index: int, process_count: int) -> str:
@@ -85,7 +90,8 @@ def cache_dir(cfg, tokenizer, source, process_index: int, process_count: int) ->
   inputs = fingerprint_inputs(cfg, tokenizer, source, process_count)
   digest = hashlib.sha256(json.dumps(inputs, sort_keys=True).encode()).hexdigest()[:16]
   slug = re.sub(r"[^A-Za-z0-9]+", "-", cfg.dataset).strip("-")
-  name = f"{slug}_{cfg.source_lang}-{cfg.target_lang}_L{cfg.max_length}_{digest}"
+  name = (f"{slug}_{cfg.text_key}_{digest}" if cfg.text_key is not None else
+          f"{slug}_{cfg.source_lang}-{cfg.target_lang}_L{cfg.max_length}_{digest}")
   return os.path.join(cache_root(cfg), name, f"host-{process_index}-of-{process_count}")
 
 
@@ -176,7 +182,7 @@ def _write(directory: str, chunks, dtype, inputs: dict[str, Any]) -> None:
 def build(cfg, tokenizer, directory: str, host: sources.HostShard) -> None:
   """Tokenizes this host's shard of the split into `directory` (temporary name, renamed)."""
   chunks = grain.MapDataset.source(host).batch(CHUNK_SIZE, batch_fn=list).map(
-      examples_lib.EncodeChunk(tokenizer, cfg.max_length, cfg.overlong))
+      examples_lib.EncodeChunk(tokenizer, examples_lib.length_limit(cfg), cfg.overlong))
   dtype = np.uint16 if tokenizer.vocab_size <= np.iinfo(np.uint16).max + 1 else np.int32
   tmp = f"{directory}.tmp-{os.getpid()}"
   if os.path.exists(tmp):

@@ -101,6 +101,18 @@ class DataConfig:
     'split': 'test' or 'train', default 'dev') reads a source's own split. The vocabulary is
     trained on a sample of the sources in proportion to the weights (tfm/data/tokenizer.py).
 
+  Monolingual text (config.task='lm' or 'mlm'; tfm/data/stream.py, tfm/data/masking.py):
+    text_key names the one text of an example: a TFDS feature key ('text' for lm1b-like builders;
+    'en' for bible_translate/web-sparv, the World English Bible side), or for dataset='text' the
+    name put for '{lang}' in the files' pattern (train_files='corpus/train.{lang}' with
+    text_key='en' reads corpus/train.en; a path without '{lang}' is one text a line; a mapping
+    {text_key: path} names the file). source_lang / target_lang are then not read. The vocabulary
+    is trained on that text alone; train batches are a stream of the shuffled examples cut into
+    rows of max_length (data.overlong does not apply; data.packing must stay True). mask_rate,
+    mask_token_rate and mask_random_rate are BERT's masking (task mlm): each token but EOS is
+    selected with probability mask_rate; of the selected, mask_token_rate become <mask>,
+    mask_random_rate a uniformly random ordinary piece, the rest stay.
+
   Evaluation sets (the training loop's loss/perplexity and BLEU, and `tfm eval`): eval_sets maps
     a name to a split of the dataset ('dev', 'test', 'train') or to text files (a spec as above),
     e.g. {'dev': 'dev', 'news': 'corpus/newstest.{lang}'}; each is evaluated and reported on its
@@ -136,6 +148,12 @@ class DataConfig:
   # dataset above. Typed `object` (a Python literal on the command line).
   mixture: Sequence[Mapping[str, object]] | None = None
   mixture_weights: Sequence[float] | None = None  # '7:3' or (7, 3): the sources' weights, in order
+  # Monolingual text (config.task 'lm' | 'mlm'): the feature key (TFDS) or '{lang}' of the files
+  # of the one text of an example; None = translation pairs of source_lang / target_lang.
+  text_key: str | None = None
+  mask_rate: float = 0.15  # task mlm: each maskable token selected with this probability (BERT)
+  mask_token_rate: float = 0.8  # of the selected: replaced by <mask>
+  mask_random_rate: float = 0.1  # of the selected: replaced by a uniformly random ordinary piece
 
   def __post_init__(self):
     # Mappings held as FrozenDicts, eval_sets as ((name, spec), ...): a frozen config is hashable
@@ -323,17 +341,37 @@ def validate_data_config(cfg: DataConfig) -> None:
   if cfg.eval_max_examples is not None and (not sections.is_int(cfg.eval_max_examples)
                                             or cfg.eval_max_examples < 1):
     _fail("eval_max_examples", "a positive integer or None", cfg.eval_max_examples)
+  _validate_text_key(cfg)
   _validate_files(cfg)
   _validate_mixture(cfg)
   _validate_eval_sets(cfg)
   resolve_dataset(cfg)
 
 
+def _validate_text_key(cfg: DataConfig) -> None:
+  if cfg.text_key is not None and (not isinstance(cfg.text_key, str) or not cfg.text_key
+                                   or not _EVAL_SET_NAME.fullmatch(cfg.text_key)):
+    _fail("text_key", "a feature key or language name of letters, digits, '_', '-' or '.' "
+          "(monolingual text), or None (translation pairs)", cfg.text_key)
+  for key in ("mask_rate", "mask_token_rate", "mask_random_rate"):
+    value = getattr(cfg, key)
+    if not sections.is_number(value) or not 0.0 <= value <= 1.0:
+      _fail(key, "a number in [0, 1]", value)
+  if cfg.mask_token_rate + cfg.mask_random_rate > 1.0 + 1e-12:
+    _fail("mask_random_rate", f"at most 1 - data.mask_token_rate={cfg.mask_token_rate} (the two "
+          "shares of the selected tokens sum to <= 1)", cfg.mask_random_rate)
+
+
+def _check_files(value, cfg: DataConfig) -> str | None:
+  if cfg.text_key is not None:
+    return text_files.check_text_spec(value, cfg.text_key)
+  return text_files.check_spec(value, cfg.source_lang, cfg.target_lang)
+
+
 def _validate_files(cfg: DataConfig) -> None:
   for key in FILES_KEYS.values():
     value = getattr(cfg, key)
-    wrong = None if value is None else text_files.check_spec(value, cfg.source_lang,
-                                                             cfg.target_lang)
+    wrong = None if value is None else _check_files(value, cfg)
     if wrong:
       _fail(key, wrong if isinstance(value, Mapping) else f"{wrong}, or None", value)
     if value is not None and cfg.dataset != TEXT:
@@ -358,7 +396,7 @@ def _validate_eval_sets(cfg: DataConfig) -> None:
     if isinstance(spec, Mapping) and "source" in spec:
       _validate_source_set(cfg, name, spec)
       continue
-    wrong = text_files.check_spec(spec, cfg.source_lang, cfg.target_lang)
+    wrong = (None if spec in SPLITS else _check_files(spec, cfg))
     if wrong:
       _fail(f"eval_sets.{name}", f"a split ({', '.join(SPLITS)}) or text files: {wrong}", spec)
     if name in SPLITS and spec != name:

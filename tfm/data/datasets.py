@@ -49,6 +49,9 @@ def resolve_dataset(cfg) -> DatasetSpec:
 
   A known dataset's languages are checked here; another TFDS builder's feature keys when it is
   opened (check_features)."""
+  text_key = getattr(cfg, "text_key", None)
+  if text_key is not None:  # monolingual text: source_lang / target_lang are not read
+    return _resolve_monolingual(cfg, text_key)
   if cfg.source_lang == cfg.target_lang:
     raise ValueError(f"data.source_lang and data.target_lang must differ, both are "
                      f"{cfg.source_lang!r}")
@@ -67,6 +70,31 @@ def resolve_dataset(cfg) -> DatasetSpec:
       raise ValueError(f"data.{key}={getattr(cfg, key)!r} is not a language of data.dataset="
                        f"{cfg.dataset!r}; expected one of {spec.languages}")
   return spec
+
+
+def _resolve_monolingual(cfg, text_key: str) -> DatasetSpec:
+  """A dataset read for one text a example (data.text_key): a known dataset's key is checked."""
+  if cfg.dataset == TEXT:
+    return DatasetSpec(TEXT, (text_key,), "plain text files, one text a line")
+  spec = DATASETS.get(cfg.dataset)
+  if spec is None:
+    if not _TFDS_NAME.fullmatch(cfg.dataset):
+      raise ValueError(f"config key data.dataset: expected a TFDS builder ('builder' or "
+                       f"'builder/config') or {TEXT!r} (plain text files), got {cfg.dataset!r}")
+    return DatasetSpec(cfg.dataset, (text_key,), "")
+  if text_key not in spec.languages:
+    raise ValueError(f"config key data.text_key: expected a text feature of data.dataset="
+                     f"{cfg.dataset!r}, one of {spec.languages}, got {text_key!r}")
+  return DatasetSpec(spec.name, (text_key,), spec.description)
+
+
+def check_text_key(dataset: str, features, text_key: str) -> None:
+  """Raises ValueError, in one line, where data.text_key is not one of a dataset's feature keys
+  (`features`: its FeaturesDict, or any collection of the key names)."""
+  keys = sorted(features.keys() if hasattr(features, "keys") else features)
+  if text_key not in keys:
+    raise ValueError(f"config key data.text_key: expected a feature key of data.dataset="
+                     f"{dataset!r}, one of {keys}, got {text_key!r}")
 
 
 def check_features(dataset: str, features, source_lang: str, target_lang: str) -> None:

@@ -6,7 +6,9 @@ can count every reason an example was dropped or changed (`Counters`) and keep t
 its checkpointable state.
 
 An encoded example is {'inputs': int32[n], 'targets': int32[m], 'status': int32, 'truncated':
-int32}; both id arrays end with EOS (1) and have length <= max_length when status == OK.
+int32}; both id arrays end with EOS (1) and have length <= max_length when status == OK. A
+monolingual example (data.text_key: a 1-tuple (text,)) has 'targets' = ids + EOS and 'inputs'
+empty; it is encoded with max_length None (no limit: streams cut it into rows, tfm/data/stream.py).
 """
 
 from __future__ import annotations
@@ -38,22 +40,31 @@ def decode_text(value) -> tuple[str | None, int]:
   return value, OK
 
 
-def fit_length(ids: list[int], max_length: int, overlong: str) -> tuple[list[int] | None, bool]:
+def fit_length(ids: list[int], max_length: int | None,
+               overlong: str) -> tuple[list[int] | None, bool]:
   """Applies data.overlong to one id list: (ids, truncated) or (None, False) when filtered.
 
-  'truncate' keeps the first max_length - 1 ids and puts EOS back at the end.
+  'truncate' keeps the first max_length - 1 ids and puts EOS back at the end; max_length None
+  keeps every id list.
   """
-  if len(ids) <= max_length:
+  if max_length is None or len(ids) <= max_length:
     return ids, False
   if overlong == "filter":
     return None, False
   return ids[:max_length - 1] + [EOS_ID], True
 
 
-class EncodePair:
-  """grain map: (source_text, target_text) -> encoded example dict (see module docstring)."""
+def length_limit(cfg) -> int | None:
+  """The longest example kept: data.max_length for pairs, None (any) for monolingual text, which
+  runs across rows (data.overlong does not apply)."""
+  return None if cfg.text_key is not None else cfg.max_length
 
-  def __init__(self, tokenizer, max_length: int, overlong: str):
+
+class EncodePair:
+  """grain map: (source_text, target_text) -> encoded example dict (see module docstring); a
+  1-tuple (text,) -> its ids as 'targets', 'inputs' empty."""
+
+  def __init__(self, tokenizer, max_length: int | None, overlong: str):
     self.tokenizer = tokenizer
     self.max_length = max_length
     self.overlong = overlong
@@ -76,6 +87,8 @@ class EncodePair:
         return self._marked(OVERLONG)
       out.append(np.asarray(ids, np.int32))
       truncated |= cut
+    if len(out) == 1:
+      out.insert(0, _NO_IDS)
     return {"inputs": out[0], "targets": out[1], "status": np.int32(OK),
             "truncated": np.int32(truncated)}
 
@@ -90,7 +103,7 @@ class EncodeChunk:
   amortises grain's per-element overhead and lets the source read records in batches.
   """
 
-  def __init__(self, tokenizer, max_length: int, overlong: str):
+  def __init__(self, tokenizer, max_length: int | None, overlong: str):
     self.encode_pair = EncodePair(tokenizer, max_length, overlong)
 
   def __call__(self, pairs) -> dict[str, np.ndarray]:

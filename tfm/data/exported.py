@@ -49,7 +49,7 @@ class ExportedSplit:
   """A split of an export with TextPairSource's interface: len, [i] -> (source, target) str,
   `version`; picklable (grain workers get the pairs)."""
 
-  def __init__(self, directory: str, split: str, source_key: str, target_key: str):
+  def __init__(self, directory: str, split: str, source_key: str, target_key: str | None):
     with open(os.path.join(directory, "meta.json"), encoding="utf-8") as f:
       meta = json.load(f)
     if meta.get("format") != FORMAT_VERSION:
@@ -58,7 +58,9 @@ class ExportedSplit:
     if split not in meta["splits"]:
       raise FileNotFoundError(f"{directory}: the export has no split {split!r}; it has "
                               f"{sorted(meta['splits'])}")
-    for key, value in (("source_lang", source_key), ("target_lang", target_key)):
+    named = ((("text_key", source_key),) if target_key is None else
+             (("source_lang", source_key), ("target_lang", target_key)))
+    for key, value in named:
       if value not in meta["languages"]:
         raise ValueError(f"config key data.{key}: expected a language of the export {directory}, "
                          f"one of {meta['languages']}, got {value!r}")
@@ -70,7 +72,8 @@ class ExportedSplit:
     if len(rows) != meta["splits"][split]:
       raise ValueError(f"{path}: {len(rows)} pairs, meta.json says {meta['splits'][split]} (a "
                        "partial copy?); export it again")
-    self._pairs = [(row[source_key], row[target_key]) for row in rows]
+    keys = (source_key,) if target_key is None else (source_key, target_key)
+    self._pairs = [tuple(row[key] for key in keys) for row in rows]
 
   def __len__(self) -> int:
     return len(self._pairs)

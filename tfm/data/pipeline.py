@@ -26,6 +26,8 @@ Stages (per host):
   data.mixture: the stages above for each source (its own shuffle seed) -> MixtureCursor, each
      example drawn from source i with probability w_i (tfm/data/mixture.py)
   -> packed: PackedBatcher(rows)  |  bucketed: BucketBatcher(boundaries)
+     | monolingual text (data.text_key; tasks lm, mlm): StreamBatcher(rows) (tfm/data/stream.py),
+       the examples concatenated and cut into rows of max_length, masked for mlm (masking.py)
 Each batch is a dict of int32 arrays [rows, length] with keys batching.BATCH_KEYS, where
 rows = tokens_per_batch // max_length // process_count (packed; length = max_length) or
 rows ~ tokens_per_batch // boundary // process_count (bucketed; length = bucket boundary), each
@@ -43,6 +45,7 @@ import grain
 import numpy as np
 
 from tfm.data import batching
+from tfm.data import masking
 from tfm.data import bucketing
 from tfm.data import cache
 from tfm.data import cursor
@@ -51,7 +54,9 @@ from tfm.data import mixture
 from tfm.data import packing
 from tfm.data import shuffle
 from tfm.data import sources
+from tfm.data import stream as stream_lib
 from tfm.data import workers
+from tfm.data.tokenizer import check_task
 from tfm.data.config import DataConfig
 
 CHUNK_SIZE = 128  # pairs read and tokenized together (one grain element)
@@ -115,7 +120,8 @@ def train_chunks(cfg: DataConfig, source: sources.DataSource, tokenizer, *, proc
     n, reads = len(tokens), [tokens.chunk]
   else:
     host = sources.HostShard(source.open("train"), process_index, process_count)
-    n, reads = len(host), [host, examples_lib.EncodeChunk(tokenizer, cfg.max_length, cfg.overlong)]
+    n, reads = len(host), [host, examples_lib.EncodeChunk(
+        tokenizer, examples_lib.length_limit(cfg), cfg.overlong)]
   positions = ShuffledPositions(n, cfg.shuffle_seed, CHUNK_SIZE, num_epochs)
   chunks = grain.MapDataset.range(positions.num_chunks).map(positions)
   for read in reads:
@@ -170,21 +176,31 @@ class ShuffledPositions:
 
 def train_iterator(cfg: DataConfig, source: sources.DataSource, tokenizer, *, process_index: int = 0,
                    process_count: int = 1, num_epochs: int | None = None,
-                   row_multiple: int = 1) -> TrainIterator:
-  """Per-host train batches: packed [rows, max_length] (data.packing) or length-bucketed.
+                   row_multiple: int = 1, task: str = "translate") -> TrainIterator:
+  """Per-host train batches: packed [rows, max_length] (data.packing) or length-bucketed; for
+  task lm / mlm a token stream cut into [rows, max_length] (stream.py; mlm: masked, masking.py).
 
   One seed (data.shuffle_seed) gives one sequence of batches; num_epochs=None repeats forever.
   With a finite num_epochs the last batch is padded with empty rows. row_multiple: the global
   row count of every batch, packed or bucketed, is rounded up to a multiple of it (the step's
   batch shards x microbatches; tfm/data/batching.py).
   """
+  check_task(cfg, task)
+  if task != "translate" and not cfg.packing:
+    raise ValueError(f"config keys task={task!r} and data.packing=False: {task} batches are a "
+                     "token stream cut into rows, not buckets; use data.packing=True")
   if not cfg.packing and process_count > 1:
     raise ValueError(f"config key data.packing=False (length-bucketed batches) runs on one host, "
                      f"not {process_count}: each host picks its own bucket for a step, so the "
                      "hosts' batches would differ in shape; use data.packing=True")
   example_cursor, stream = _train_cursor(cfg, source, tokenizer, process_index, process_count,
                                          num_epochs)
-  if cfg.packing:
+  if task != "translate":
+    mask = (masking.Masker.of(cfg, tokenizer, seed=cfg.shuffle_seed, process_index=process_index)
+            if task == "mlm" else None)
+    batcher = stream_lib.StreamBatcher(
+        example_cursor, batching.host_rows(cfg, process_count, row_multiple), cfg.max_length, mask)
+  elif cfg.packing:
     batcher = packing.PackedBatcher(
         example_cursor, batching.host_rows(cfg, process_count, row_multiple), cfg.max_length)
   else:
@@ -219,8 +235,9 @@ def _train_cursor(cfg: DataConfig, source: sources.DataSource, tokenizer, proces
 
 
 def eval_batches(cfg: DataConfig, source: sources.DataSource, tokenizer, split: str = "dev", *,
-                 process_index: int = 0, process_count: int = 1,
-                 row_multiple: int = 1) -> list[dict[str, Any]]:
+                 process_index: int = 0, process_count: int = 1, row_multiple: int = 1,
+                 task: str = "translate", context_length: int | None = None
+                 ) -> list[dict[str, Any]]:
   """This host's share of `split` ('dev', 'test' or an evaluation set of data.eval_sets; its first
   data.eval_max_examples examples) as unpacked, padded [rows, max_length] batches in dataset
   order, rows = batching.host_rows (tokens_per_batch // max_length rounded up to a multiple of the
@@ -228,7 +245,17 @@ def eval_batches(cfg: DataConfig, source: sources.DataSource, tokenizer, split: 
 
   Over-long examples follow data.overlong. Every host returns the same number of batches
   (padded with all-zero batches), so collective eval steps stay in lockstep.
+
+  Tasks lm and mlm: `stream_eval_batches` (rows of context_length, None = data.max_length).
   """
+  check_task(cfg, task)
+  if task != "translate":
+    return stream_eval_batches(cfg, source, tokenizer, split, process_index=process_index,
+                               process_count=process_count, row_multiple=row_multiple,
+                               task=task, context_length=context_length)
+  if context_length is not None:
+    raise ValueError(f"context_length={context_length}: scoring at other context lengths is "
+                     "for task 'lm' or 'mlm'; translation batches have rows of data.max_length")
   rows = batching.host_rows(cfg, process_count, row_multiple)
   pairs = source.open(split)
   host = sources.HostShard(pairs, process_index, process_count, cfg.eval_max_examples)
@@ -257,3 +284,63 @@ def eval_text_pairs(cfg: DataConfig, source: sources.DataSource,
     if all(status == examples_lib.OK for _, status in decoded):
       pairs.append((decoded[0][0], decoded[1][0]))
   return pairs
+
+
+def _eval_texts(cfg: DataConfig, source: sources.DataSource, split: str):
+  """The first data.eval_max_examples examples of a monolingual split, in dataset order."""
+  return sources.HostShard(source.open(split), 0, 1, cfg.eval_max_examples)
+
+
+def stream_eval_batches(cfg: DataConfig, source: sources.DataSource, tokenizer, split: str = "dev",
+                        *, process_index: int = 0, process_count: int = 1, row_multiple: int = 1,
+                        task: str = "lm", context_length: int | None = None
+                        ) -> list[dict[str, Any]]:
+  """This host's eval batches of a monolingual split (tasks lm, mlm): the split's first
+  data.eval_max_examples examples in dataset order, each ending with EOS, concatenated and cut
+  into rows of context_length (None = data.max_length), so every token is scored exactly once.
+
+  Global batch b holds rows [b * R, (b + 1) * R) of the stream, R = tokens_per_batch //
+  context_length rounded up to a multiple of the hosts and of row_multiple (as
+  batching.global_rows); host h takes its R / hosts consecutive rows of each. Every host reads the
+  whole (small) split, so the stream, and with it each host's number of batches, is the same for
+  any host count; the last batches are padded (all-zero rows). Task mlm masks each global batch
+  with masking.EVAL_SEED and its index b: the same masks in every run and every evaluation, for
+  any host count. Empty and non-UTF-8 examples are skipped (as in training).
+  """
+  length = cfg.max_length if context_length is None else context_length
+  if not isinstance(length, int) or isinstance(length, bool) or length < 1:
+    raise ValueError(f"context_length: expected a positive integer or None, got {length!r}")
+  multiple = math.lcm(process_count, row_multiple)
+  rows = batching.round_up_rows(cfg.tokens_per_batch // length, multiple)
+  host_rows = rows // process_count
+  encode = examples_lib.EncodePair(tokenizer, None, cfg.overlong)
+  texts = _eval_texts(cfg, source, split)
+  ids = [example["targets"] for example in map(encode, (texts[i] for i in range(len(texts))))
+         if int(example["status"]) == examples_lib.OK]
+  tokens = np.concatenate(ids).astype(np.int32) if ids else np.zeros((0,), np.int32)
+  mask = (masking.Masker.of(cfg, tokenizer, seed=masking.EVAL_SEED) if task == "mlm" else None)
+  batches = []
+  for b, batch in enumerate(stream_lib.cut_into_batches(tokens, rows, length)):
+    if mask is not None:
+      batch = mask(batch, b)
+    start = process_index * host_rows
+    batches.append({key: value[start:start + host_rows] for key, value in batch.items()})
+  return batches
+
+
+def eval_word_count(cfg: DataConfig, source: sources.DataSource, split: str = "dev", *,
+                    task: str = "lm") -> int:
+  """Whitespace-separated words of the texts eval_batches scores (the split's first
+  data.eval_max_examples examples, empty and non-UTF-8 ones skipped), all hosts together: the
+  denominator of per-word perplexity, exp(sum of the tokens' NLL, EOS included / words)."""
+  check_task(cfg, task)
+  if task == "translate":
+    raise ValueError("eval_word_count counts the words of a monolingual split (task 'lm' or "
+                     "'mlm'); translation reports BLEU")
+  texts = _eval_texts(cfg, source, split)
+  words = 0
+  for i in range(len(texts)):
+    text, status = examples_lib.decode_text(texts[i][0])
+    if status == examples_lib.OK:
+      words += len(text.split())
+  return words

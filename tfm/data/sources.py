@@ -35,7 +35,7 @@ from tfm import storage
 from tfm.data import exported
 from tfm.data import text_files
 from tfm.data.config import FILES_KEYS, MIXTURE_KEYS, DataConfig, eval_split
-from tfm.data.datasets import TEXT, check_features, resolve_dataset
+from tfm.data.datasets import TEXT, check_features, check_text_key, resolve_dataset
 
 log = logging.getLogger(__name__)
 
@@ -67,6 +67,7 @@ class DataSource:
   eval_sets: tuple[tuple[str, object], ...] = (("dev", "dev"),)
   mixture: tuple[tuple[str, float, "DataSource"], ...] = ()
   key: str = "data"  # how messages name its keys: 'data', or a mixture's 'data.mixture[i]'
+  text_key: str | None = None  # data.text_key: monolingual, a split's examples are (text,)
 
   @classmethod
   def of(cls, cfg: DataConfig) -> DataSource:
@@ -79,7 +80,7 @@ class DataSource:
     return cls(name=spec.name, source_lang=cfg.source_lang, target_lang=cfg.target_lang,
                data_dir=cfg.data_dir, manual_dir=cfg.manual_dir,
                export=None if text else exported.find(cfg), files=files,
-               eval_sets=cfg.eval_set_items,
+               eval_sets=cfg.eval_set_items, text_key=cfg.text_key,
                mixture=tuple((name, weight, dataclasses.replace(cls.of(sub),
                                                                 key=f"data.mixture[{i}]"))
                              for i, (name, weight, sub) in enumerate(cfg.mixture_sources)))
@@ -118,6 +119,8 @@ class DataSource:
       if source_name is not None:  # {'source': NAME, 'split': ...}: a mixture source's split
         return {name: source for name, _, source in self.mixture}[source_name].open(spec)
       if sets[split] not in SPLITS:
+        if self.text_key is not None:
+          return text_files.TextLineSplit(sets[split], self.text_key, f"data.eval_sets.{split}")
         return text_files.TextFileSplit(sets[split], self.source_lang, self.target_lang,
                                         f"data.eval_sets.{split}")
       split = sets[split]
@@ -130,10 +133,15 @@ class DataSource:
         raise ValueError(f"config key {self.key}.{FILES_KEYS[split]}: expected the {split} "
                          f"split's text files ('dir/{split}.{{lang}}' or a .tsv) to read that "
                          "split from, got None")
+      if self.text_key is not None:
+        return text_files.TextLineSplit(files[split], self.text_key,
+                                        f"{self.key}.{FILES_KEYS[split]}")
       return text_files.TextFileSplit(files[split], self.source_lang, self.target_lang,
                                       f"{self.key}.{FILES_KEYS[split]}")
     name = self.split_name(split)
     if self.export is not None:
+      if self.text_key is not None:
+        return exported.ExportedSplit(self.export, name, self.text_key, None)
       return exported.ExportedSplit(self.export, name, self.source_lang, self.target_lang)
     tfds = tfds_module()
     try:
@@ -151,9 +159,11 @@ class DataSource:
             "other sets with data.eval_sets (e.g. text files of held-out pairs)") from None
       raise ValueError(_not_found(self.name, e)) from None
     info = getattr(data_source, "dataset_info", None)
-    check_features(self.name, info.features if info is not None else
-                   (data_source[0] if len(data_source) else ()),
-                   self.source_lang, self.target_lang)
+    features = info.features if info is not None else (data_source[0] if len(data_source) else ())
+    if self.text_key is not None:
+      check_text_key(self.name, features, self.text_key)
+      return TextPairSource(data_source, self.text_key, None)
+    check_features(self.name, features, self.source_lang, self.target_lang)
     return TextPairSource(data_source, self.source_lang, self.target_lang)
 
 
@@ -173,12 +183,14 @@ def tfds_module():
 
 
 class TextPairSource:
-  """Random access to (source, target) texts of one split: `len(self)`, `self[i]`."""
+  """Random access to (source, target) texts of one split: `len(self)`, `self[i]`; with
+  target_key None (data.text_key, monolingual) to (text,)."""
 
-  def __init__(self, data_source, source_key: str, target_key: str):
+  def __init__(self, data_source, source_key: str, target_key: str | None):
     self._data_source = data_source
     self.source_key = source_key
     self.target_key = target_key
+    self._keys = (source_key,) if target_key is None else (source_key, target_key)
     self._batched = hasattr(data_source, "__getitems__")
 
   def __len__(self) -> int:
@@ -192,7 +204,7 @@ class TextPairSource:
 
   def __getitem__(self, index: int):
     example = self._data_source[int(index)]
-    return example[self.source_key], example[self.target_key]
+    return tuple(example[key] for key in self._keys)
 
   def _getitems(self, indices):
     """Batched read (grain uses it for chunks): array_record reads the records together."""
@@ -203,7 +215,7 @@ class TextPairSource:
       except TypeError:  # tfds.testing.mock_data's source cannot read batches
         self._batched = False
       else:
-        return [(e[self.source_key], e[self.target_key]) for e in examples]
+        return [tuple(e[key] for key in self._keys) for e in examples]
     return [self[i] for i in keys]
 
   def __repr__(self) -> str:
@@ -347,8 +359,11 @@ def prepare(source: DataSource, create_data_dir: bool = False):
     builder = tfds.builder(name, data_dir=data_dir, file_format="array_record")
   except ValueError as e:  # an unknown builder or config
     raise ValueError(_not_found(name, e)) from None
-  # Before anything is downloaded: the languages must be two of the builder's feature keys.
-  check_features(name, builder.info.features, source.source_lang, source.target_lang)
+  # Before anything is downloaded: the languages (data.text_key) must be the builder's feature keys.
+  if source.text_key is not None:
+    check_text_key(name, builder.info.features, source.text_key)
+  else:
+    check_features(name, builder.info.features, source.source_lang, source.target_lang)
   download_config = tfds.download.DownloadConfig(manual_dir=source.manual_dir)
   try:
     with _one_builder_at_a_time(builder):

@@ -265,3 +265,66 @@ class TextFileSplit:
 
   def __repr__(self) -> str:
     return f"TextFileSplit({' | '.join(self.paths)}, {len(self)} pairs)"
+
+
+# Monolingual text (data.text_key): one text a line, no TSV. A spec is 'dir/train.{lang}'
+# ('{lang}' replaced by data.text_key), a path without '{lang}' (that file), or {text_key: path}.
+
+def check_text_spec(value: Any, text_key: str) -> str | None:
+  """What is wrong with a files value of a monolingual config (data.text_key), as 'expected ...'
+  (None: nothing)."""
+  forms = (f"a path string ('dir/train.{LANG}', {LANG} replaced by data.text_key={text_key!r}, "
+           f"or a file of one text a line) or {{{text_key!r}: path}}")
+  if isinstance(value, str):
+    return None if value.strip() else forms
+  if isinstance(value, Mapping) and set(value) == {text_key}:
+    return None if isinstance(value[text_key], str) and value[text_key].strip() else forms
+  return forms
+
+
+def text_path(spec, text_key: str) -> str:
+  """The one file a monolingual spec names."""
+  if isinstance(spec, Mapping):
+    return os.path.expanduser(spec[text_key])
+  return os.path.expanduser(spec).replace(LANG, text_key)
+
+
+def text_content_key(spec, text_key: str, key: str) -> str:
+  """SHA-256 (hex) of the contents of a monolingual spec's file (what its vocabulary is named by)."""
+  return hashlib.sha256(file_digest(text_path(spec, text_key), key).encode()).hexdigest()
+
+
+class TextLineSplit:
+  """One split of monolingual text files: `len(split)`, `split[i] -> (text bytes,)` (line i),
+  batched reads, `version` (a SHA-256 of the file's bytes); pickles. `key` names the config key
+  for error messages."""
+
+  def __init__(self, spec, text_key: str, key: str):
+    self.spec, self.key = spec, key
+    path = text_path(spec, text_key)
+    self.paths = (path,)
+    try:
+      before = _stat_key(path)
+    except OSError:
+      before = None
+    self._data = _read(path, key)
+    if before is not None:
+      _remember(path, before, hashlib.sha256(self._data).hexdigest())
+    self.version = "text-sha256-" + hashlib.sha256(
+        hashlib.sha256(self._data).digest()).hexdigest() + "-lines"
+    self._starts, self._ends = _lines(self._data)
+
+  def __len__(self) -> int:
+    return len(self._starts)
+
+  def __getitem__(self, index: int) -> tuple[bytes]:
+    i = int(index)
+    if not -len(self) <= i < len(self):
+      raise IndexError(f"line {i} of {len(self)}")
+    return (self._data[self._starts[i]:self._ends[i]],)
+
+  def _getitems(self, indices) -> list[tuple[bytes]]:
+    return [self[i] for i in indices]
+
+  def __repr__(self) -> str:
+    return f"TextLineSplit({self.paths[0]}, {len(self)} lines)"

@@ -2,7 +2,13 @@
 
 Token id contract (used by the model and the decoder):
   pad_id = 0 (never produced by `encode`), eos_id = 1 (ends every encoded sequence),
-  unk_id = 2, no BOS (bos_id = -1).
+  unk_id = 2, no BOS (bos_id = -1); for task mlm a user-defined piece `<mask>` at id 3
+  (`Tokenizer.mask_id`, None in every other vocabulary). Ordinary pieces start at
+  `Tokenizer.first_ordinary_id` (3, or 4 after `<mask>`).
+
+Monolingual text (data.text_key; tasks lm and mlm): the vocabulary is trained on that one text
+and named `spm_<dataset>_<text_key>_<size>.model`, `..._<size>_mask.model` for mlm, so a
+vocabulary without `<mask>` is never read for mlm, nor one with it for lm.
 
 The vocabulary is trained on the training split, both languages, at most `max_sentences`
 sentences (a fixed-seed sample of the pairs; a mixture's sources in proportion to their weights,
@@ -41,6 +47,8 @@ from tfm.data.datasets import TEXT
 log = logging.getLogger(__name__)
 
 PAD_ID, EOS_ID, UNK_ID = 0, 1, 2
+MASK_ID, MASK_PIECE = 3, "<mask>"  # task mlm's vocabulary only
+TASKS = ("translate", "lm", "mlm")
 DEFAULT_MAX_SENTENCES = 1_000_000  # sentences (both languages together) used to train the vocab
 _SAMPLE_SEED = 0
 
@@ -65,6 +73,12 @@ class Tokenizer:
         PAD_ID, EOS_ID, UNK_ID, -1):
       raise ValueError(f"SentencePiece model {path} does not follow the id contract pad=0, "
                        "eos=1, unk=2, no bos")
+    mask = self._sp.piece_to_id(MASK_PIECE)
+    self.mask_id = mask if mask != UNK_ID and self._sp.id_to_piece(mask) == MASK_PIECE else None
+    if self.mask_id not in (None, MASK_ID):
+      raise ValueError(f"SentencePiece model {path} has {MASK_PIECE} at id {self.mask_id}; "
+                       f"expected id {MASK_ID}")
+    self.first_ordinary_id = UNK_ID + 1 if self.mask_id is None else MASK_ID + 1
 
   @classmethod
   def load(cls, path: str | epath.Path) -> "Tokenizer":
@@ -104,21 +118,38 @@ class Tokenizer:
     self.__init__(state["proto"], state["path"])
 
 
-def vocab_filename(cfg) -> str:
+def check_task(cfg, task: str) -> None:
+  """Raises ValueError, in one line, where `task` (config.task) and data.text_key disagree: lm and
+  mlm read monolingual text (data.text_key set), translate reads pairs (None)."""
+  if task not in TASKS:
+    raise ValueError(f"config key task: expected one of {', '.join(map(repr, TASKS))}, got "
+                     f"{task!r}")
+  if task != "translate" and cfg.text_key is None:
+    raise ValueError(f"config keys task={task!r} and data.text_key=None: {task} needs the one "
+                     "text of an example named (e.g. data.text_key='en')")
+  if task == "translate" and cfg.text_key is not None:
+    raise ValueError(f"config keys task='translate' and data.text_key={cfg.text_key!r}: "
+                     "translation reads pairs (data.text_key=None), or set task='lm' or 'mlm'")
+
+
+def vocab_filename(cfg, task: str = "translate") -> str:
   """Cache file name keyed by dataset (text files: the contents of data.train_files' files),
-  language pair (unordered) and size.
+  language pair (unordered) or data.text_key (monolingual; '_mask' for task mlm) and size.
 
   Text files are named by their contents, not by data.train_files as written: another corpus at
   the same path (a shared data.vocab_dir) never reuses this one's vocabulary. The files are read
   once while unchanged (text_files.file_digest); a missing or empty one raises the one-line error
   naming data.train_files."""
   if cfg.mixture:
-    return f"spm_{mixture_key(cfg)}_{_langs_and_size(cfg)}.model"
+    return f"spm_{mixture_key(cfg)}_{_langs_and_size(cfg, task)}.model"
   slug = re.sub(r"[^A-Za-z0-9]+", "-", cfg.dataset).strip("-")
-  if cfg.dataset == TEXT:
+  if cfg.dataset == TEXT and cfg.text_key is not None:
+    slug += "-" + text_files.text_content_key(cfg.train_files, cfg.text_key,
+                                              "data.train_files")[:12]
+  elif cfg.dataset == TEXT:
     slug += "-" + text_files.content_key(cfg.train_files, cfg.source_lang, cfg.target_lang,
                                          "data.train_files")[:12]
-  return f"spm_{slug}_{_langs_and_size(cfg)}.model"
+  return f"spm_{slug}_{_langs_and_size(cfg, task)}.model"
 
 
 def mixture_key(cfg) -> str:
@@ -133,7 +164,10 @@ def mixture_key(cfg) -> str:
   return "mix-" + hashlib.sha256(repr(sources).encode("utf-8")).hexdigest()[:12]
 
 
-def _langs_and_size(cfg) -> str:
+def _langs_and_size(cfg, task: str = "translate") -> str:
+  """'<lang>-<lang>_<size>' (pairs), '<text_key>_<size>' (monolingual), '..._mask' (task mlm)."""
+  if cfg.text_key is not None:
+    return f"{cfg.text_key}_{cfg.vocab_size}" + ("_mask" if task == "mlm" else "")
   return f"{'-'.join(sorted((cfg.source_lang, cfg.target_lang)))}_{cfg.vocab_size}"
 
 
@@ -143,18 +177,19 @@ def _named_as_written(cfg) -> str:
   return f"spm_text-{digest}_{_langs_and_size(cfg)}.model"
 
 
-def _trained_text_vocab(cfg, directory: epath.Path) -> epath.Path:
+def _trained_text_vocab(cfg, directory: epath.Path, task: str) -> epath.Path:
   """Where a trained model of text files keeps its vocabulary (see the module docstring)."""
   try:
-    path = directory / vocab_filename(cfg)
+    path = directory / vocab_filename(cfg, task)
   except ValueError:  # the train files cannot be read here
     if cfg.vocab_dir is not None:
       raise
-    own = sorted(directory.glob(f"spm_text-*_{_langs_and_size(cfg)}.model"))
+    own = sorted(directory.glob(f"spm_text-*_{_langs_and_size(cfg, task)}.model"))
     if len(own) != 1:
       raise
     return own[0]
-  old = directory / _named_as_written(cfg) if isinstance(cfg.train_files, str) else None
+  old = (directory / _named_as_written(cfg)
+         if isinstance(cfg.train_files, str) and cfg.text_key is None else None)
   if not path.exists() and old is not None and old.exists():
     storage.write_atomically(path, old.read_bytes())
     log.info("vocabulary %s copied to %s (text vocabularies are named by the train files' "
@@ -162,28 +197,28 @@ def _trained_text_vocab(cfg, directory: epath.Path) -> epath.Path:
   return path
 
 
-def _trained_mixture_vocab(cfg, directory: epath.Path) -> epath.Path:
+def _trained_mixture_vocab(cfg, directory: epath.Path, task: str) -> epath.Path:
   """A trained model's mixture vocabulary: by name, or where its text files cannot be read here,
   the one mixture vocabulary of the languages and size in the run's workdir."""
   try:
-    return directory / vocab_filename(cfg)
+    return directory / vocab_filename(cfg, task)
   except ValueError:
-    own = sorted(directory.glob(f"spm_mix-*_{_langs_and_size(cfg)}.model"))
+    own = sorted(directory.glob(f"spm_mix-*_{_langs_and_size(cfg, task)}.model"))
     if cfg.vocab_dir is not None or len(own) != 1:
       raise
     return own[0]
 
 
-def trained_vocab_path(cfg, directory: epath.Path) -> epath.Path:
+def trained_vocab_path(cfg, directory: epath.Path, task: str = "translate") -> epath.Path:
   """Where a trained model of data config `cfg` keeps its vocabulary in `directory` (its
   data.vocab_dir or workdir): by name, or for text files and mixtures that cannot be read here
   (a workdir copied to another machine) the one vocabulary of its kind, languages and size there.
   """
   if cfg.mixture:
-    return _trained_mixture_vocab(cfg, directory)
+    return _trained_mixture_vocab(cfg, directory, task)
   if cfg.dataset == TEXT:
-    return _trained_text_vocab(cfg, directory)
-  return directory / vocab_filename(cfg)
+    return _trained_text_vocab(cfg, directory, task)
+  return directory / vocab_filename(cfg, task)
 
 
 def _as_text(value) -> str | None:
@@ -205,11 +240,12 @@ def training_sentences(data: sources.DataSource, max_sentences: int) -> list[str
   (N <= len_i / w_i for every i) and at most max_sentences / 2, so that the vocabulary's text has
   the mixture's proportions, those the model trains on.
   """
+  sides = 1 if data.text_key is not None else 2  # sentences an example gives
   if not data.mixture:
     split = data.open("train")
-    return _sentences(split, min(len(split), max(1, max_sentences // 2)), _SAMPLE_SEED)
+    return _sentences(split, min(len(split), max(1, max_sentences // sides)), _SAMPLE_SEED)
   splits = [(weight, member.open("train")) for _, weight, member in data.mixture]
-  total = min([max(1, max_sentences // 2)] + [int(len(split) / weight) for weight, split in splits])
+  total = min([max(1, max_sentences // sides)] + [int(len(split) / weight) for weight, split in splits])
   sentences = []
   for i, (weight, split) in enumerate(splits):
     sentences += _sentences(split, min(len(split), max(1, round(weight * total))),
@@ -233,8 +269,10 @@ def _sentences(source, num_pairs: int, seed) -> list[str]:
   return sentences
 
 
-def train_vocab(sentences: list[str], vocab_size: int, path: str | epath.Path) -> None:
-  """Trains a BPE model on `sentences` and writes it atomically to `path` (any epath)."""
+def train_vocab(sentences: list[str], vocab_size: int, path: str | epath.Path,
+                mask: bool = False) -> None:
+  """Trains a BPE model on `sentences` and writes it atomically to `path` (any epath); mask: with
+  the user-defined piece `<mask>` at id 3 (task mlm)."""
   if not sentences:
     raise ValueError("no training sentences to build the vocabulary from (is the train split "
                      "empty?)")
@@ -250,6 +288,7 @@ def train_vocab(sentences: list[str], vocab_size: int, path: str | epath.Path) -
         shuffle_input_sentence=False, num_threads=1,
         pad_id=PAD_ID, eos_id=EOS_ID, unk_id=UNK_ID, bos_id=-1,
         pad_piece="<pad>", eos_piece="</s>", unk_piece="<unk>",
+        user_defined_symbols=[MASK_PIECE] if mask else [],
         minloglevel=2)
     local.seek(0)
     model = local.read()
@@ -257,20 +296,23 @@ def train_vocab(sentences: list[str], vocab_size: int, path: str | epath.Path) -
 
 
 def get_tokenizer(cfg, vocab_dir: str | None = None, *, source: sources.DataSource | None = None,
-                  max_sentences: int = DEFAULT_MAX_SENTENCES, train: bool = True) -> Tokenizer:
-  """Loads the cached vocabulary for (data.dataset, languages, data.vocab_size), training it
-  from `source`'s train split first if it is missing (train=False: a missing one is an error, for
-  a trained model, whose vocabulary must be the one it learned).
+                  max_sentences: int = DEFAULT_MAX_SENTENCES, train: bool = True,
+                  task: str = "translate") -> Tokenizer:
+  """Loads the cached vocabulary for (data.dataset, languages or data.text_key, data.vocab_size),
+  training it from `source`'s train split first if it is missing (train=False: a missing one is an
+  error, for a trained model, whose vocabulary must be the one it learned).
 
   The directory is data.vocab_dir if set, else `vocab_dir` (the caller's workdir). source: the
-  run's DataSource (Experiment.data_source), needed only to train a missing vocabulary.
+  run's DataSource (Experiment.data_source), needed only to train a missing vocabulary. task:
+  config.task; 'mlm' reads (trains) the vocabulary with `<mask>` at id 3.
   """
+  check_task(cfg, task)
   directory = cfg.vocab_dir if cfg.vocab_dir is not None else vocab_dir
   if directory is None:
     raise ValueError("data.vocab_dir is None and no vocab_dir was passed to get_tokenizer; "
                      "expected a directory to cache the SentencePiece model in")
-  path = (trained_vocab_path(cfg, epath.Path(directory)) if not train
-          else epath.Path(directory) / vocab_filename(cfg))
+  path = (trained_vocab_path(cfg, epath.Path(directory), task) if not train
+          else epath.Path(directory) / vocab_filename(cfg, task))
   if not path.exists():
     if not train:
       others = ("" if cfg.dataset != TEXT else " (text vocabularies are named by the train files' "
@@ -280,5 +322,11 @@ def get_tokenizer(cfg, vocab_dir: str | None = None, *, source: sources.DataSour
     if source is None:
       raise ValueError(f"{path}: no vocabulary there, and no data source was given to train it "
                        "from (get_tokenizer(..., source=DataSource.of(config.data)))")
-    train_vocab(training_sentences(source, max_sentences), cfg.vocab_size, path)
-  return Tokenizer.load(path)
+    train_vocab(training_sentences(source, max_sentences), cfg.vocab_size, path,
+                mask=task == "mlm")
+  tokenizer = Tokenizer.load(path)
+  if (tokenizer.mask_id is not None) != (task == "mlm"):
+    raise ValueError(f"{path}: a vocabulary {'with' if tokenizer.mask_id else 'without'} "
+                     f"{MASK_PIECE}, for task {task!r}; expected it "
+                     f"{'with' if task == 'mlm' else 'without'} (delete it to train another)")
+  return tokenizer

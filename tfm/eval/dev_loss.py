@@ -1,7 +1,15 @@
 """Dev-set loss and perplexity: per-token sums over every dev batch, then one division.
 
 Perplexity is exp(NLL per real target token) without label smoothing -- the figure Table 3 reports
-(per word-piece); `loss` is the smoothed objective on the same tokens.
+(per word-piece); `loss` is the smoothed objective on the same tokens. What a "target token" is
+follows the run's task (config.task) through its batches:
+  translate  every target piece of the dev pairs (EOS included)
+  lm         every piece of the dev texts as one stream cut into rows (pipeline.eval_batches: each
+             piece scored once, predicted from the pieces before it in its row), EOS included;
+             also `word_perplexity` = exp(NLL sum / words of the same texts)
+             (tfm/eval/word_perplexity.py) and `words`
+  mlm        the masked positions only (the dev stream masked with a fixed seed: the same positions
+             every evaluation); perplexity and accuracy are over those
 """
 
 from __future__ import annotations
@@ -11,35 +19,55 @@ import jax
 from tfm.data import pipeline, prefetch
 from tfm.data.config import DataConfig
 from tfm.data.sources import DataSource
+from tfm.eval.word_perplexity import with_words
 from tfm.train.loss import per_token
 
 
 class DevLoss:
   """Holds this host's batches of a split or evaluation set (data.eval_sets: DataSource.open) on
-  the devices; dev_loss(params) -> {loss, nll, perplexity, accuracy, tokens}.
+  the devices; dev_loss(params) -> {loss, nll, perplexity, accuracy, tokens} (lm: and
+  word_perplexity, words).
 
-  source: the run's DataSource (Experiment.data_source); eval_step: params, batch -> loss sums (Experiment.eval_step); sharding: the batch sharding;
-  row_multiple: the batch shards (Experiment.batch_shards), which every batch's rows must split over.
+  source: the run's DataSource (Experiment.data_source); eval_step: params, batch -> loss sums
+  (Experiment.eval_step); sharding: the batch sharding; row_multiple: the batch shards
+  (Experiment.batch_shards), which every batch's rows must split over. task: config.task;
+  context_length: lm and mlm's rows (None: data.max_length; `tfm eval --context_lengths` scores
+  others).
   """
 
   def __init__(self, data: DataConfig, source: DataSource, tokenizer, eval_step, sharding,
-               split: str = "dev", row_multiple: int = 1):
+               split: str = "dev", row_multiple: int = 1, task: str = "translate",
+               context_length: int | None = None):
     self.eval_step = eval_step
     host_batches = pipeline.eval_batches(data, source, tokenizer, split,
                                          process_index=jax.process_index(),
                                          process_count=jax.process_count(),
-                                         row_multiple=row_multiple)
+                                         row_multiple=row_multiple, task=task,
+                                         context_length=context_length)
     self.batches = [prefetch.to_device(b, sharding) for b in host_batches]
+    # Every host's words: the NLL sums the eval step returns are the global batch's.
+    self.words = (pipeline.eval_word_count(data, source, split, task=task) if task == "lm"
+                  else None)
 
   def __call__(self, params) -> dict[str, float]:
-    return loss_over(self.eval_step, params, self.batches)
+    totals = sums_over(self.eval_step, params, self.batches)
+    figures = {k: float(v) for k, v in per_token(totals).items()}
+    if self.words is None:
+      return figures
+    return with_words(figures, float(totals["nll"]), self.words)
+
+
+def sums_over(eval_step, params, batches) -> dict:
+  """eval_step's per-token sums (loss, nll, correct, tokens) added over every device batch, on
+  the host."""
+  totals = None
+  for batch in batches:
+    sums = eval_step(params, batch)
+    totals = sums if totals is None else jax.tree.map(lambda a, b: a + b, totals, sums)
+  return jax.device_get(totals)
 
 
 def loss_over(eval_step, params, batches) -> dict[str, float]:
   """{loss, nll, perplexity, accuracy, tokens} of device `batches`: eval_step's per-token sums
   added over every batch, then one division (also tfm/eval/by_length.py's, a bucket at a time)."""
-  totals = None
-  for batch in batches:
-    sums = eval_step(params, batch)
-    totals = sums if totals is None else jax.tree.map(lambda a, b: a + b, totals, sums)
-  return {k: float(v) for k, v in per_token(jax.device_get(totals)).items()}
+  return {k: float(v) for k, v in per_token(sums_over(eval_step, params, batches)).items()}

@@ -149,6 +149,14 @@ class Group:
   ema_bleu: float = math.nan
   ema_bleu_std: float = math.nan
   ema_bleu_range: float = math.nan
+  # language models (task 'lm' / 'mlm'): no BLEU; lm's per-word perplexity, the dev accuracy
+  task: str = "translate"
+  word_ppl: float = math.nan
+  word_ppl_std: float = math.nan
+  word_ppl_range: float = math.nan
+  dev_accuracy: float = math.nan
+  dev_accuracy_std: float = math.nan
+  dev_accuracy_range: float = math.nan
 
 
 @dataclasses.dataclass(frozen=True)
@@ -204,12 +212,13 @@ def groups(results: Sequence[RunResult]) -> list[Group]:
     ok = [r for r in runs if r.ok]
     first = runs[0]
     figures = {}
-    for key in ("dev_ppl", "bleu", "tokenized_bleu", "chrf", "ter", "ema_dev_ppl", "ema_bleu"):
+    for key in ("dev_ppl", "bleu", "tokenized_bleu", "chrf", "ter", "ema_dev_ppl", "ema_bleu",
+                "word_ppl", "dev_accuracy"):
       figures[key], figures[key + "_std"], figures[key + "_range"] = stats(
           [getattr(r, key) for r in ok if getattr(r, key) is not None])
     late = [x for x in (late_change(r.dev_curve, r.steps) for r in ok) if x is not None]
     out.append(Group(
-        group=name, row=first.row, changes=dict(first.changes), paper=first.paper,
+        group=name, row=first.row, changes=dict(first.changes), paper=first.paper, task=first.task,
         runs=len(runs), finished=len(ok), params=first.params, steps=first.steps,
         tokens_seen=stats([r.tokens_seen for r in ok if r.tokens_seen])[0],
         wall_s=sum(r.wall_s for r in runs), failed=len(ok) < len(runs),

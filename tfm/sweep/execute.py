@@ -155,6 +155,13 @@ def last_error_line(log_path: str) -> str:
   return (errors or lines or ["no output"])[-1][:500]
 
 
+def eval_argv(workdir: str, eval_limit: int | None) -> list[str]:
+  """`tfm eval`'s arguments for a run of the sweep: its dev split, BLEU over the first eval_limit
+  pairs (0: every pair; None: an lm or mlm run's, which has no BLEU)."""
+  return (["eval", f"--workdir={workdir}", "--split=dev"]
+          + ([] if eval_limit is None else [f"--limit={eval_limit}"]))
+
+
 class Job:
   """The runs of one share: `tfm train` (one run, or a group's seeds as one stack: `tfm train
   --seeds`, tfm/train/stack.py), then `tfm eval` of each run in turn (and `tfm eval --checkpoint
@@ -211,8 +218,7 @@ class Job:
   def _evaluate(self, k: int, checkpoint: str | None = None) -> None:
     """`tfm eval` of run k: its checkpoints averaged, or its EMA (checkpoint 'ema')."""
     self._launch("eval" if checkpoint is None else f"eval_{checkpoint}",
-                 ["eval", f"--workdir={self.workdirs[k]}", "--split=dev",
-                  f"--limit={self.eval_limit}"]
+                 eval_argv(self.workdirs[k], self.eval_limit)
                  + ([] if checkpoint is None else [f"--checkpoint={checkpoint}"]), k)
 
   def _keeps_ema(self, k: int) -> bool:

@@ -18,7 +18,9 @@ from tfm.sweep.result import RunResult
 from tfm.train.events import EventWriter
 
 SUFFIX = ".sweep-hparams"
-METRICS = ("dev_ppl", "bleu", "tokenized_bleu", "chrf", "ter", "wall_s")  # RunResult's fields, as sweep/<name>
+# RunResult's fields, as sweep/<name> (those a run has: no BLEU for lm / mlm, word_ppl for lm)
+METRICS = ("dev_ppl", "bleu", "tokenized_bleu", "chrf", "ter", "wall_s", "word_ppl",
+           "dev_accuracy")
 
 
 def _value(value: Any) -> str | float | bool:

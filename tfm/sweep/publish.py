@@ -44,9 +44,10 @@ def fingerprint(config: config_lib.Config, vocab_sha256: str, eval_limit: int) -
     section, name = key.split(".")
     values[section].pop(name, None)
   for key, earlier in config_lib.ADDED_LATER.items():
-    section, name = key.split(".")
-    if values[section].get(name) == earlier:
-      del values[section][name]
+    section, _, name = key.rpartition(".")  # a top-level key (task) has no section
+    holder = values[section] if section else values
+    if holder.get(name) == earlier:
+      del holder[name]
   text = json.dumps(values, sort_keys=True, default=str) + f"\n{vocab_sha256}\n{eval_limit}"
   return hashlib.sha256(text.encode("utf-8")).hexdigest()
 

@@ -66,6 +66,45 @@ _DIRECTION = {"same": "yes", "other": "**no**", None: ""}
 _RESOLVED = {True: "yes", False: "no", None: ""}
 
 
+def _language_model_table(rows: Sequence[compare.Group], results: Sequence[RunResult],
+                          common: dict, command: str | None) -> str:
+  """table_markdown's form for a sweep of lm / mlm runs (config.task): dev PPL, lm's per-word
+  PPL, the dev accuracy and the parameters; no BLEU column (they translate nothing)."""
+  words = any(g.task == "lm" for g in rows)
+  head = (["row", "task", "changes", "seeds", "dev PPL", "last fifth"] + (["word PPL"] if words
+                                                                       else [])
+          + ["accuracy", "params (M)"])
+  has_ema = any(not math.isnan(g.ema_dev_ppl) for g in rows)
+  head += ["EMA dev PPL"] if has_ema else []
+  lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
+  for g in rows:
+    cells = [g.row or g.group, g.task, _changes(g.changes), f"{g.finished}/{g.runs}",
+             _fmt(g.dev_ppl, g.dev_ppl_std, 2),
+             "" if math.isnan(g.late_change) else _percent(g.late_change)]
+    cells += [_fmt(g.word_ppl, g.word_ppl_std, 2)] if words else []
+    cells += [_fmt(100 * g.dev_accuracy, 100 * g.dev_accuracy_std, 1),
+              "" if g.params is None else f"{g.params / 1e6:.2f}"]
+    cells += [_fmt(g.ema_dev_ppl, g.ema_dev_ppl_std, 2)] if has_ema else []
+    lines.append("| " + " | ".join(cells) + " |")
+  out = [f"Command: `{command}`", ""] if command else []
+  if common:
+    out += ["Every run: " + ", ".join(f"{k}={v}" for k, v in common.items()), ""]
+  done = [r for r in results if r.ok]
+  wall = sum(r.wall_s for r in results)
+  out += lines + [
+      "", f"{len(done)} of {len(results)} runs finished; their wall time adds up to "
+      f"{wall / 3600:.2f} h. dev PPL is per piece of the dev texts without label smoothing (lm: "
+      "every piece, EOS included, predicted from the pieces before it in its row of "
+      "data.max_length; mlm: the masked pieces only, masked alike for every run)"
+      + ("; word PPL is exp(the same NLL sum / the texts' whitespace words)" if words else "")
+      + "; accuracy in percent of the same pieces. No BLEU: these runs translate nothing."]
+  out += _convergence_lines(rows)
+  failed = [r for r in results if not r.ok]
+  if failed:
+    out += ["", "Failed runs:"] + [f"- {r.name}: {r.error}" for r in failed]
+  return "\n".join(out) + "\n"
+
+
 def table_markdown(results: Sequence[RunResult], command: str | None = None,
                    gpu_calls: Sequence[dict] = ()) -> str:
   """The table (ours beside the paper's for table rows), its legend and the comparison.
@@ -75,6 +114,8 @@ def table_markdown(results: Sequence[RunResult], command: str | None = None,
   common = _common(rows)
   rows = [dataclasses.replace(g, changes={k: v for k, v in g.changes.items() if k not in common})
           for g in rows]
+  if all(g.task != "translate" for g in rows):  # language models: no BLEU to show
+    return _language_model_table(rows, results, common, command)
   has_paper = any(g.paper.get("ppl") is not None for g in rows)  # a row of the paper's Table 3
   head = ["row", "changes", "seeds", "dev PPL", "last fifth", "BLEU", "tok. BLEU", "chrF", "TER",
           "params (M)"]

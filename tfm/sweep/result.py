@@ -51,6 +51,11 @@ class RunResult:
   # the EMA of the parameters (train.ema_decay), scored as the run (`tfm eval --checkpoint ema`)
   ema_dev_ppl: float | None = None
   ema_bleu: float | None = None
+  # what the run learns (config.task): 'lm' and 'mlm' runs have no BLEU, chrF or TER; their dev PPL
+  # is per piece of the dev texts (mlm: of the masked pieces)
+  task: str = "translate"
+  word_ppl: float | None = None  # lm: per whitespace word (tfm/eval/word_perplexity.py)
+  dev_accuracy: float | None = None  # lm / mlm: next-piece (mlm: masked-piece) accuracy
 
   @property
   def ok(self) -> bool:
@@ -63,8 +68,10 @@ class RunResult:
   def with_eval(self, evaluation: dict) -> "RunResult":
     """This result with the dev figures of a `tfm eval` result file's contents."""
     return dataclasses.replace(
-        self, dev_ppl=evaluation["perplexity"], bleu=evaluation["bleu"],
-        tokenized_bleu=evaluation["tokenized_bleu"], bleu_sentences=evaluation.get("sentences"),
+        self, dev_ppl=evaluation["perplexity"], bleu=evaluation.get("bleu"),  # none for lm / mlm
+        tokenized_bleu=evaluation.get("tokenized_bleu"), bleu_sentences=evaluation.get("sentences"),
+        word_ppl=evaluation.get("word_perplexity"),
+        dev_accuracy=evaluation.get("accuracy") if "task" in evaluation else None,
         chrf=evaluation.get("chrf"), ter=evaluation.get("ter"),  # absent from older results
         compounds=evaluation.get("compounds"), tokens_seen=evaluation.get("train_target_tokens"),
         trained_steps=evaluation["checkpoints"][-1], by_length=evaluation.get("by_length"))
@@ -72,7 +79,7 @@ class RunResult:
   def with_ema_eval(self, evaluation: dict) -> "RunResult":
     """This result with the EMA's dev figures (a `tfm eval --checkpoint ema` result's contents)."""
     return dataclasses.replace(self, ema_dev_ppl=evaluation["perplexity"],
-                               ema_bleu=evaluation["bleu"])
+                               ema_bleu=evaluation.get("bleu"))
 
   def ended(self, status: str, error: str | None, wall_s: float | None = None) -> "RunResult":
     if status not in STATUSES:

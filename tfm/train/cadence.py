@@ -32,10 +32,12 @@ class Cadence:
 
   @classmethod
   def of(cls, config) -> Cadence:
-    """From a Config's train and eval sections."""
+    """From a Config's train and eval sections; eval.bleu_every only where the run translates
+    (config.task 'translate': an lm or mlm run has no dev BLEU, and ignores the key)."""
     tc = config.train
     return cls(steps=tc.steps, log_every=tc.log_every, eval_every=tc.eval_every,
-               checkpoint_every=tc.checkpoint_every, bleu_every=config.eval.bleu_every)
+               checkpoint_every=tc.checkpoint_every,
+               bleu_every=config.eval.bleu_every if config.translates else 0)
 
   def due(self, step: int, *, stop: bool = False) -> Due:
     """What `step` (1-based: the step just run) is due for; stop: a preemption was asked for."""

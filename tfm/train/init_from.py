@@ -53,13 +53,14 @@ def share_vocabulary(config, workdir: str) -> str:
   source = config.train.init_from
   key = "config key train.init_from"
   try:
-    theirs = config_lib.build(ckpt_lib.read_config(source)).data
+    their_config = config_lib.build(ckpt_lib.read_config(source))
+    theirs = their_config.data
   except (OSError, ValueError) as e:
     raise ValueError(f"{key}: {source}/config.json cannot be read as a run's config "
                      f"({' '.join(str(e).split())}); expected the workdir of a trained "
                      "run") from None
   try:  # a copied workdir: found without its text files (tokenizer.trained_vocab_path)
-    places = [vocabulary.path_of(theirs, source, trained=True)]
+    places = [vocabulary.path_of(theirs, source, trained=True, task=their_config.task)]
   except ValueError as e:
     raise ValueError(f"{key}: {source}'s vocabulary is not found ({e}); expected the "
                      "SentencePiece model its model was trained with in its workdir or "
@@ -72,12 +73,12 @@ def share_vocabulary(config, workdir: str) -> str:
                      f"{' and '.join(map(str, places))}); expected the SentencePiece model its "
                      "model was trained with: run from the directory it was trained in, or set "
                      "data.vocab_dir to the directory that holds it")
-  here = vocabulary.path_of(config.data, workdir)
+  here = vocabulary.path_of(config.data, workdir, task=config.task)
   if config.data.vocab_dir is not None and not here.exists():
     raise ValueError(f"{key}: data.vocab_dir={config.data.vocab_dir} holds no vocabulary "
                      f"{here.name}, so this run would train another one: the source's ids would "
                      f"be other pieces; copy {there} there, or leave data.vocab_dir unset")
-  vocabulary.take(there, config.data, workdir, source, key)
+  vocabulary.take(there, config.data, workdir, source, key, task=config.task)
   return hashlib.sha256(there.read_bytes()).hexdigest()
 
 

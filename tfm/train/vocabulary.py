@@ -18,21 +18,22 @@ from tfm import storage
 from tfm.data import tokenizer as tokenizer_lib
 
 
-def path_of(data, workdir, trained: bool = False) -> epath.Path:
+def path_of(data, workdir, trained: bool = False, task: str = "translate") -> epath.Path:
   """Where a run of data config `data` in `workdir` keeps its vocabulary. trained: the run has
   trained it (tokenizer_lib.trained_vocab_path: found where its text files cannot be read, as in a
-  workdir copied to another machine)."""
+  workdir copied to another machine). task: the run's config.task (an mlm vocabulary holds
+  <mask>, and is named so)."""
   directory = storage.path(data.vocab_dir or workdir)
   if trained:
-    return tokenizer_lib.trained_vocab_path(data, directory)
-  return directory / tokenizer_lib.vocab_filename(data)
+    return tokenizer_lib.trained_vocab_path(data, directory, task)
+  return directory / tokenizer_lib.vocab_filename(data, task)
 
 
-def take(there: epath.Path, data, workdir, whose: str, key: str) -> None:
+def take(there: epath.Path, data, workdir, whose: str, key: str, task: str = "translate") -> None:
   """Gives the run (data config `data`, `workdir`) the vocabulary at `there` (lead host): copied
   where the run keeps it in its workdir and has none; raises ValueError naming `key` where the run
-  holds another one. whose: the other run, for the message."""
-  here = path_of(data, workdir)
+  holds another one. whose: the other run, for the message; task: the run's config.task."""
+  here = path_of(data, workdir, task=task)
   if jax.process_index() != 0 or here == there:
     return
   if not here.exists():

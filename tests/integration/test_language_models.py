@@ -1,0 +1,104 @@
+"""Tasks lm and mlm through the loop on the fake Bible corpus's English side (data.text_key='en'):
+a stopped run resumes bit-exact, a stack's members are their solo runs, and `tfm eval` scores an
+lm run per piece and per word, at several context lengths.
+
+Long tier: each case trains tiny runs end to end (~5 s each on 2 cores), past the fast tier's
+budget."""
+
+import glob
+import io
+import json
+import math
+import re
+
+import numpy as np
+import pytest
+
+from tests.integration.conftest import run_train
+from tests.train import helpers
+from tfm import cli, loop
+from tfm.train import checkpoint as ckpt_lib
+
+pytestmark = pytest.mark.long
+
+TASKS = {"lm": ["task=lm", "model.architecture=decoder_only", "model.num_encoder_layers=0",
+                "data.text_key=en"],
+         "mlm": ["task=mlm", "model.architecture=encoder_only", "model.num_decoder_layers=0",
+                 "data.text_key=en"]}
+CADENCE = ("train.steps=6", "train.log_every=3", "train.eval_every=3", "train.checkpoint_every=3")
+
+
+def _config(experiment, task, *extra):
+  return experiment(*TASKS[task], *CADENCE, *extra)
+
+
+def _same(a, b) -> bool:
+  return helpers.max_diff(a, b) == 0.0
+
+
+def _dev(log: str, name: str) -> dict[int, float]:
+  return {int(m[1]): float(m[2]) for m in re.finditer(
+      r"\[dev\S*\] step (\d+) .*?\| " + name + r" ([-\d.e+]+)", log)}
+
+
+@pytest.mark.parametrize("task", ["lm", "mlm"])
+def test_a_stopped_run_resumes_bit_exact(experiment_module, tmp_path, task):
+  whole, log = run_train(_config(experiment_module, task), tmp_path / "a")
+  run_train(_config(experiment_module, task, "train.steps=3"), tmp_path / "b")
+  resumed, again = run_train(_config(experiment_module, task), tmp_path / "b")
+  assert "resumed from step 3" in again and int(resumed.step) == 6
+  assert _same(whole, resumed)  # the stream's cursor, offset and (mlm) mask counter restored
+  assert ckpt_lib.available_steps(tmp_path / "b") == [3, 6]
+  assert _dev(again, "perplexity")[6] == _dev(log, "perplexity")[6]
+  if task == "lm":  # per-word perplexity: exp(NLL sum / words), the sum being nll x tokens
+    tokens, words = _dev(log, "tokens")[6], _dev(log, "words")[6]
+    assert words > 0 and tokens > words  # every piece and each text's EOS, against its words
+    assert math.isclose(_dev(log, "word_perplexity")[6],
+                        math.exp(_dev(log, "nll")[6] * tokens / words), rel_tol=1e-3)
+  else:
+    assert not _dev(log, "word_perplexity")
+  assert "bleu" not in log.lower()
+
+
+def test_stacked_lm_members_are_their_solo_runs(experiment_module, tmp_path):
+  # Learning rate 0.5 (peak 0.06): at the tiny runs' 4.0 this lm's loss climbs after step 3, and
+  # that unstable regime blows the vmapped step's float rounding up to 1e-2 in 6 steps.
+  member = lambda s: _config(experiment_module, "lm", f"train.seed={s}", f"data.shuffle_seed={s}",
+                             "model.dropout_rate=0.2", "train.learning_rate=0.5")
+  solo = [run_train(member(s), tmp_path / f"solo-s{s}") for s in (0, 1)]
+  out = io.StringIO()
+  states = loop.train_stack([member(s) for s in (0, 1)],
+                            [str(tmp_path / f"run-s{s}") for s in (0, 1)], stream=out)
+  assert "tfm: a stack of 2 runs" in out.getvalue()
+  for (solo_state, solo_log), state, s in zip(solo, states, (0, 1)):
+    assert helpers.max_diff(state.params, solo_state.params, key_biases=False) < 1e-5
+    got = {int(m[1]): float(m[2]) for m in re.finditer(
+        rf"\[dev run-s{s}\] step (\d+) .*?\| word_perplexity ([-\d.e+]+)", out.getvalue())}
+    want = _dev(solo_log, "word_perplexity")
+    assert sorted(got) == sorted(want) == [3, 6]
+    np.testing.assert_allclose([got[k] for k in (3, 6)], [want[k] for k in (3, 6)], rtol=1e-4)
+  assert helpers.max_diff(states[0].params, states[1].params) > 1e-3
+
+
+def test_eval_scores_an_lm_at_each_context_length(experiment_module, tmp_path, capsys):
+  run_train(_config(experiment_module, "lm"), tmp_path)
+  assert cli.main(["tfm", "eval", f"--workdir={tmp_path}", "--context_lengths=8,32,64"]) == 0
+  (path,) = glob.glob(f"{tmp_path}/eval_dev_6_avg2_ctx8-32-64.json")
+  result = json.load(open(path))
+  assert result["task"] == "lm" and "bleu" not in result and result["context_length"] == 32
+  assert math.isclose(result["word_perplexity"],
+                      math.exp(result["nll"] * result["target_tokens"] / result["words"]),
+                      rel_tol=1e-5)
+  by_length = {e["context_length"]: e for e in result["context_lengths"]}
+  assert sorted(by_length) == [8, 32, 64]
+  for entry in by_length.values():  # the same pieces at every length, each scored once
+    assert entry["tokens"] == result["target_tokens"]
+  assert by_length[32]["perplexity"] == result["perplexity"]  # the run's own rows
+  # Rows of 8 give most pieces less context than rows of 32: a trained model's NLL is higher.
+  assert by_length[8]["nll"] != by_length[32]["nll"]
+  assert "context 64" in capsys.readouterr().out
+  # The decoding flags, and --context_lengths past nothing: one line each, exit 2.
+  assert cli.main(["tfm", "eval", f"--workdir={tmp_path}", "--beam_size=2"]) == 2
+  assert "--beam_size: decoding and BLEU flags; the run in" in capsys.readouterr().err
+  assert cli.main(["tfm", "eval", f"--workdir={tmp_path}", "--context_lengths=0"]) == 2
+  assert "--context_lengths: expected positive integers" in capsys.readouterr().err

@@ -1,0 +1,82 @@
+"""config.task: validated against the architecture, data.text_key and the best metric in one line
+each; an older config.json (no task) reads as translate, and a sweep's fingerprints stay."""
+
+import pytest
+
+from tfm import config as config_lib
+from tfm.config import Config, build
+from tfm.data.config import DataConfig
+from tfm.model.config import ModelConfig
+from tfm.sweep import publish
+from tfm.train.cadence import Cadence
+from tfm.train.config import TrainConfig
+from tfm.train.workdir import incompatible_keys
+
+DECODER = ModelConfig(architecture="decoder_only", num_encoder_layers=0)
+ENCODER = ModelConfig(architecture="encoder_only", num_decoder_layers=0)
+
+
+@pytest.mark.parametrize("task, model, message", [
+    ("lm", ModelConfig(), "config keys task='lm' and model.architecture='encoder_decoder': lm needs "
+                          "'decoder_only'"),
+    ("mlm", DECODER, "config keys task='mlm' and model.architecture='decoder_only': mlm needs "
+                     "'encoder_only'"),
+    ("translate", ENCODER, "config keys task='translate' and model.architecture='encoder_only': "
+                           "translate needs 'encoder_decoder'"),
+    ("gpt", DECODER, "config key task: expected one of ('translate', 'lm', 'mlm'), got 'gpt'"),
+])
+def test_a_task_refuses_another_architecture(task, model, message):
+  with pytest.raises(ValueError) as error:
+    Config(model=model, data=DataConfig(text_key="en"), task=task)
+  assert str(error.value) == message
+
+
+@pytest.mark.parametrize("task, model", [("lm", DECODER), ("mlm", ENCODER)])
+def test_a_language_model_needs_its_text_key_and_has_no_dev_bleu(task, model):
+  with pytest.raises(ValueError, match=rf"^config keys task='{task}' and data.text_key=None: "
+                                       f"{task} reads one text an example"):
+    Config(model=model, task=task)
+  with pytest.raises(ValueError, match=rf"^config keys task='{task}' and "
+                                       r"train.best_metric='dev_bleu': .* has no dev BLEU"):
+    Config(model=model, data=DataConfig(text_key="en"), task=task,
+           train=TrainConfig(best_metric="dev_bleu"))
+  config = Config(model=model, data=DataConfig(text_key="en"), task=task)
+  assert not config.translates and Cadence.of(config).bleu_every == 0  # eval.bleu_every ignored
+  with_bleu = build({**config.to_dict(), "eval": {"bleu_every": 5}})
+  assert with_bleu.task == task and Cadence.of(with_bleu).bleu_every == 0
+  assert build(config.to_dict()) == config  # config.json round trip
+
+
+def test_translation_reads_pairs_not_a_text_key():
+  with pytest.raises(ValueError, match=r"^config keys task='translate' and data.text_key='en': "
+                                       "translation reads pairs"):
+    Config(data=DataConfig(text_key="en"))
+
+
+def test_an_older_config_json_reads_as_translate_and_keeps_its_fingerprint(monkeypatch):
+  config = build({})
+  older = config.to_dict()
+  del older["task"]  # config.json as tfm wrote it before the key
+  assert build(older).task == "translate" == config_lib.ADDED_LATER["task"]
+  assert incompatible_keys(older, config.to_dict()) == []  # a resume of an older run
+  lm = Config(model=DECODER, data=DataConfig(text_key="en"), task="lm")
+  assert incompatible_keys(lm.to_dict(), {**lm.to_dict(), "task": "mlm"}) == ["task"]
+  now = publish.fingerprint(config, "v", 200)
+  # The fingerprint of the same run before `task` existed: Config.to_dict without it.
+  to_dict = Config.to_dict
+  monkeypatch.setattr(Config, "to_dict", lambda self: {
+      k: v for k, v in to_dict(self).items() if k != "task"})
+  assert publish.fingerprint(config, "v", 200) == now
+  monkeypatch.undo()
+  assert publish.fingerprint(lm, "v", 200) != publish.fingerprint(
+      Config(model=DECODER, data=DataConfig(text_key="en"), task="lm",
+             train=TrainConfig(seed=1)), "v", 200)
+
+
+def test_the_command_line_sets_the_task():
+  config = config_lib.load_config("configs/quickstart.py", [
+      "task=lm", "model.architecture=decoder_only", "model.num_encoder_layers=0",
+      "data.text_key=en"])
+  assert config.task == "lm" and config.to_dict()["task"] == "lm"
+  with pytest.raises(ValueError, match=r"unknown config section\(s\) \['tsak'\]"):
+    build({"tsak": "lm"})
