@@ -39,3 +39,37 @@ def cfg(bible_env):
 @pytest.fixture
 def tok(bible_env):
   return bible_env["tokenizer"]
+
+
+LM_WORDS = ("the of and to in a is that for it as was with be by on not he this are or his from at "
+            "which but have an they you were her she there one all we light river stone").split()
+
+
+def _lm_line(rng) -> str:
+  n = int(rng.integers(1, 70)) if rng.random() < 0.1 else int(rng.integers(1, 15))
+  return " ".join(rng.choice(LM_WORDS, n))
+
+
+@pytest.fixture(scope="session")
+def lm_env(tmp_path_factory):
+  """A monolingual text corpus (tasks lm / mlm): train.en (300 lines, some longer than a row, one
+  empty and one not UTF-8), dev.en (40 lines); its lm and mlm vocabularies. Returns a dict: the
+  base config (dataset='text', text_key='en'), the raw lines (bytes) of each split, the two
+  tokenizers."""
+  import numpy as np  # pylint: disable=import-outside-toplevel
+  from tfm.data import sources, tokenizer  # pylint: disable=import-outside-toplevel
+  root = tmp_path_factory.mktemp("lm")
+  rng = np.random.default_rng(7)
+  lines = {"train": [_lm_line(rng).encode() for _ in range(300)],
+           "dev": [_lm_line(rng).encode() for _ in range(40)]}
+  lines["train"][17] = b""
+  lines["train"][101] = b"caf\xe9 latin-1"
+  for split, values in lines.items():
+    (root / f"{split}.en").write_bytes(b"\n".join(values) + b"\n")
+  cfg = DataConfig(dataset="text", text_key="en", train_files=str(root / "train.{lang}"),
+                   dev_files=str(root / "dev.{lang}"), vocab_size=120,
+                   vocab_dir=str(root / "vocab"), max_length=32, tokens_per_batch=32 * 4,
+                   cache_dir=str(root / "cache"))
+  source = sources.DataSource.of(cfg)
+  toks = {task: tokenizer.get_tokenizer(cfg, source=source, task=task) for task in ("lm", "mlm")}
+  return {"cfg": cfg, "lines": lines, "lm": toks["lm"], "mlm": toks["mlm"], "root": root}

@@ -353,6 +353,9 @@ def _validate_text_key(cfg: DataConfig) -> None:
                                    or not _EVAL_SET_NAME.fullmatch(cfg.text_key)):
     _fail("text_key", "a feature key or language name of letters, digits, '_', '-' or '.' "
           "(monolingual text), or None (translation pairs)", cfg.text_key)
+  if cfg.text_key is not None and cfg.packing is False:
+    _fail("packing", f"True with data.text_key={cfg.text_key!r} (monolingual text, tasks lm and "
+          "mlm, is a token stream cut into rows, not length buckets)", cfg.packing)
   for key in ("mask_rate", "mask_token_rate", "mask_random_rate"):
     value = getattr(cfg, key)
     if not sections.is_number(value) or not 0.0 <= value <= 1.0:

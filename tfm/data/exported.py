@@ -90,10 +90,10 @@ class ExportedSplit:
 
 def write(directory: str, dataset: str, splits: dict) -> None:
   """Exports `splits` ({TFDS split name: TextPairSource of data.dataset}, all of one language
-  pair; the TFDS version is the train split's) to `directory` (built under a temporary name,
-  then renamed over what was there)."""
+  pair, or all of one text key (data.text_key); the TFDS version is the train split's) to
+  `directory` (built under a temporary name, then renamed over what was there)."""
   first = next(iter(splits.values()))
-  languages = (first.source_key, first.target_key)
+  languages = tuple(key for key in (first.source_key, first.target_key) if key is not None)
   tmp = f"{directory}.tmp-{os.getpid()}"
   shutil.rmtree(tmp, ignore_errors=True)
   os.makedirs(tmp)

@@ -185,10 +185,7 @@ def train_iterator(cfg: DataConfig, source: sources.DataSource, tokenizer, *, pr
   row count of every batch, packed or bucketed, is rounded up to a multiple of it (the step's
   batch shards x microbatches; tfm/data/batching.py).
   """
-  check_task(cfg, task)
-  if task != "translate" and not cfg.packing:
-    raise ValueError(f"config keys task={task!r} and data.packing=False: {task} batches are a "
-                     "token stream cut into rows, not buckets; use data.packing=True")
+  check_task(cfg, task)  # lm / mlm: data.text_key set, so data.packing is True (DataConfig)
   if not cfg.packing and process_count > 1:
     raise ValueError(f"config key data.packing=False (length-bucketed batches) runs on one host, "
                      f"not {process_count}: each host picks its own bucket for a step, so the "
@@ -277,6 +274,9 @@ def eval_text_pairs(cfg: DataConfig, source: sources.DataSource,
                     split: str = "dev") -> list[tuple[str, str]]:
   """(source, target) strings of `split` in dataset order for BLEU: the first
   data.eval_max_examples pairs, minus empty or non-UTF-8 ones (all hosts get the same list)."""
+  if cfg.text_key is not None:
+    raise ValueError(f"data.text_key={cfg.text_key!r}: a monolingual split has no translation "
+                     "pairs to score with BLEU (tasks lm and mlm report perplexity)")
   first = sources.HostShard(source.open(split), 0, 1, cfg.eval_max_examples)
   pairs = []
   for i in range(len(first)):

@@ -1,0 +1,236 @@
+"""Tasks lm and mlm: the train stream (the shuffled examples concatenated and cut into rows), the
+eval stream at any context length, per-word counts, and bit-exact resume (inline, in a batch
+process, with and without the token cache, on each of two hosts), each checked against the
+texts encoded directly."""
+
+import grain
+import numpy as np
+import pytest
+
+import tfm_data_testlib as testlib
+from tfm.data import pipeline, sources
+from tfm.data.batch_process import BatchProcess
+
+
+def _ok_texts(lines):
+  """The lines the pipeline keeps (non-empty UTF-8), decoded: computed here, not by tfm."""
+  out = []
+  for line in lines:
+    try:
+      text = line.decode("utf-8").strip()
+    except UnicodeDecodeError:
+      continue
+    if text:
+      out.append(text)
+  return out
+
+
+def _stream_of(texts, tok):
+  return np.concatenate([np.asarray(tok.encode(t), np.int32) for t in texts])
+
+
+def _tokens(batches):
+  """The real tokens of stream batches, row after row, and checks of their layout."""
+  parts = []
+  for b in batches:
+    seg, pos = b["targets_segmentation"], b["targets_position"]
+    real = seg.reshape(-1) == 1
+    n = int(real.sum())
+    assert real[:n].all() and not real[n:].any()  # padding only after the last token
+    length = seg.shape[1]
+    assert np.array_equal(pos.reshape(-1)[:n], np.arange(n) % length)
+    assert not pos.reshape(-1)[n:].any() and not b["targets"].reshape(-1)[n:].any()
+    parts.append(b["targets"].reshape(-1)[:n])
+  return np.concatenate(parts)
+
+
+@pytest.mark.parametrize("hosts", [1, 2])
+def test_train_rows_are_the_shuffled_examples_concatenated(lm_env, hosts):
+  """One epoch of task lm on each host: the rows' tokens, in order, are the host's lines
+  (line h + hosts * i) in grain's shuffle order (grain computes it here), the kept ones each
+  encoded with EOS, concatenated; every row but the last batch's is full; inputs are zero; the
+  70-word lines (longer than a row) are not dropped; the hosts' lines make the whole split."""
+  cfg, tok, lines = lm_env["cfg"], lm_env["lm"], lm_env["lines"]["train"]
+  read = 0
+  for host in range(hosts):
+    it = pipeline.train_iterator(cfg, sources.DataSource.of(cfg), tok, num_epochs=1, task="lm",
+                                 process_index=host, process_count=hosts)
+    try:
+      batches = list(it)
+      stats = it.stats()
+    finally:
+      it.close()
+    mine = lines[host::hosts]
+    order = list(grain.MapDataset.range(len(mine)).shuffle(seed=cfg.shuffle_seed))
+    want = _stream_of(_ok_texts([mine[i] for i in order]), tok)
+    assert np.array_equal(_tokens(batches), want)
+    rows = 4 // hosts
+    assert all(b["targets"].shape == (rows, 32) for b in batches)
+    assert all(not b[k].any() for b in batches for k in ("inputs", "inputs_segmentation"))
+    assert len(batches) == -(-len(want) // (rows * 32))
+    assert stats["examples_read"] == len(mine)
+    assert stats["examples_kept"] == len(_ok_texts(mine))
+    read += stats["examples_read"]
+  assert read == len(lines)
+  assert max(len(tok.encode(t)) for t in _ok_texts(lines)) > cfg.max_length
+
+
+@pytest.mark.parametrize("hosts", [1, 2])
+@pytest.mark.parametrize("length", [16, 40])
+def test_eval_rows_hold_every_token_once(lm_env, hosts, length):
+  """The dev split at context lengths 16 and 40, on one host and on two: the global batches
+  (host 0's rows, then host 1's) hold the dev lines in order, each token once; rows =
+  tokens_per_batch // length rounded up to a multiple of the hosts; every host has as many
+  batches."""
+  cfg, tok = lm_env["cfg"], lm_env["lm"]
+  source = sources.DataSource.of(cfg)
+  per_host = [pipeline.eval_batches(cfg, source, tok, "dev", process_index=h, process_count=hosts,
+                                    task="lm", context_length=length) for h in range(hosts)]
+  rows = max(1, -(-(128 // length) // hosts)) * hosts
+  assert len({len(b) for b in per_host}) == 1
+  merged = [{k: np.concatenate([host[i][k] for host in per_host]) for k in host0}
+            for i, host0 in enumerate(per_host[0])]
+  assert all(b["targets"].shape == (rows, length) for b in merged)
+  want = _stream_of(_ok_texts(lm_env["lines"]["dev"]), tok)
+  assert np.array_equal(_tokens(merged), want)
+  assert len(merged) == -(-len(want) // (rows * length))
+
+
+def test_eval_word_count_is_the_dev_lines_words(lm_env):
+  cfg = lm_env["cfg"]
+  want = sum(len(line.split()) for line in lm_env["lines"]["dev"] if line.strip())
+  assert pipeline.eval_word_count(cfg, sources.DataSource.of(cfg), "dev", task="lm") == want
+  assert pipeline.eval_word_count(cfg.replace(eval_max_examples=5), sources.DataSource.of(cfg),
+                                  "dev", task="mlm") == sum(
+      len(line.split()) for line in lm_env["lines"]["dev"][:5])
+
+
+def _take(it, n):
+  out = []
+  for _ in range(n):
+    out.append(next(it))
+  return out
+
+
+@pytest.mark.parametrize("task,cache,hosts", [("lm", False, 1), ("lm", True, 2),
+                                              ("mlm", False, 2), ("mlm", True, 1)])
+def test_resume_continues_bit_exactly(lm_env, task, cache, hosts):
+  """Each host's iterator: the state after k batches (the first k >= 2 that ends in the middle of
+  an example), set on a fresh iterator, gives the next 4 batches again, masks included; the token
+  cache gives the same batches as reading the files."""
+  cfg = lm_env["cfg"].replace(cache=cache)
+  tok, source = lm_env[task], sources.DataSource.of(cfg)
+  for host in range(hosts):
+    keywords = dict(process_index=host, process_count=hosts, task=task)
+    first = pipeline.train_iterator(cfg, source, tok, **keywords)
+    second = pipeline.train_iterator(cfg, source, tok, **keywords)
+    try:
+      head = _take(first, 2)
+      while first.get_state()["batcher"]["offset"] == 0:
+        head += _take(first, 1)
+      state = first.get_state()
+      tail = _take(first, 4)
+      second.set_state(state)
+      assert testlib.same_batches(_take(second, 4), tail)
+    finally:
+      first.close()
+      second.close()
+    assert state["batcher"]["batches"] == len(head) <= 6
+    other = pipeline.train_iterator(cfg.replace(cache=not cache), source, tok, **keywords)
+    try:
+      assert testlib.same_batches(_take(other, len(head) + 4), head + tail)
+    finally:
+      other.close()
+
+
+def test_a_batch_process_resumes_the_inline_stream(lm_env):
+  """train.input=process: a BatchProcess of task mlm set to the inline iterator's state after 2
+  batches gives its batches 3 and 4, masks included."""
+  cfg, tok = lm_env["cfg"], lm_env["mlm"]
+  inline = pipeline.train_iterator(cfg, sources.DataSource.of(cfg), tok, task="mlm")
+  try:
+    _take(inline, 2)
+    state = inline.get_state()
+    want = _take(inline, 2)
+  finally:
+    inline.close()
+  process = BatchProcess(cfg, sources.DataSource.of(cfg), tok, task="mlm")
+  try:
+    process.set_state(state)
+    assert testlib.same_batches(_take(process, 2), want)
+  finally:
+    process.close()
+
+
+def test_a_mixture_of_monolingual_sources_streams_both(lm_env, tmp_path):
+  """data.mixture of two monolingual text sources: one epoch's stream splits at EOS into the
+  sources' lines, each at most once a source's epoch, both sources present."""
+  cfg, tok = lm_env["cfg"], lm_env["lm"]
+  other = tmp_path / "other.en"
+  other_lines = [f"river {w} stone" for w in ("light", "stone", "one", "all")]
+  other.write_text("\n".join(other_lines) + "\n")
+  mixed = cfg.replace(mixture=({"name": "a", "weight": 1},
+                               {"name": "b", "weight": 1, "train_files": str(other)}))
+  it = pipeline.train_iterator(mixed, sources.DataSource.of(mixed), tok, num_epochs=1, task="lm")
+  try:
+    tokens = _tokens(list(it))
+    counts = it.stats()
+  finally:
+    it.close()
+  ends = np.flatnonzero(tokens == 1)
+  examples = {tuple(x) for x in np.split(tokens, ends + 1) if len(x)}
+  a = {tuple(tok.encode(t)) for t in _ok_texts(lm_env["lines"]["train"])}
+  b = {tuple(tok.encode(t)) for t in other_lines}
+  assert examples <= a | b and examples & a and examples & b
+  assert counts["from_a"] > 0 and counts["from_b"] > 0
+  source = sources.DataSource.of(mixed)
+  first = pipeline.train_iterator(mixed, source, tok, task="lm")
+  second = pipeline.train_iterator(mixed, source, tok, task="lm")
+  try:  # resumed mid-example, the mixture's draws included
+    _take(first, 2)
+    while first.get_state()["batcher"]["offset"] == 0:
+      _take(first, 1)
+    second.set_state(first.get_state())
+    assert testlib.same_batches(_take(second, 3), _take(first, 3))
+  finally:
+    first.close()
+    second.close()
+
+
+def test_task_and_text_key_mismatches_are_refused_in_one_line(lm_env):
+  cfg, tok = lm_env["cfg"], lm_env["lm"]
+  source = sources.DataSource.of(cfg)
+  with pytest.raises(ValueError, match=r"^config key data.packing: expected True with "
+                     r"data.text_key='en' \(monolingual text.*, got False$"):
+    cfg.replace(packing=False)
+  with pytest.raises(ValueError, match=r"task='translate' and data.text_key='en'"):
+    pipeline.train_iterator(cfg, source, tok)
+  with pytest.raises(ValueError, match=r"config key task: expected"):
+    pipeline.eval_batches(cfg, source, tok, task="gpt")
+
+
+@pytest.mark.long
+def test_worker_processes_give_the_same_masked_stream(lm_env):
+  """data.num_workers=2 (worker processes tokenize): the mlm batches of num_workers=0, also after
+  a resume."""
+  cfg, tok = lm_env["cfg"], lm_env["mlm"]
+  source = sources.DataSource.of(cfg)
+  inline = pipeline.train_iterator(cfg, source, tok, task="mlm")
+  try:
+    want = _take(inline, 6)
+  finally:
+    inline.close()
+  workers = cfg.replace(num_workers=2)
+  it = pipeline.train_iterator(workers, source, tok, task="mlm")
+  try:
+    got = _take(it, 3)
+    state = it.get_state()
+  finally:
+    it.close()
+  resumed = pipeline.train_iterator(workers, source, tok, task="mlm")
+  try:
+    resumed.set_state(state)
+    got += _take(resumed, 3)
+  finally:
+    resumed.close()
+  assert testlib.same_batches(got, want)
