@@ -50,7 +50,9 @@ The lm form asks the same of a language model (config.task='lm'), where ALiBi's 
     --context_lengths`): perplexity per piece and per word at each length. The sweep's own
     evaluation is the first, L.
   * Length: LM_STEPS = 1,600 steps, about 6 epochs of the 1,079,156 training pieces (263 steps an
-    epoch), sized so that the 12 runs fit 2 hours of the 2-core CPU two at a time (docs/lm.md).
+    epoch), sized for the 2-core CPU: by v3 base's 0.70 s a translation step on one core beside
+    another run (3 encoder + 3 decoder layers), a step of these 3 decoder layers is ~0.3 s, so
+    the 12 runs two at a time are ~1 hour of training (an estimate, not yet measured).
   * Seeds: 2 a row (tfm sweep --seeds=2).
 """
 
