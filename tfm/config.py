@@ -39,6 +39,8 @@ SECTIONS = ("model", "data", "train", "mesh", "eval")
 ADDED_LATER = {"model.matmul_precision": "default", "eval.length_buckets": (),
                "data.train_files": None, "data.dev_files": None, "data.test_files": None,
                "data.eval_sets": None, "data.mixture": None, "data.mixture_weights": None,
+               "data.text_key": None, "data.mask_rate": 0.15, "data.mask_token_rate": 0.8,
+               "data.mask_random_rate": 0.1,
                "train.best_metric": "none", "train.patience": 0,
                "train.init_from": None, "train.init_checkpoint": "last",
                "train.init_optimizer": False, "train.optimizer": "adam", "train.ema_decay": 0.0,

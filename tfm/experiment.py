@@ -305,10 +305,10 @@ class Experiment:
     """translate(params, inputs, rng) on this mesh: beam search with the eval section's settings
     (beam_size, length_penalty, max_extra_length override eval's; beam_size 1 = greedy; n_best:
     the n best hypotheses, see make_translate_fn), or sampling when `temperature` is set."""
-    architecture = self.key.model.architecture
-    if architecture != "encoder_decoder":
-      raise ValueError(f"model.architecture={architecture!r}: translating (dev BLEU, tfm eval, tfm "
-                       "translate) needs 'encoder_decoder'; train it with eval.bleu_every=0")
+    if not self.config.translates:
+      raise ValueError(f"config key task={self.config.task!r}: translating (dev BLEU, tfm "
+                       "translate) needs task 'translate' and model.architecture "
+                       "'encoder_decoder'")
     e = self.config.eval
     pick = lambda given, configured: configured if given is None else given
     settings = dict(beam_size=pick(beam_size, e.beam_size),

@@ -163,14 +163,15 @@ def test_a_batch_process_resumes_the_inline_stream(lm_env):
 
 
 def test_a_mixture_of_monolingual_sources_streams_both(lm_env, tmp_path):
-  """data.mixture of two monolingual text sources: one epoch's stream splits at EOS into the
-  sources' lines, each at most once a source's epoch, both sources present."""
+  """data.mixture of two monolingual text sources (the second of its own text key, 'xx'): the
+  stream splits at EOS into the sources' lines, both sources present; a resume mid-example
+  continues exactly; a source of pairs in a monolingual mixture is refused in one line."""
   cfg, tok = lm_env["cfg"], lm_env["lm"]
-  other = tmp_path / "other.en"
-  other_lines = [f"river {w} stone" for w in ("light", "stone", "one", "all")]
-  other.write_text("\n".join(other_lines) + "\n")
+  other_lines = [f"river {w} stone {i}" for i in range(50) for w in ("light", "one", "all")]
+  (tmp_path / "other.xx").write_text("\n".join(other_lines) + "\n")
   mixed = cfg.replace(mixture=({"name": "a", "weight": 1},
-                               {"name": "b", "weight": 1, "train_files": str(other)}))
+                               {"name": "b", "weight": 1, "text_key": "xx",
+                                "train_files": str(tmp_path / "other.{lang}")}))
   it = pipeline.train_iterator(mixed, sources.DataSource.of(mixed), tok, num_epochs=1, task="lm")
   try:
     tokens = _tokens(list(it))
@@ -195,6 +196,9 @@ def test_a_mixture_of_monolingual_sources_streams_both(lm_env, tmp_path):
   finally:
     first.close()
     second.close()
+  with pytest.raises(ValueError, match=r"^config key data.mixture\[1\].text_key: expected a text "
+                     r"key where data.text_key is set .*, got None$"):
+    cfg.replace(mixture=({"weight": 1}, {"weight": 1, "name": "b", "text_key": None}))
 
 
 def test_task_and_text_key_mismatches_are_refused_in_one_line(lm_env):

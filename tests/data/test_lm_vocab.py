@@ -104,3 +104,21 @@ def test_text_files_one_text_a_line_and_by_mapping(tmp_path):
                      vocab_dir=str(tmp_path / "vocab"))
     split = sources.DataSource.of(cfg).open("train")
     assert [split[i] for i in range(len(split))] == [(line.encode(),) for line in lines]
+
+
+def test_a_run_written_before_the_monolingual_keys_resumes():
+  """A config.json without data.text_key and the mask keys (an earlier run's) is the same run:
+  nothing differs that a resume may not change, and the sweep fingerprint leaves them out."""
+  from tfm import config as config_lib  # pylint: disable=import-outside-toplevel
+  from tfm.sweep import publish  # pylint: disable=import-outside-toplevel
+  from tfm.train import workdir  # pylint: disable=import-outside-toplevel
+  new = config_lib.Config().to_dict()
+  old = {**new, "data": {k: v for k, v in new["data"].items()
+                         if k not in ("text_key", "mask_rate", "mask_token_rate",
+                                      "mask_random_rate")}}
+  assert workdir.incompatible_keys(old, new) == []
+  assert workdir.incompatible_keys(old, {**new, "data": {**new["data"], "mask_rate": 0.2}}) == [
+      "data.mask_rate"]
+  config = config_lib.Config()
+  assert publish.fingerprint(config, "v", 10) != publish.fingerprint(
+      config_lib.Config(data=config.data.replace(mask_rate=0.2)), "v", 10)

@@ -1,4 +1,4 @@
-"""Per-word perplexity against its definition: the geometric mean of the texts' probability per word."""
+"""Per-word perplexity against its definition: the texts' probability, per word, inverted."""
 
 import math
 

@@ -236,7 +236,8 @@ CASES = {
     "train_mlm_without_text_key": Case(
         ["train", "--config.task=mlm", "--config.model.architecture=encoder_only",
          "--config.model.num_decoder_layers=0", "--workdir=WORK"], 1,
-        "config keys task='mlm' and data.text_key=None: mlm reads one text an example", corpus=True),
+        "config keys task='mlm' and data.text_key=None: mlm reads one text an example",
+        corpus=True),
     "eval_context_lengths_of_a_translation_run": Case(
         ["eval", "--workdir=TRAINED", "--context_lengths=64,128"], 2,
         "--context_lengths: scores a language model (task 'lm'); the run in"),

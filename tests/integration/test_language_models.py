@@ -42,7 +42,7 @@ def _dev(log: str, name: str) -> dict[int, float]:
 
 
 @pytest.mark.parametrize("task", ["lm", "mlm"])
-def test_a_stopped_run_resumes_bit_exact(experiment_module, tmp_path, task):
+def test_a_stopped_run_resumes_bit_exact(experiment_module, tmp_path, capsys, task):
   whole, log = run_train(_config(experiment_module, task), tmp_path / "a")
   run_train(_config(experiment_module, task, "train.steps=3"), tmp_path / "b")
   resumed, again = run_train(_config(experiment_module, task), tmp_path / "b")
@@ -58,6 +58,15 @@ def test_a_stopped_run_resumes_bit_exact(experiment_module, tmp_path, task):
   else:
     assert not _dev(log, "word_perplexity")
   assert "bleu" not in log.lower()
+  # tfm eval scores the last checkpoints as training's last evaluation did (the same dev rows;
+  # mlm: masked with the same fixed seed), with averaging off.
+  assert cli.main(["tfm", "eval", f"--workdir={tmp_path / 'a'}", "--average=1"]) == 0
+  result = json.load(open(tmp_path / "a" / "eval_dev_6_avg1.json"))
+  assert result["task"] == task and "bleu" not in result and "sentences" not in result
+  assert math.isclose(result["perplexity"], _dev(log, "perplexity")[6], rel_tol=1e-4)
+  assert result["target_tokens"] == _dev(log, "tokens")[6]
+  assert ("words" in result) == (task == "lm")
+  capsys.readouterr()
 
 
 def test_stacked_lm_members_are_their_solo_runs(experiment_module, tmp_path):
@@ -102,3 +111,34 @@ def test_eval_scores_an_lm_at_each_context_length(experiment_module, tmp_path, c
   assert "--beam_size: decoding and BLEU flags; the run in" in capsys.readouterr().err
   assert cli.main(["tfm", "eval", f"--workdir={tmp_path}", "--context_lengths=0"]) == 2
   assert "--context_lengths: expected positive integers" in capsys.readouterr().err
+
+
+def test_an_mlm_run_with_its_batches_in_a_process_resumes_bit_exact(experiment_module, tmp_path):
+  """train.input=process: the masking counter travels with the batch process's state."""
+  whole, _ = run_train(_config(experiment_module, "mlm", "train.input=process"), tmp_path / "a")
+  run_train(_config(experiment_module, "mlm", "train.input=process", "train.steps=3"),
+            tmp_path / "b")
+  resumed, log = run_train(_config(experiment_module, "mlm", "train.input=process"),
+                           tmp_path / "b")
+  assert "resumed from step 3" in log and _same(whole, resumed)
+
+
+def test_a_sweep_of_lm_and_mlm_runs_reports_perplexities_without_bleu(corpus, tmp_path, capsys):
+  from tests.integration.conftest import sweep_overrides  # pylint: disable=import-outside-toplevel
+  for task in ("lm", "mlm"):
+    root = tmp_path / task
+    argv = (["tfm", "sweep", "--config=configs/quickstart.py", f"--root={root}",
+             "--grid=model.num_heads=1,2"]
+            + [f"--config.{o}" for o in sweep_overrides(corpus, 3, *TASKS[task])])
+    code = cli.main(argv)
+    assert code == 0, capsys.readouterr().err[-2000:]
+    lines = [json.loads(line) for line in (root / "results.jsonl").read_text().splitlines()]
+    assert len(lines) == 2 and all(r["status"] == "ok" and r["task"] == task for r in lines)
+    for r in lines:
+      assert r["dev_ppl"] > 1 and r["bleu"] is None and 0 <= r["dev_accuracy"] <= 1
+      assert (r["word_ppl"] > r["dev_ppl"]) if task == "lm" else r["word_ppl"] is None
+      evaluation = json.loads(next(root.glob(f"{r['name']}/eval_dev_3_avg1.json")).read_text())
+      assert evaluation["perplexity"] == r["dev_ppl"] and "sentences" not in evaluation
+    table = (root / "table.md").read_text()
+    assert "BLEU |" not in table and f"| {task} |" in table
+    assert ("word PPL" in table) == (task == "lm")

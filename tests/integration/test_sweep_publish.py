@@ -85,8 +85,10 @@ def test_fingerprint_ignores_machine_paths_and_sees_everything_else():
               "adafactor_min_dim_size_to_factor", "adafactor_multiply_by_parameter_scale",
               "adafactor_epsilon", "adafactor_momentum"):
     del values["train"][key]
-  for key in ("mixture", "mixture_weights"):
+  for key in ("mixture", "mixture_weights", "text_key", "mask_rate", "mask_token_rate",
+              "mask_random_rate"):
     del values["data"][key]
+  del values["task"]  # the task keys (translate, no text key, BERT's rates: read by mlm alone)
   for key in execute.MACHINE_KEYS:
     section, name = key.split(".")
     del values[section][name]

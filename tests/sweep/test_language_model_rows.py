@@ -31,7 +31,8 @@ def test_the_table_of_language_models_has_no_bleu_and_the_seeds_statistics():
   table = report.table_markdown(results)
   assert "BLEU |" not in table.split("\n\n")[0] and "chrF" not in table
   head = next(line for line in table.splitlines() if line.startswith("| row"))
-  assert head == "| row | task | changes | seeds | dev PPL | last fifth | word PPL | accuracy | params (M) |"
+  assert head == ("| row | task | changes | seeds | dev PPL | last fifth | word PPL | accuracy "
+                  "| params (M) |")
   row_a = next(line for line in table.splitlines() if line.startswith("| a |"))
   std = statistics.stdev([30.0, 34.0])
   assert f"{32.0:.2f} ± {std:.2f}" in row_a

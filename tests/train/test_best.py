@@ -57,7 +57,8 @@ def train(tmp_path, monkeypatch, perplexities: dict, *, steps, patience=0, start
   tracker = best_lib.BestTracker(str(tmp_path), metric, patience, start)
   tc = types.SimpleNamespace(steps=steps, profile_steps=(), log_every=100, eval_every=2,
                              checkpoint_every=100, nonfinite="stop", curves=False)
-  config = types.SimpleNamespace(train=tc, eval=types.SimpleNamespace(bleu_every=0), model=None)
+  config = types.SimpleNamespace(train=tc, eval=types.SimpleNamespace(bleu_every=0), model=None,
+                                 translates=True)
   step_runner = runner.StepRunner(
       config=config, train_step=train_step, batches=data,
       runs=[runner.Run(str(tmp_path), main, main, tracker, best)], state_shardings=None,

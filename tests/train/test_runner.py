@@ -77,7 +77,7 @@ def run(tmp_path, monkeypatch, *, steps, log_every, eval_every, checkpoint_every
                              eval_every=eval_every, checkpoint_every=checkpoint_every,
                              nonfinite=nonfinite, curves=False)
   config = types.SimpleNamespace(train=tc, eval=types.SimpleNamespace(bleu_every=bleu_every),
-                                 model=None)
+                                 model=None, translates=True)
   step_runner = runner.StepRunner(
       config=config, train_step=train_step, batches=rec,
       runs=[runner.Run(workdir=str(tmp_path), writer=rec, checkpointer=rec)], state_shardings=None,

@@ -17,8 +17,8 @@ ENCODER = ModelConfig(architecture="encoder_only", num_decoder_layers=0)
 
 
 @pytest.mark.parametrize("task, model, message", [
-    ("lm", ModelConfig(), "config keys task='lm' and model.architecture='encoder_decoder': lm needs "
-                          "'decoder_only'"),
+    ("lm", ModelConfig(), "config keys task='lm' and model.architecture='encoder_decoder': lm "
+                          "needs 'decoder_only'"),
     ("mlm", DECODER, "config keys task='mlm' and model.architecture='decoder_only': mlm needs "
                      "'encoder_only'"),
     ("translate", ENCODER, "config keys task='translate' and model.architecture='encoder_only': "

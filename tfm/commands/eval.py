@@ -1,6 +1,7 @@
 """`tfm eval --workdir DIR [--split NAME[,NAME...]] [--average N | --checkpoint best|ema] [--limit K]
-[--beam_size B,... --length_penalty A,... --max_extra_length E,...] [--length_buckets=E1,E2,..]`:
-BLEU, chrF, TER and perplexity, and by source length.
+[--beam_size B,... --length_penalty A,... --max_extra_length E,...] [--length_buckets=E1,E2,..]
+[--context_lengths=L1,L2,..]`: BLEU, chrF, TER and perplexity, and by source length; for a
+language model (task lm / mlm) its perplexities, and by context length.
 
 --split names what is evaluated: 'dev', 'test', or evaluation sets of the run's data.eval_sets;
 without it, every evaluation set of data.eval_sets (by default only 'dev', the dataset's dev
@@ -294,8 +295,6 @@ def _evaluate_texts(fv: flags.FlagValues, names: list[str], contexts: tuple[int,
   from tfm.eval.restore import load_trained
   from tfm.train import checkpoint as ckpt_lib
   from tfm.train import trackers
-  if fv.out is not None and len(names) > 1:
-    raise UsageError(f"--out writes one result; --split names {len(names)}: name one")
   t = load_trained(fv.workdir, fv.average, checkpoint=fv.checkpoint)
   announce_backend(t.note)
   exp, c = t.experiment, t.config
@@ -332,8 +331,8 @@ def _evaluate_texts(fv: flags.FlagValues, names: list[str], contexts: tuple[int,
     try:
       trackers.record_later(fv.workdir, files=tuple(written), folder="eval")
     except Exception as e:  # pylint: disable=broad-except  # the results are written already
-      print(f"[eval] the results did not reach the run's trackers ({' '.join(str(e).split())[:300]})",
-            file=sys.stderr)
+      reason = " ".join(str(e).split())[:300]
+      print(f"[eval] the results did not reach the run's trackers ({reason})", file=sys.stderr)
 
 
 def _print(result: dict) -> None:

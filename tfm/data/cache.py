@@ -5,6 +5,7 @@ host's examples (`source[process_index::process_count]`, in that order, with dat
 processes) and writes them under
 
   <data.cache_dir>/<dataset>_<src>-<tgt>_L<max_length>_<fingerprint>/host-<i>-of-<n>/
+  (monolingual text, data.text_key: <dataset>_<text_key>_<fingerprint>, examples kept whole)
 
 (data.cache_dir None -> <data.data_dir or TFDS's default data dir>/tfm_cache; for text files
 without a data.data_dir, ~/.cache/tfm). The fingerprint is a hash of everything the cached ids

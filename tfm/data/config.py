@@ -51,7 +51,7 @@ _RESERVED_NAMES = ("train", "data")
 # What a source of data.mixture may set (the rest of the section is shared by every source):
 # where its train split comes from, plus its name and weight.
 MIXTURE_KEYS = ("name", "weight", "dataset", "source_lang", "target_lang", "data_dir", "manual_dir",
-                "train_files", "dev_files", "test_files")
+                "train_files", "dev_files", "test_files", "text_key")
 EVAL_SOURCE_KEYS = ("source", "split")  # an evaluation set {'source': NAME, 'split': 'dev'}
 
 
@@ -90,8 +90,9 @@ class DataConfig:
     'weight' (a positive number; the weights are normalized to sum to 1), an optional 'name'
     (default: the dataset's config, 'web-sparv', or its builder; 'text' for text files) and any
     of dataset, source_lang, target_lang, data_dir, manual_dir, train_files, dev_files,
-    test_files: the source is this section with those keys replaced (one that names a dataset or
-    any files starts without the section's files). Each example of the train batches comes from
+    test_files, text_key (monolingual sources only, e.g. 'text' for lm1b beside the Bible's 'en'):
+    the source is this section with those keys replaced (one that names a dataset or any files
+    starts without the section's files). Each example of the train batches comes from
     source i with probability w_i, drawn from data.shuffle_seed and the example's index on its
     host; every source is shuffled and repeated on its own (an epoch of a small source ends
     sooner). mixture_weights ('7:3', or a sequence of numbers) replaces the sources' weights in
@@ -280,6 +281,9 @@ def _validate_mixture(cfg: DataConfig) -> None:
         sections.is_number(w) and w > 0 for w in raw):
       _fail("mixture_weights", f"{len(cfg.mixture)} weights, {_WEIGHTS_FORM}", given)
   for i, source in enumerate(cfg.mixture):  # a source's own keys, named as data.mixture[i]'s
+    if (source.get("text_key", cfg.text_key) is None) != (cfg.text_key is None):
+      _fail(f"mixture[{i}].text_key", "a text key where data.text_key is set (monolingual text) "
+            "and None where it is not (pairs)", source.get("text_key"))
     try:
       source_config(cfg, source)
     except ValueError as e:

@@ -45,19 +45,19 @@ import grain
 import numpy as np
 
 from tfm.data import batching
-from tfm.data import masking
 from tfm.data import bucketing
 from tfm.data import cache
 from tfm.data import cursor
 from tfm.data import examples as examples_lib
+from tfm.data import masking
 from tfm.data import mixture
 from tfm.data import packing
 from tfm.data import shuffle
 from tfm.data import sources
 from tfm.data import stream as stream_lib
 from tfm.data import workers
-from tfm.data.tokenizer import check_task
 from tfm.data.config import DataConfig
+from tfm.data.tokenizer import check_task
 
 CHUNK_SIZE = 128  # pairs read and tokenized together (one grain element)
 _WINDOW_BATCHES = 16  # bucketed mode: batches' worth of tokens read per shuffling window

@@ -12,7 +12,8 @@ The paper's splits map to TFDS splits as train -> 'train', dev (newstest2013 for
 `data.target_lang` pick the feature keys.
 
 `DataSource.open(split)` returns a `TextPairSource` (or an export's ExportedSplit, or a
-text_files.TextFileSplit): `len(src)` and `src[i] -> (source_text, target_text)` (bytes from
+text_files.TextFileSplit; with data.text_key, monolingual, a text_files.TextLineSplit and
+`src[i] -> (text,)`): `len(src)` and `src[i] -> (source_text, target_text)` (bytes from
 array_record and text files, or str under `tfds.testing.mock_data`), picklable so grain worker
 processes can use it. `split` is 'train' | 'dev' | 'test' or the name of an evaluation set
 (data.eval_sets), which is one of those splits or text files. Reading never downloads:

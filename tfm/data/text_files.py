@@ -31,6 +31,10 @@ config key and the file: a missing or empty file, two sides of different line co
 without exactly one tab. A mapping of the wrong keys is refused when the config is built
 (`check_spec`, called by tfm/data/config.py).
 
+Monolingual text (data.text_key; tasks lm and mlm) is one text a line: 'corpus/train.{lang}' with
+'{lang}' replaced by data.text_key, a path without '{lang}' (that file; a tab is text), or
+{text_key: path}; `TextLineSplit` reads it (split[i] -> (line bytes,)).
+
 `TextFileSplit` has the split interface of sources.TextPairSource: `len(split)`, `split[i] ->
 (source bytes, target bytes)`, batched reads, `version`; it pickles (grain worker processes get
 the bytes and line offsets). Its `version` is a SHA-256 of the files' contents in the order read
