@@ -45,14 +45,14 @@ The lm form asks the same of a language model (config.task='lm'), where ALiBi's 
   * Train at one context length: the WEB English verses (the Bible's English side, data.text_key
     'en', a 2000-piece vocabulary of that side) as one shuffled stream cut into rows of LM_L = 64
     pieces, 64 rows a step (4,096 tokens).
-  * Test at L, 2 L and 4 L: every one of the 953 dev verses (35,179 pieces with their EOS) as one
+  * Test at L, 2 L and 4 L: every one of the 953 dev verses (34,226 pieces with their EOS) as one
     stream cut into rows of 64, 128 and 256 pieces, each piece scored once (`tfm eval
     --context_lengths`): perplexity per piece and per word at each length. The sweep's own
     evaluation is the first, L.
-  * Length: LM_STEPS = 1,600 steps, about 6 epochs of the 1,079,156 training pieces (263 steps an
-    epoch), sized for the 2-core CPU: by v3 base's 0.70 s a translation step on one core beside
-    another run (3 encoder + 3 decoder layers), a step of these 3 decoder layers is ~0.3 s, so
-    the 12 runs two at a time are ~1 hour of training (an estimate, not yet measured).
+  * Length: LM_STEPS = 1,600 steps, about 6 epochs of the 1,050,064 training pieces with their
+    EOS (256 steps an epoch), sized for the 2-core CPU: a row's two seeds as one stack took 0.65 s
+    a step there (measured over 150 steps beside light other work), so the 6 stacks are 1.7 hours
+    of training, about 1.8 with vocabulary, compiles and evaluation.
   * Seeds: 2 a row (tfm sweep --seeds=2).
 """
 
