@@ -31,6 +31,29 @@ The protocol, fixed before any run; no encoding is tuned on its own:
     once at the end, by the sweep's `tfm eval`. The sweep's plain BLEU column is the first 200
     dev verses with their sources cut at 32 pieces, as in training: the by-length table's 1-32
     bucket is the comparable figure.
+
+The lm form asks the same of a language model (config.task='lm'), where ALiBi's paper measured it:
+
+  --config=configs/positions.py:lm            every lm row (tfm sweep, tfm params)
+  --config=configs/positions.py:lm_rope       one row
+  tfm eval --workdir=RUN --context_lengths=64,128,256     each run scored at L, 2L and 4L
+
+  * Model: v3 base's layers as one decoder-only stack (N=3 decoder layers, d_model 128, d_ff 512,
+    8 heads of d_k 16, v3's learning rate, warmup and dropout), no label smoothing (perplexity is
+    the figure), one row per encoding, nothing else changed; the learned table has 4 L rows, those
+    past L never trained.
+  * Train at one context length: the WEB English verses (the Bible's English side, data.text_key
+    'en', a 2000-piece vocabulary of that side) as one shuffled stream cut into rows of LM_L = 64
+    pieces, 64 rows a step (4,096 tokens).
+  * Test at L, 2 L and 4 L: every one of the 953 dev verses (34,226 pieces with their EOS) as one
+    stream cut into rows of 64, 128 and 256 pieces, each piece scored once (`tfm eval
+    --context_lengths`): perplexity per piece and per word at each length. The sweep's own
+    evaluation is the first, L.
+  * Length: LM_STEPS = 1,600 steps, about 6 epochs of the 1,050,064 training pieces with their
+    EOS (256 steps an epoch), sized for the 2-core CPU: a row's two seeds as one stack took 0.65 s
+    a step there (measured over 150 steps beside light other work), so the 6 stacks are 1.7 hours
+    of training, about 1.8 with vocabulary, compiles and evaluation.
+  * Seeds: 2 a row (tfm sweep --seeds=2).
 """
 
 from configs import table3_v3
@@ -60,7 +83,18 @@ ROWS = {
 }
 
 
+LM_L = 64  # the lm rows' training context, in pieces
+LM_CONTEXTS = (LM_L, 2 * LM_L, 4 * LM_L)  # scored by tfm eval --context_lengths
+LM_STEPS = 1600  # about 6 epochs of the English side at 4,096 tokens a step (the docstring)
+LM_ROWS = tuple(f"lm_{name}" for name in ROWS)  # the lm form's rows: lm_sinusoidal, ...
+
+
 def get_config(row=None):
+  if row is not None and row.startswith("lm"):
+    # 'lm' (the table), 'lm_rope' (a row), or 'lm:lm_rope': a row as commands load the rows of
+    # --config=configs/positions.py:lm (FILE:ARG, then :ROW)
+    row = row.split(":")[-1]
+    return lm_config(None if row == "lm" else row)
   c = table3_v3.get_config("base")
   c.row = c.paper = None
   c.model.max_length = EDGES[-1] + c.eval.max_extra_length  # the learned table: every test position
@@ -79,4 +113,30 @@ def get_config(row=None):
     c.paper["reference"] = True  # the report sets every row against it
   if row == "learned":
     c.paper["hypothesis"] = PAPER_HYPOTHESIS  # the report answers it from the seeds
+  return c
+
+
+def lm_config(row=None):
+  """The lm form (the docstring's second protocol): every lm row (None) or one ('lm_rope')."""
+  c = table3_v3.get_config("base")
+  c.row = c.paper = None
+  c.task = "lm"
+  c.model.update(architecture="decoder_only", num_encoder_layers=0,
+                 max_length=LM_CONTEXTS[-1])  # the learned table: a row for every scored position
+  c.data.update(text_key="en",  # the WEB English side of bible_translate/web-sparv
+                max_length=LM_L, tokens_per_batch=64 * LM_L)  # 64 rows of L: 4,096 tokens
+  c.train.update(steps=LM_STEPS, label_smoothing=0.0)
+  c.eval.update(length_buckets=(), max_extra_length=0)  # no translations: no buckets, no decoding
+  if row is None:
+    c.rows = LM_ROWS
+    return c
+  check_rows(row, LM_ROWS, "configs/positions.py")
+  positions, claim = ROWS[row[len("lm_"):]]
+  c.model.positions = positions
+  c.row = row
+  c.paper = dict(claim=claim)
+  if row == "lm_sinusoidal":
+    c.paper["reference"] = True
+  if row == "lm_learned":
+    c.paper["hypothesis"] = PAPER_HYPOTHESIS
   return c

@@ -1,0 +1,46 @@
+"""The language-model configs against what their docstrings say they are: the quickstarts are
+configs/quickstart.py with only the named keys changed; GPT-2 small and BERT-base have their
+papers' batches, contexts and schedules."""
+
+import pytest
+
+from tfm.config import flatten, load_config
+from tfm.train.config import decay_rate
+
+QUICKSTART_CHANGES = {"task", "model.architecture", "model.num_encoder_layers",
+                      "model.num_decoder_layers", "data.text_key", "train.label_smoothing",
+                      "eval.bleu_every"}
+
+
+@pytest.mark.parametrize("name, task, architecture", [
+    ("lm_quickstart", "lm", "decoder_only"), ("mlm_quickstart", "mlm", "encoder_only")])
+def test_a_quickstart_is_the_translation_quickstart_as_one_stack(name, task, architecture):
+  base = load_config("configs/quickstart.py")
+  c = load_config(f"configs/{name}.py")
+  ours, theirs = flatten(c.to_dict()), flatten(base.to_dict())
+  assert {k for k in ours if ours[k] != theirs.get(k)} == QUICKSTART_CHANGES
+  assert (c.task, c.model.architecture, c.data.text_key) == (task, architecture, "en")
+  layers = c.model.num_decoder_layers if task == "lm" else c.model.num_encoder_layers
+  assert layers == base.model.num_encoder_layers + base.model.num_decoder_layers == 4
+  assert c.train.label_smoothing == 0.0 and c.eval.bleu_every == 0
+
+
+def test_gpt2_small_and_bert_base_batches_and_schedules():
+  gpt2, bert = load_config("configs/gpt2_small.py"), load_config("configs/bert_base.py")
+  # GPT-2: 512 rows of 1024 (its paper); GPT-3's 125M schedule: warmup over 375M tokens, cosine
+  # to 10% over ~260B tokens.
+  assert gpt2.data.tokens_per_batch // gpt2.data.max_length == 512 and gpt2.data.max_length == 1024
+  assert gpt2.train.warmup_steps == round(375e6 / gpt2.data.tokens_per_batch)
+  assert abs(gpt2.train.steps * gpt2.data.tokens_per_batch / 260e9 - 1) < 0.01
+  assert (gpt2.train.learning_rate, gpt2.train.end_learning_rate_fraction) == (6e-4, 0.1)
+  assert (gpt2.train.adam_b1, gpt2.train.adam_b2, decay_rate(gpt2.train)) == (0.9, 0.95, 0.1)
+  # BERT: 256 sequences of 512, 1M steps, 10,000 warmup steps to 1e-4.
+  assert bert.data.tokens_per_batch // bert.data.max_length == 256 and bert.data.max_length == 512
+  assert (bert.train.steps, bert.train.warmup_steps, bert.train.learning_rate) == (
+      1_000_000, 10_000, 1e-4)
+  assert (bert.train.adam_b1, bert.train.adam_b2, decay_rate(bert.train)) == (
+      0.9, 0.999, 0.01)  # adamw's default decay
+  for c in (gpt2, bert):  # the learned table is exactly the context; no smoothing, no averaging
+    assert c.model.positions == "learned" and c.model.max_length == c.data.max_length
+    assert c.train.label_smoothing == 0.0 and c.train.average_checkpoints == 1
+    assert c.data.text_key == "text" and c.model.vocab_size == c.data.vocab_size
