@@ -17,7 +17,7 @@ whitespace word) on the first 200 held-out verses every 500 steps.
   tfm train --config=configs/lm_quickstart.py --workdir=runs/lm_quickstart
   tfm generate --workdir=runs/lm_quickstart --prompt="In the beginning"
 
-Measured (experiments/results/lm_quickstart/, 2-core AMD EPYC beside other jobs, load 6-7, so
+Measured (experiments/results/lm_quickstart/, 2-core Intel Xeon (AVX-512) beside other jobs, load 6-7, so
 26.6 minutes of wall time): dev perplexity 29.95 per piece, 161.6 per word, accuracy 0.312 after
 1,500 steps; scored in rows of 256 and 512 (`tfm eval --context_lengths`), 41.0 and 54.7.
 """
