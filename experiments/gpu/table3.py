@@ -8,27 +8,28 @@
   python3 experiments/gpu/table3.py --quick --out=DIR --publish=P --root=R   # the plumbing on CPU
 
 On the node it runs `tfm sweep` from this checkout on the node's own Python, with the packages the
-node lacks from the bundle's wheels and the Bible corpus, vocabulary and token cache from the
-bundle of the config (experiments/gpu/make_bundle.py --config=configs/table3_v3.py:base
+node lacks from the bundle's wheels and the Bible corpus, vocabulary and token cache from the bundle
+of the config (experiments/gpu/make_bundle.py --config=configs/table3_v3.py:base
 --out=experiments/gpu/bundle_table3; --config=configs/positions.py:sinusoidal
 --out=experiments/gpu/bundle_positions; --config=configs/positions.py:lm_sinusoidal
---out=experiments/gpu/bundle_positions_lm). Several runs share the GPU (--parallel at once, each with
-its part of the GPU's memory: tfm sweep --runs_per_gpu), so one run's compilation, evaluation and
-host work overlap the others' steps; NVIDIA's MPS, where the node has it, lets their kernels run
-side by side. Each row's seeds train as one stack (--stack, tfm/train/stack.py: one step for all
-of them), the longest rows first (big, 3x base's steps, then by model FLOPs); with --nostack every
+--out=experiments/gpu/bundle_positions_lm). Several runs share the GPU (--parallel at once, each
+with its part of the GPU's memory: tfm sweep --runs_per_gpu), so one run's compilation, evaluation
+and host work overlap the others' steps; NVIDIA's MPS, where the node has it, lets their kernels run
+side by side. Each row's seeds train as one stack (--stack, tfm/train/stack.py: one step for all of
+them), the longest rows first (big, 3x base's steps, then by model FLOPs); with --nostack every
 row's seed 0 starts before any seed 1, so that a time box that ends early leaves a table of every
-row once. Beside the sweep, base at twice the
-rate checks the learning-rate rule (--pilot_steps). Every run compiles with the kernels of --kernels
-(experiments/gpu/kernels.py: XLA's flags, and model.matmul_precision, which is in the runs'
-fingerprints; the flags are in every run's log): c, cuBLAS products in TF32, which the kernel probe
-chose on an H200 for all 40 runs. --probe_minutes runs the probe first instead (base for 500 steps
-under each candidate) and the sweep under the one its rule picks.
+row once. Beside the sweep, base at twice the rate checks the learning-rate rule (--pilot_steps).
+Every run compiles with the kernels of --kernels (experiments/gpu/kernels.py: XLA's flags, and
+model.matmul_precision, which is in the runs' fingerprints; the flags are in every run's log): c,
+cuBLAS products in TF32, which the kernel probe chose on an H200 for all 40 runs. --probe_minutes
+runs the probe first instead (base for 500 steps under each candidate) and the sweep under the one
+its rule picks.
 
 Finished runs are published (tfm sweep --publish) into --publish, experiments/results/<config> by
-default (table3_v3, positions, positions_lm): a run already there, with the same fingerprint, is taken and not trained again. So a
-second call finishes what the first left, whether it finds the first one's root (the same machine:
-stopped runs resume from their checkpoints) or a fresh machine (after --import_from here).
+default (table3_v3, positions, positions_lm): a run already there, with the same fingerprint, is
+taken and not trained again. So a second call finishes what the first left, whether it finds the
+first one's root (the same machine: stopped runs resume from their checkpoints) or a fresh machine
+(after --import_from here).
 
 At --deadline the sweep is stopped (SIGTERM: each running run saves its step) and OUT receives, as
 at most 8 plain files: runs.tar.gz (each finished run's sweep_result.json, dev evaluation and log,

@@ -13,7 +13,7 @@ from tfm.config import Config
 from tfm.data.config import DataConfig
 from tfm.eval.config import EvalConfig
 from tfm.model.config import ModelConfig
-from tfm.sweep import publish, report
+from tfm.sweep import hparams, publish, report
 from tfm.sweep.result import RunResult
 
 LM = dict(model=ModelConfig(architecture="decoder_only", num_encoder_layers=0),
@@ -108,6 +108,8 @@ def test_the_report_shows_each_lengths_perplexity_over_the_seeds():
   results = [_run("lm_alibi", s, f) for s, f in enumerate(a)] + [_run("lm_none", 0, b[0])]
   back = RunResult.from_json(results[0].to_json())
   assert back == results[0] and back.context_lengths[2]["perplexity"] == 55.25
+  figures = hparams.metrics(results[0])  # the run's trackers and HParams records
+  assert [figures[f"sweep/ppl_ctx{n}"] for n in (64, 128, 256)] == [30.0, 41.5, 55.25]
   table = report.table_markdown(results)
   lines = table.splitlines()
   head = next(line for line in lines if line.startswith("| row"))
