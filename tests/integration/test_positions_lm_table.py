@@ -88,6 +88,11 @@ def test_a_quick_lm_positions_sweep_scored_at_each_context_length(corpus, tmp_pa
     assert scored["context_lengths"][0]["tokens"] == scored["target_tokens"]
     assert scored["context_lengths"][0]["perplexity"] == pytest.approx(scored["perplexity"],
                                                                        rel=1e-5)
+  # --context_lengths=0: the run's eval.context_lengths overridden by none (the plain dev figures).
+  assert cli.main(["tfm", "eval", f"--workdir={root / 'lm_sinusoidal-s0'}",
+                   "--context_lengths=0"]) == 0
+  [plain] = (root / "lm_sinusoidal-s0").glob("eval_dev_*_avg1.json")
+  assert "context_lengths" not in json.loads(plain.read_text())
   # The learned table stops at model.max_length: a longer context is refused in one line.
   assert cli.main(["tfm", "eval", f"--workdir={root / 'lm_learned-s0'}",
                    "--context_lengths=64"]) != 0
