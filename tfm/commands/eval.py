@@ -289,7 +289,7 @@ def _context_lengths(fv: flags.FlagValues, config) -> tuple[int, ...]:
   except ValueError:
     lengths = ()
   if not lengths or min(lengths) < 1:
-    raise UsageError(f"--context_lengths: expected positive integers, e.g. 256,512, got "
+    raise UsageError(f"--context_lengths: expected positive integers, e.g. 256,512 (0: none), got "
                      f"{','.join(fv.context_lengths)!r}")
   if config.model.positions == "learned" and max(lengths) > config.model.max_length:
     raise UsageError(f"--context_lengths: {max(lengths)} is past model.max_length "
