@@ -36,7 +36,7 @@ The lm form asks the same of a language model (config.task='lm'), where ALiBi's 
 
   --config=configs/positions.py:lm            every lm row (tfm sweep, tfm params)
   --config=configs/positions.py:lm_rope       one row
-  tfm eval --workdir=RUN --context_lengths=64,128,256     each run scored at L, 2L and 4L
+  tfm eval --workdir=RUN                      each run scored at L, 2L and 4L (eval.context_lengths)
 
   * Model: v3 base's layers as one decoder-only stack (N=3 decoder layers, d_model 128, d_ff 512,
     8 heads of d_k 16, v3's learning rate, warmup and dropout), no label smoothing (perplexity is
@@ -46,9 +46,9 @@ The lm form asks the same of a language model (config.task='lm'), where ALiBi's 
     'en', a 2000-piece vocabulary of that side) as one shuffled stream cut into rows of LM_L = 64
     pieces, 64 rows a step (4,096 tokens).
   * Test at L, 2 L and 4 L: every one of the 953 dev verses (34,226 pieces with their EOS) as one
-    stream cut into rows of 64, 128 and 256 pieces, each piece scored once (`tfm eval
-    --context_lengths`): perplexity per piece and per word at each length. The sweep's own
-    evaluation is the first, L.
+    stream cut into rows of 64, 128 and 256 pieces, each piece scored once (eval.context_lengths,
+    which the sweep's `tfm eval` reads): perplexity per piece and per word at each length, in
+    each run's result and the sweep's report (ppl@64, ppl@128, ppl@256).
   * Length: LM_STEPS = 1,600 steps, about 6 epochs of the 1,050,064 training pieces with their
     EOS (256 steps an epoch), sized for the 2-core CPU: a row's two seeds as one stack took 0.65 s
     a step there (measured over 150 steps beside light other work), so the 6 stacks are 1.7 hours
@@ -126,7 +126,8 @@ def lm_config(row=None):
   c.data.update(text_key="en",  # the WEB English side of bible_translate/web-sparv
                 max_length=LM_L, tokens_per_batch=64 * LM_L)  # 64 rows of L: 4,096 tokens
   c.train.update(steps=LM_STEPS, label_smoothing=0.0)
-  c.eval.update(length_buckets=(), max_extra_length=0)  # no translations: no buckets, no decoding
+  c.eval.update(length_buckets=(), max_extra_length=0,  # no translations: no buckets, no decoding
+                context_lengths=LM_CONTEXTS)  # the sweep's tfm eval scores L, 2 L and 4 L
   if row is None:
     c.rows = LM_ROWS
     return c

@@ -37,6 +37,7 @@ SECTIONS = ("model", "data", "train", "mesh", "eval")
 # config.json without one reads as that value (a resume), and a sweep's fingerprint leaves the key
 # out at that value, so runs published before it keep matching (tfm/sweep/publish.py).
 ADDED_LATER = {"model.matmul_precision": "default", "eval.length_buckets": (),
+               "eval.context_lengths": (),
                "data.train_files": None, "data.dev_files": None, "data.test_files": None,
                "data.eval_sets": None, "data.mixture": None, "data.mixture_weights": None,
                "data.text_key": None, "data.mask_rate": 0.15, "data.mask_token_rate": 0.8,
@@ -115,9 +116,10 @@ class Config:
 
 def check_task(config: Config) -> None:
   """Raises ValueError (one line, naming the keys) unless config.task is one of TASKS and fits
-  model.architecture, data.text_key and train.best_metric: translation reads pairs into an
-  encoder-decoder; lm and mlm read one text an example (data.text_key) into a decoder-only and an
-  encoder-only stack; neither has dev BLEU to choose a best checkpoint by."""
+  model.architecture, data.text_key, train.best_metric and eval.context_lengths: translation
+  reads pairs into an encoder-decoder; lm and mlm read one text an example (data.text_key) into a
+  decoder-only and an encoder-only stack; neither has dev BLEU to choose a best checkpoint by; only
+  lm is scored at other context lengths, within a learned position table's rows."""
   task, arch = config.task, config.model.architecture
   if task not in TASKS:
     sections.fail("task", f"one of {tuple(TASKS)}", task)
@@ -133,6 +135,16 @@ def check_task(config: Config) -> None:
     raise ValueError(f"config keys task='translate' and data.text_key={text_key!r}: translation "
                      "reads pairs (data.source_lang, data.target_lang); unset data.text_key, or "
                      "set task to 'lm' or 'mlm'")
+  lengths = config.eval.context_lengths
+  if lengths and task != "lm":
+    raise ValueError(f"config keys task={task!r} and eval.context_lengths={lengths}: context "
+                     "lengths score a language model (task 'lm'); set eval.context_lengths=()")
+  if (lengths and config.model.positions == "learned"
+      and max(lengths) > config.model.max_length):
+    raise ValueError(f"config keys eval.context_lengths={lengths} and model.max_length="
+                     f"{config.model.max_length}: learned positions have a row for each of "
+                     f"model.max_length positions; raise it to {max(lengths)} or drop the longer "
+                     "lengths")
   if task != "translate" and config.train.best_metric == "dev_bleu":
     raise ValueError(f"config keys task={task!r} and train.best_metric='dev_bleu': {task} has no "
                      "dev BLEU; choose 'dev_ppl' or 'none'")

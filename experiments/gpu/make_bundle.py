@@ -11,8 +11,10 @@ ignores: the device tool carries it, `carry=["experiments/gpu/bundle"]`):
                     (the node's 3.12), downloaded with pip (or copied from --wheels_from)
   data/tfm_export/  the config's dataset, every split as text pairs (tfm/data/exported.py): the
                     dev split's verses for dev BLEU, the others so the cache can be rebuilt
-  data/vocab/       its SentencePiece vocabulary (data.vocab_size pieces)
-  data/tfm_cache/   the train split's token cache (tfm/data/cache.py) at data.max_length, one host
+  data/vocab/       its SentencePiece vocabulary (data.vocab_size pieces; a language model's,
+                    data.text_key, of that text alone)
+  data/tfm_cache/   the train split's token cache (tfm/data/cache.py) at data.max_length (a
+                    language model's: its texts whole), one host
   manifest.json     the data settings the table must train with (dataset, languages, sizes) and
                     the files with their bytes
 
@@ -50,7 +52,8 @@ REQUIREMENTS = ROOT / "experiments" / "gpu" / "node-requirements.txt"
 FLAX_WMT = ROOT / "experiments" / "flax_wmt"
 # The data keys the node's run must share with the bundle: the vocabulary's file name and the
 # token cache's fingerprint depend on them.
-DATA_KEYS = ("dataset", "source_lang", "target_lang", "vocab_size", "max_length", "overlong")
+DATA_KEYS = ("dataset", "source_lang", "target_lang", "vocab_size", "max_length", "overlong",
+             "text_key")  # text_key: a language model's one text (its vocabulary and cache)
 
 
 def requirements() -> list[str]:
@@ -94,7 +97,8 @@ def build_data(config, data_root: Path) -> dict:
                          cache_dir=None, cache=True)
   exported.write(exported.export_dir(bundled), data.dataset, splits)
   from_export = sources.DataSource.of(bundled)
-  tok = tokenizer.get_tokenizer(bundled, source=from_export)  # trained from the export's split
+  # trained from the export's split: a language model's (data.text_key) from that text alone
+  tok = tokenizer.get_tokenizer(bundled, source=from_export, task=config.task)
   cache.open_cache(bundled, from_export, tok)
   if tok.vocab_size != data.vocab_size:
     raise ValueError(f"the vocabulary has {tok.vocab_size} pieces, data.vocab_size is "

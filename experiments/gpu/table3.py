@@ -1,32 +1,35 @@
 """A table config's runs on one GPU node with no network, inside a time box: Table 3
-(configs/table3_v3.py, 40 runs, the default) or the positional encodings by length
-(--config=configs/positions.py, 12 runs).
+(configs/table3_v3.py, 40 runs, the default), the positional encodings by length
+(--config=configs/positions.py, 12 runs) or their language-model form by context length
+(--config=configs/positions.py:lm, 12 runs).
 
   python3 experiments/gpu/table3.py --out=DIR [--config=C]         # on the node (docs/table3.md)
   python3 experiments/gpu/table3.py --import_from=DIR [--config=C]  # here: its runs into the results
   python3 experiments/gpu/table3.py --quick --out=DIR --publish=P --root=R   # the plumbing on CPU
 
 On the node it runs `tfm sweep` from this checkout on the node's own Python, with the packages the
-node lacks from the bundle's wheels and the Bible corpus, vocabulary and token cache from the
-bundle of the config (experiments/gpu/make_bundle.py --config=configs/table3_v3.py:base
+node lacks from the bundle's wheels and the Bible corpus, vocabulary and token cache from the bundle
+of the config (experiments/gpu/make_bundle.py --config=configs/table3_v3.py:base
 --out=experiments/gpu/bundle_table3; --config=configs/positions.py:sinusoidal
---out=experiments/gpu/bundle_positions). Several runs share the GPU (--parallel at once, each with
-its part of the GPU's memory: tfm sweep --runs_per_gpu), so one run's compilation, evaluation and
-host work overlap the others' steps; NVIDIA's MPS, where the node has it, lets their kernels run
-side by side. Each row's seeds train as one stack (--stack, tfm/train/stack.py: one step for all
-of them), the longest rows first (big, 3x base's steps, then by model FLOPs); with --nostack every
+--out=experiments/gpu/bundle_positions; --config=configs/positions.py:lm_sinusoidal
+--out=experiments/gpu/bundle_positions_lm). Several runs share the GPU (--parallel at once, each
+with its part of the GPU's memory: tfm sweep --runs_per_gpu), so one run's compilation, evaluation
+and host work overlap the others' steps; NVIDIA's MPS, where the node has it, lets their kernels run
+side by side. Each row's seeds train as one stack (--stack, tfm/train/stack.py: one step for all of
+them), the longest rows first (big, 3x base's steps, then by model FLOPs); with --nostack every
 row's seed 0 starts before any seed 1, so that a time box that ends early leaves a table of every
-row once. Beside the sweep, base at twice the
-rate checks the learning-rate rule (--pilot_steps). Every run compiles with the kernels of --kernels
-(experiments/gpu/kernels.py: XLA's flags, and model.matmul_precision, which is in the runs'
-fingerprints; the flags are in every run's log): c, cuBLAS products in TF32, which the kernel probe
-chose on an H200 for all 40 runs. --probe_minutes runs the probe first instead (base for 500 steps
-under each candidate) and the sweep under the one its rule picks.
+row once. Beside the sweep, base at twice the rate checks the learning-rate rule (--pilot_steps).
+Every run compiles with the kernels of --kernels (experiments/gpu/kernels.py: XLA's flags, and
+model.matmul_precision, which is in the runs' fingerprints; the flags are in every run's log): c,
+cuBLAS products in TF32, which the kernel probe chose on an H200 for all 40 runs. --probe_minutes
+runs the probe first instead (base for 500 steps under each candidate) and the sweep under the one
+its rule picks.
 
 Finished runs are published (tfm sweep --publish) into --publish, experiments/results/<config> by
-default (table3_v3, positions): a run already there, with the same fingerprint, is taken and not trained again. So a
-second call finishes what the first left, whether it finds the first one's root (the same machine:
-stopped runs resume from their checkpoints) or a fresh machine (after --import_from here).
+default (table3_v3, positions, positions_lm): a run already there, with the same fingerprint, is
+taken and not trained again. So a second call finishes what the first left, whether it finds the
+first one's root (the same machine: stopped runs resume from their checkpoints) or a fresh machine
+(after --import_from here).
 
 At --deadline the sweep is stopped (SIGTERM: each running run saves its step) and OUT receives, as
 at most 8 plain files: runs.tar.gz (each finished run's sweep_result.json, dev evaluation and log,
@@ -68,7 +71,8 @@ flags.DEFINE_string("out", None, "where the files that come back go")
 flags.DEFINE_string("import_from", None, "here, after a node's run: its OUT, whose runs go into "
                     "--publish")
 flags.DEFINE_string("config", "configs/table3_v3.py", "the table config whose rows run: "
-                    "configs/table3_v3.py or configs/positions.py")
+                    "configs/table3_v3.py, configs/positions.py or its lm form "
+                    "configs/positions.py:lm")
 flags.DEFINE_string("publish", None, "the published runs: taken instead of trained, and where "
                     "finished runs go (default experiments/results/<the config's name>)")
 flags.DEFINE_string("root", None, "the sweep's root (every run's workdir; default "
@@ -117,8 +121,11 @@ def log(message: str) -> None:
 
 
 def config_name() -> str:
-  """The config's name: positions for configs/positions.py."""
-  return Path(FLAGS.config).stem
+  """The config's name: positions for configs/positions.py, and a form's after it (positions_lm
+  for configs/positions.py:lm, the table's language-model form), so that each form has its own
+  bundle, published runs and root."""
+  path, _, form = FLAGS.config.partition(":")
+  return Path(path).stem + (f"_{form}" if form else "")
 
 
 def first_row() -> str:
@@ -172,7 +179,13 @@ def bundle_data(bundle: Path) -> list[str]:
                          f"--out={bundle}")
   data = json.loads(manifest.read_text())["data"]
   wanted = config_lib.load_config(f"{ROOT / FLAGS.config}:{first_row()}").data
+  data.setdefault("text_key", None)  # a bundle built before language models: pairs
   wrong = {k: v for k, v in data.items() if getattr(wanted, k) != v}
+  if "text_key" in wrong:  # a vocabulary of pairs for a language model, or the other way round
+    raise app.UsageError(f"--bundle {bundle}: its data.text_key is {data['text_key']!r}, "
+                         f"{FLAGS.config}'s {wanted.text_key!r}; build it with python "
+                         f"experiments/gpu/make_bundle.py --config={FLAGS.config}:{first_row()} "
+                         f"--out={bundle}")
   if wrong and not FLAGS.quick:
     raise app.UsageError(f"--bundle {bundle}: its data {wrong} is not {FLAGS.config}'s; rebuild it")
   overrides = [f"data.data_dir={bundle / 'data'}", f"data.vocab_dir={bundle / 'data' / 'vocab'}"]

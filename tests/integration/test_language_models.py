@@ -106,10 +106,11 @@ def test_eval_scores_an_lm_at_each_context_length(experiment_module, tmp_path, c
   # Rows of 8 give most pieces less context than rows of 32: a trained model's NLL is higher.
   assert by_length[8]["nll"] != by_length[32]["nll"]
   assert "context 64" in capsys.readouterr().out
-  # The decoding flags, and --context_lengths past nothing: one line each, exit 2.
+  # The decoding flags, and a --context_lengths of no rows: one line each, exit 2 (a lone 0 is
+  # none: the run's eval.context_lengths overridden).
   assert cli.main(["tfm", "eval", f"--workdir={tmp_path}", "--beam_size=2"]) == 2
   assert "--beam_size: decoding and BLEU flags; the run in" in capsys.readouterr().err
-  assert cli.main(["tfm", "eval", f"--workdir={tmp_path}", "--context_lengths=0"]) == 2
+  assert cli.main(["tfm", "eval", f"--workdir={tmp_path}", "--context_lengths=0,8"]) == 2
   assert "--context_lengths: expected positive integers" in capsys.readouterr().err
 
 

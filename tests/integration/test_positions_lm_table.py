@@ -1,6 +1,6 @@
 """configs/positions.py's lm form: its protocol as configured, and, quick, `tfm sweep` training two
-of its rows (each row's two seeds as a stack) on the fake corpus, then `tfm eval
---context_lengths` scoring every run at L, 2L and 4L, each piece once."""
+of its rows (each row's two seeds as a stack) on the fake corpus and scoring every run at L, 2L
+and 4L (eval.context_lengths; again by `tfm eval --context_lengths`), each piece once."""
 
 import json
 
@@ -62,7 +62,8 @@ def test_a_quick_lm_positions_sweep_scored_at_each_context_length(corpus, tmp_pa
   # Rows of 8 pieces, scored in rows of 8, 16 and 32: the learned table has 32 rows.
   overrides = sweep_overrides(corpus, 3, "model.num_encoder_layers=0", "data.max_length=8",
                               "data.tokens_per_batch=64", "model.max_length=32",
-                              "eval.max_extra_length=0", "data.eval_max_examples=16")
+                              "eval.max_extra_length=0", "data.eval_max_examples=16",
+                              "eval.context_lengths=(8,16,32)")
   argv = (["tfm", "sweep", "--config=configs/positions.py:lm", f"--root={root}",
            "--rows=lm_sinusoidal,lm_learned", "--seeds=2", "--stack"]
           + [f"--config.{o}" for o in overrides])
@@ -71,6 +72,11 @@ def test_a_quick_lm_positions_sweep_scored_at_each_context_length(corpus, tmp_pa
   names = [f"{row}-s{s}" for row in ("lm_learned", "lm_sinusoidal") for s in (0, 1)]
   assert sorted(r["name"] for r in results) == names
   assert all(r["status"] == "ok" for r in results)
+  # The sweep's own tfm eval scored eval.context_lengths: in its results and its report.
+  assert all([x["context_length"] for x in r["context_lengths"]] == [8, 16, 32] for r in results)
+  head = next(line for line in (root / "table.md").read_text().splitlines()
+              if line.startswith("| row"))
+  assert "| ppl@8 | ppl@16 | ppl@32 |" in head
   capsys.readouterr()
   for name in names:
     assert cli.main(["tfm", "eval", f"--workdir={root / name}", "--context_lengths=8,16,32"]) == 0
@@ -82,6 +88,11 @@ def test_a_quick_lm_positions_sweep_scored_at_each_context_length(corpus, tmp_pa
     assert scored["context_lengths"][0]["tokens"] == scored["target_tokens"]
     assert scored["context_lengths"][0]["perplexity"] == pytest.approx(scored["perplexity"],
                                                                        rel=1e-5)
+  # --context_lengths=0: the run's eval.context_lengths overridden by none (the plain dev figures).
+  assert cli.main(["tfm", "eval", f"--workdir={root / 'lm_sinusoidal-s0'}",
+                   "--context_lengths=0"]) == 0
+  [plain] = (root / "lm_sinusoidal-s0").glob("eval_dev_*_avg1.json")
+  assert "context_lengths" not in json.loads(plain.read_text())
   # The learned table stops at model.max_length: a longer context is refused in one line.
   assert cli.main(["tfm", "eval", f"--workdir={root / 'lm_learned-s0'}",
                    "--context_lengths=64"]) != 0

@@ -78,14 +78,17 @@ def define_flags(fv: flags.FlagValues):
                     f"input length + this many tokens): {GRID_HELP}", flag_values=fv)
   flags.DEFINE_list("context_lengths", None, "an lm run only: also score the set in rows of each "
                     "of these many pieces (e.g. 256,512,1024), every piece once: perplexity per "
-                    "piece and per word at each context length", flag_values=fv)
+                    "piece and per word at each context length (default: the run's "
+                    "eval.context_lengths; 0: none)", flag_values=fv)
 
 
 RESULT = re.compile(r"eval_(?P<split>[A-Za-z0-9][A-Za-z0-9_.-]*?)_(?P<step>\d+)_avg(?P<averaged>\d+)"
-                    r"(?:_first(?P<limit>\d+))?(?:_len(?P<buckets>\d+(?:-\d+)*))?\.json")
+                    r"(?:_first(?P<limit>\d+))?(?:_len(?P<buckets>\d+(?:-\d+)*))?"
+                    r"(?:_ctx(?P<contexts>\d+(?:-\d+)*))?\.json")
 # The EMA's result (--checkpoint ema, train.ema_decay), which a sweep reads beside RESULT's.
 EMA_RESULT = re.compile(r"eval_(?P<split>[A-Za-z0-9][A-Za-z0-9_.-]*?)_ema(?P<step>\d+)"
-                        r"(?:_first(?P<limit>\d+))?(?:_len(?P<buckets>\d+(?:-\d+)*))?\.json")
+                        r"(?:_first(?P<limit>\d+))?(?:_len(?P<buckets>\d+(?:-\d+)*))?"
+                        r"(?:_ctx(?P<contexts>\d+(?:-\d+)*))?\.json")
 
 
 def result_name(split: str, steps: list[int], limit: int, suffix: str = "",
@@ -96,8 +99,8 @@ def result_name(split: str, steps: list[int], limit: int, suffix: str = "",
   run's best checkpoint (train.best_metric), eval_<split>_best<step>..., and ema: the EMA of the
   parameters at the last checkpoint (train.ema_decay), eval_<split>_ema<step>..., apart from the
   series' (RESULT, which the sweep reads, matches only the latter); buckets: the length buckets'
-  edges; contexts: an lm's context lengths (--context_lengths: _ctx<L1-L2..>, which RESULT does
-  not match)."""
+  edges; contexts: an lm's context lengths (--context_lengths or eval.context_lengths:
+  _ctx<L1-L2..>)."""
   checkpoints = (f"best{steps[-1]}" if best else f"ema{steps[-1]}" if ema
                  else f"{steps[-1]}_avg{len(steps)}")
   return (f"eval_{split}_{checkpoints}" + (f"_first{limit}" if limit else "") + suffix
@@ -110,6 +113,12 @@ def buckets_named(name: str) -> tuple[int, ...]:
   an EMA's (EMA_RESULT)."""
   m = RESULT.fullmatch(name) or EMA_RESULT.fullmatch(name)
   return tuple(int(e) for e in m["buckets"].split("-")) if m and m["buckets"] else ()
+
+
+def contexts_named(name: str) -> tuple[int, ...]:
+  """The context lengths a result file's name records (() for none): a series' or an EMA's."""
+  m = RESULT.fullmatch(name) or EMA_RESULT.fullmatch(name)
+  return tuple(int(n) for n in m["contexts"].split("-")) if m and m["contexts"] else ()
 
 
 def _flag_edges(fv: flags.FlagValues) -> tuple[int, ...] | None:
@@ -259,15 +268,18 @@ TRANSLATION_FLAGS = ("beam_size", "length_penalty", "max_extra_length", "limit",
 
 
 def _context_lengths(fv: flags.FlagValues, config) -> tuple[int, ...]:
-  """--context_lengths checked against the run (() without it): an lm run's, positive integers,
-  none past model.max_length with learned positions (the table has no row beyond it). A
-  language model's run also refuses the flags of decoding and BLEU."""
+  """--context_lengths checked against the run (without it the run's eval.context_lengths, checked
+  with its config; 0: none): an lm run's, positive integers, none past model.max_length with
+  learned positions (the table has no row beyond it). A language model's run also refuses the
+  flags of decoding and BLEU."""
   if not config.translates:
     given = [f"--{name}" for name in TRANSLATION_FLAGS if fv[name].present]
     if given:
       raise UsageError(f"{', '.join(given)}: decoding and BLEU flags; the run in {fv.workdir} is "
                        f"task {config.task!r}, which is scored by its dev loss alone")
   if fv.context_lengths is None:
+    return config.eval.context_lengths  # the run's own (eval.context_lengths; () for others)
+  if fv.context_lengths == ["0"]:
     return ()
   if config.task != "lm":
     raise UsageError(f"--context_lengths: scores a language model (task 'lm'); the run in "
@@ -277,7 +289,7 @@ def _context_lengths(fv: flags.FlagValues, config) -> tuple[int, ...]:
   except ValueError:
     lengths = ()
   if not lengths or min(lengths) < 1:
-    raise UsageError(f"--context_lengths: expected positive integers, e.g. 256,512, got "
+    raise UsageError(f"--context_lengths: expected positive integers, e.g. 256,512 (0: none), got "
                      f"{','.join(fv.context_lengths)!r}")
   if config.model.positions == "learned" and max(lengths) > config.model.max_length:
     raise UsageError(f"--context_lengths: {max(lengths)} is past model.max_length "
@@ -319,7 +331,8 @@ def _evaluate_texts(fv: flags.FlagValues, names: list[str], contexts: tuple[int,
       result["context_lengths"] = [
           dict(context_length=length, perplexity=f["perplexity"], nll=f["nll"],
                word_perplexity=f["word_perplexity"], accuracy=f["accuracy"], tokens=f["tokens"])
-          for length, f in ((n, score(name, n)) for n in contexts)]
+          for length, f in ((n, losses if n == c.data.max_length else score(name, n))
+                            for n in contexts)]  # at data.max_length: the figures above
     _print(result)
     path = fv.out or epath.Path(fv.workdir) / result_name(
         name, t.steps, 0, best=t.best is not None, ema=t.checkpoint == "ema", contexts=contexts)

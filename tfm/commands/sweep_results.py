@@ -85,9 +85,11 @@ class SweepResults:
   def describe(self, r: Run, workdir: str, wall_s: float) -> RunResult:
     out = self.static(r, wall_s)
     buckets = self.configs[r].eval.length_buckets
+    contexts = self.configs[r].eval.context_lengths
     limit = self.eval_limit(r) or 0  # None: an lm / mlm run's (no BLEU, no --limit)
     evals = [(int(m["step"]), int(m["limit"] or 0) == limit
-              and eval_command.buckets_named(name) == buckets,
+              and eval_command.buckets_named(name) == buckets
+              and eval_command.contexts_named(name) == contexts,
               os.path.getmtime(os.path.join(workdir, name)), name)
              for name in os.listdir(workdir)
              if (m := eval_command.RESULT.fullmatch(name)) and m["split"] == "dev"
@@ -99,7 +101,8 @@ class SweepResults:
             for name in os.listdir(workdir)
             if (m := eval_command.EMA_RESULT.fullmatch(name)) and m["split"] == "dev"
             and int(m["limit"] or 0) == limit
-            and eval_command.buckets_named(name) == buckets]  # scored as the series is
+            and eval_command.buckets_named(name) == buckets
+            and eval_command.contexts_named(name) == contexts]  # scored as the series is
     if emas and out.trained_steps is not None and max(emas)[0] == out.trained_steps:
       with open(os.path.join(workdir, max(emas)[-1]), encoding="utf-8") as f:
         out = out.with_ema_eval(json.load(f))

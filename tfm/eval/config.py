@@ -32,6 +32,10 @@ class EvalConfig:
   length_buckets: tuple[int, ...] = ()  # `tfm eval` also scores the dev pairs by source length:
   # edges in pieces, e.g. (32, 64, 128) for lengths 1-32, 33-64, 65-128, every pair of the split
   # up to the last edge, longer than data.max_length too (tfm/data/length_buckets.py); () = not
+  context_lengths: tuple[int, ...] = ()  # a language model's (task 'lm') `tfm eval` also scores
+  # the dev texts as a stream cut into rows of each of these many pieces, every piece once, e.g.
+  # (64, 128, 256) for a model trained on rows of 64: extrapolation past data.max_length; () = not
+  # (`tfm eval --context_lengths` overrides it; other tasks refuse it: tfm/config.py check_task)
 
   def __post_init__(self):
     for key in ("beam_size", "batch_size", "cache_phases"):
@@ -43,14 +47,27 @@ class EvalConfig:
     if not is_number(self.length_penalty) or self.length_penalty < 0:
       fail("eval.length_penalty", "a non-negative finite number", self.length_penalty)
     check_edges(self.length_buckets, "config key eval.length_buckets")
+    lengths = self.context_lengths
+    if (not isinstance(lengths, tuple) or not all(is_int(n) and n >= 1 for n in lengths)
+        or len(set(lengths)) != len(lengths)):
+      fail("eval.context_lengths", "a tuple of distinct positive integers, e.g. (64, 128, 256)",
+           lengths)
     if self.compounds not in COMPOUND_MODES:
       fail("eval.compounds", f"one of {COMPOUND_MODES}", self.compounds)
 
 
 def from_mapping(values) -> EvalConfig:
-  return sections.from_mapping(EvalConfig, "eval", values, length_buckets=_edges)
+  return sections.from_mapping(EvalConfig, "eval", values, length_buckets=_edges,
+                               context_lengths=_lengths)
 
 
 def _edges(value):
   """A JSON list or a command line's tuple as a tuple (a single int as one edge)."""
   return (value,) if isinstance(value, int) else tuple(value)
+
+
+def _lengths(value):
+  """A JSON list or a command line's tuple as a tuple, a single int as one length; anything else
+  as given, for the check to name."""
+  return (value,) if isinstance(value, int) else tuple(value) if isinstance(value, (list, tuple)) \
+      else value

@@ -157,6 +157,10 @@ class Group:
   dev_accuracy: float = math.nan
   dev_accuracy_std: float = math.nan
   dev_accuracy_range: float = math.nan
+  # lm runs scored at eval.context_lengths: {length: (mean, sample std, range)} of the seeds'
+  # perplexity per piece, and of their perplexity per word, in rows of that many pieces
+  context_ppl: dict = dataclasses.field(default_factory=dict)
+  context_word_ppl: dict = dataclasses.field(default_factory=dict)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -217,6 +221,10 @@ def groups(results: Sequence[RunResult]) -> list[Group]:
       figures[key], figures[key + "_std"], figures[key + "_range"] = stats(
           [getattr(r, key) for r in ok if getattr(r, key) is not None])
     late = [x for x in (late_change(r.dev_curve, r.steps) for r in ok) if x is not None]
+    at = {}  # context length -> the finished seeds' entries at it
+    for r in ok:
+      for entry in r.context_lengths or ():
+        at.setdefault(int(entry["context_length"]), []).append(entry)
     out.append(Group(
         group=name, row=first.row, changes=dict(first.changes), paper=first.paper, task=first.task,
         runs=len(runs), finished=len(ok), params=first.params, steps=first.steps,
@@ -224,7 +232,11 @@ def groups(results: Sequence[RunResult]) -> list[Group]:
         wall_s=sum(r.wall_s for r in runs), failed=len(ok) < len(runs),
         dev_ppl_values=tuple(float(r.dev_ppl) for r in ok if r.dev_ppl is not None),
         late_change=stats([change for change, _ in late])[0],
-        late_from=sorted({start for _, start in late}), dev_curve=mean_curve(ok), **figures))
+        late_from=sorted({start for _, start in late}), dev_curve=mean_curve(ok),
+        context_ppl={n: stats([e["perplexity"] for e in at[n]]) for n in sorted(at)},
+        context_word_ppl={n: stats([e["word_perplexity"] for e in at[n]
+                                    if e.get("word_perplexity") is not None]) for n in sorted(at)},
+        **figures))
   return out
 
 

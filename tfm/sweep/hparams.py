@@ -4,7 +4,9 @@ Each run that ends well writes ROOT/NAME/tensorboard/events.out.tfevents.*.sweep
 training scalars: the hparams plugin's experiment, session-start and session-end records (its row,
 group and seed, and the value of every config key the sweep varies, the same keys for every run)
 and its final dev figures as scalars `sweep/dev_ppl`, `sweep/bleu`, `sweep/tokenized_bleu`,
-`sweep/chrf`, `sweep/ter` and `sweep/wall_s` at the evaluated step. A later attempt of the run replaces the file. The records are
+`sweep/chrf`, `sweep/ter` and `sweep/wall_s` at the evaluated step (a language model's
+`sweep/word_ppl`, `sweep/dev_accuracy`, and `sweep/ppl_ctx<N>` at each of eval.context_lengths: no
+`@`, which MLflow refuses in a name). A later attempt of the run replaces the file. The records are
 made by tensorboardX (as the training events are); without it nothing is written.
 """
 
@@ -37,9 +39,13 @@ def run_hparams(result: RunResult, varied: Mapping[str, Any]) -> dict[str, Any]:
 
 
 def metrics(result: RunResult) -> dict[str, float]:
-  """{'sweep/<figure>': value} of the run's final figures that it has."""
-  return {f"sweep/{name}": float(getattr(result, name)) for name in METRICS
-          if getattr(result, name) is not None}
+  """{'sweep/<figure>': value} of the run's final figures that it has; an lm run scored at
+  eval.context_lengths also sweep/ppl_ctx<N>, its per-piece perplexity in rows of N pieces."""
+  out = {f"sweep/{name}": float(getattr(result, name)) for name in METRICS
+         if getattr(result, name) is not None}
+  out.update({f"sweep/ppl_ctx{e['context_length']}": float(e["perplexity"])
+              for e in result.context_lengths or ()})
+  return out
 
 
 def write(workdir: str, result: RunResult, varied: Mapping[str, Any]) -> str | None:

@@ -69,11 +69,13 @@ _RESOLVED = {True: "yes", False: "no", None: ""}
 def _language_model_table(rows: Sequence[compare.Group], results: Sequence[RunResult],
                           common: dict, command: str | None) -> str:
   """table_markdown's form for a sweep of lm / mlm runs (config.task): dev PPL, lm's per-word
-  PPL, the dev accuracy and the parameters; no BLEU column (they translate nothing)."""
+  PPL, lm's per-piece PPL at each of eval.context_lengths (ppl@N), the dev accuracy and the
+  parameters, each the seeds' mean ± sample std; no BLEU column (they translate nothing)."""
   words = any(g.task == "lm" for g in rows)
+  contexts = sorted({n for g in rows for n in g.context_ppl})  # eval.context_lengths of lm runs
   head = (["row", "task", "changes", "seeds", "dev PPL", "last fifth"] + (["word PPL"] if words
                                                                        else [])
-          + ["accuracy", "params (M)"])
+          + [f"ppl@{n}" for n in contexts] + ["accuracy", "params (M)"])
   has_ema = any(not math.isnan(g.ema_dev_ppl) for g in rows)
   head += ["EMA dev PPL"] if has_ema else []
   lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
@@ -82,6 +84,7 @@ def _language_model_table(rows: Sequence[compare.Group], results: Sequence[RunRe
              _fmt(g.dev_ppl, g.dev_ppl_std, 2),
              "" if math.isnan(g.late_change) else _percent(g.late_change)]
     cells += [_fmt(g.word_ppl, g.word_ppl_std, 2)] if words else []
+    cells += [_fmt(*g.context_ppl[n][:2], 2) if n in g.context_ppl else "" for n in contexts]
     cells += [_fmt(100 * g.dev_accuracy, 100 * g.dev_accuracy_std, 1),
               "" if g.params is None else f"{g.params / 1e6:.2f}"]
     cells += [_fmt(g.ema_dev_ppl, g.ema_dev_ppl_std, 2)] if has_ema else []
@@ -97,6 +100,9 @@ def _language_model_table(rows: Sequence[compare.Group], results: Sequence[RunRe
       "every piece, EOS included, predicted from the pieces before it in its row of "
       "data.max_length; mlm: the masked pieces only, masked alike for every run)"
       + ("; word PPL is exp(the same NLL sum / the texts' whitespace words)" if words else "")
+      + ("; ppl@N is the perplexity per piece of the same texts cut into rows of N pieces, each "
+         "piece scored once (eval.context_lengths: past data.max_length, extrapolation; the "
+         "per-word figures are in each run's eval_dev_*_ctx*.json)" if contexts else "")
       + "; accuracy in percent of the same pieces. No BLEU: these runs translate nothing."]
   out += _convergence_lines(rows)
   failed = [r for r in results if not r.ok]

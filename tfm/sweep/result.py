@@ -56,6 +56,10 @@ class RunResult:
   task: str = "translate"
   word_ppl: float | None = None  # lm: per whitespace word (tfm/eval/word_perplexity.py)
   dev_accuracy: float | None = None  # lm / mlm: next-piece (mlm: masked-piece) accuracy
+  # lm: the dev texts scored in rows of each of eval.context_lengths (`tfm eval`'s
+  # context_lengths): one dict per length with its context_length, perplexity (per piece),
+  # word_perplexity, nll, accuracy and tokens
+  context_lengths: list | None = None
 
   @property
   def ok(self) -> bool:
@@ -74,7 +78,8 @@ class RunResult:
         dev_accuracy=evaluation.get("accuracy") if "task" in evaluation else None,
         chrf=evaluation.get("chrf"), ter=evaluation.get("ter"),  # absent from older results
         compounds=evaluation.get("compounds"), tokens_seen=evaluation.get("train_target_tokens"),
-        trained_steps=evaluation["checkpoints"][-1], by_length=evaluation.get("by_length"))
+        trained_steps=evaluation["checkpoints"][-1], by_length=evaluation.get("by_length"),
+        context_lengths=evaluation.get("context_lengths"))
 
   def with_ema_eval(self, evaluation: dict) -> "RunResult":
     """This result with the EMA's dev figures (a `tfm eval --checkpoint ema` result's contents)."""
