@@ -89,7 +89,8 @@ class Config:
       # and tfm eval --context_lengths check their own lengths against the table)
       raise ValueError(f"config key model.max_length ({m.max_length}) must be at least "
                        f"data.max_length ({self.data.max_length}) with learned positions: the "
-                       f"table needs a row for every position of a {self.task} row")
+                       f"table needs a row for every position of a training row "
+                       f"(task {self.task!r})")
     if self.translates and m.positions == "learned" and m.max_length < source + e.max_extra_length:
       raise ValueError(f"config key model.max_length ({m.max_length}) must be at least "
                        f"{name} + eval.max_extra_length = {source + e.max_extra_length} with "

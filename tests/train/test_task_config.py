@@ -61,7 +61,7 @@ def test_a_language_models_learned_table_covers_its_rows_not_translations(task, 
     config(65)
   assert str(error.value) == (f"config key model.max_length (64) must be at least data.max_length "
                               f"(65) with learned positions: the table needs a row for every "
-                              f"position of a {task} row")
+                              f"position of a training row (task {task!r})")
 
 
 def test_translation_reads_pairs_not_a_text_key():
