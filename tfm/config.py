@@ -85,7 +85,14 @@ class Config:
     m, e = self.model, self.eval
     source, name = max((self.data.max_length, "data.max_length"),
                        (max(e.length_buckets, default=0), "eval.length_buckets' last edge"))
-    if m.positions == "learned" and m.max_length < source + e.max_extra_length:
+    if not self.translates and m.positions == "learned" and m.max_length < self.data.max_length:
+      # lm / mlm rows are data.max_length tokens and nothing is decoded past them (tfm generate
+      # and tfm eval --context_lengths check their own lengths against the table)
+      raise ValueError(f"config key model.max_length ({m.max_length}) must be at least "
+                       f"data.max_length ({self.data.max_length}) with learned positions: the "
+                       f"table needs a row for every position of a training row "
+                       f"(task {self.task!r})")
+    if self.translates and m.positions == "learned" and m.max_length < source + e.max_extra_length:
       raise ValueError(f"config key model.max_length ({m.max_length}) must be at least "
                        f"{name} + eval.max_extra_length = {source + e.max_extra_length} with "
                        "learned positions: the table needs a row for every source position and "

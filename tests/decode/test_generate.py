@@ -147,6 +147,18 @@ def test_prefill_keeps_finished_rows():
                                 [[0, 5, 6], [-1, -1, -1], [0, -1, -1], [-1, -1, -1]])
 
 
+def test_the_last_rows_of_a_learned_table_continue_as_full_forward_passes():
+  # Prompts of FULL_LENGTH - 3 and FULL_LENGTH - 1 pieces: their new tokens sit at the table's last
+  # rows, in a cache longer than the table (the prompt padded to 32, + NEW); an index past the
+  # table would be clamped by the gather, not refused, so the tokens are checked, not the shapes.
+  _, params, full = lm()
+  prompts = [[(7 * i) % 30 + 4 for i in range(FULL_LENGTH - 3)], [9] * (FULL_LENGTH - 1)]
+  limits = [gen.new_token_limit(lm()[0].cfg, len(p), NEW) for p in prompts]
+  assert limits == [3, 1]
+  expected = [argmax_continuation(full, params, p, n) for p, n in zip(prompts, limits)]
+  assert run_batch(generator(temperature=0), params, prompts, limits=limits) == expected
+
+
 def test_learned_positions_bound_the_prompt_and_the_new_tokens():
   cfg = ModelConfig(architecture="decoder_only", num_encoder_layers=0, positions="learned",
                     max_length=10)

@@ -127,6 +127,16 @@ def test_generate_reads_stdin_piped_or_typed(lm_workdir, monkeypatch, capsys):
   assert bare.splitlines() == [line[3:] for line in out.splitlines()]  # the continuations alone
 
 
+def test_generate_refuses_a_stdin_without_prompts(lm_workdir, monkeypatch, capsys):
+  """Piped stdin with no line at all: one line saying so, before the model loads (it was loaded,
+  then '0 prompts' printed). (An empty line is a prompt: PROMPTS above has one.)"""
+  workdir, _ = lm_workdir
+  monkeypatch.setattr(sys, "stdin", io.TextIOWrapper(io.BytesIO(b""), encoding="utf-8"))
+  code, out, err = generate(capsys, workdir, "--greedy")
+  assert code == 1 and out == "" and err.strip().splitlines() == [
+      "tfm generate: error: stdin: no prompts (expected one a line, or --prompt TEXT)"]
+
+
 @pytest.mark.long
 def test_generate_continues_a_trained_lm_run(experiment_module, tmp_path, capsys):
   """A task lm run trained by the loop (6 steps, its vocabulary of the English side), its last two

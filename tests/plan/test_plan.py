@@ -145,3 +145,21 @@ def test_learned_position_lookup_is_not_rematerialized_under_fsdp_and_tensor():
                overrides=["model.positions=learned", "model.max_length=128"])
   assert _lookup_warnings(stored, **where)  # the table as stored (embed over fsdp): replicated
   assert not _lookup_warnings(fixed, **where)
+
+
+@pytest.mark.long  # libtpu compiles the step for a TPU topology: CI runs it after the README's command
+@needs_libtpu
+def test_a_microbatched_step_gets_no_estimate(capsys):
+  # XLA's cost analysis counts the microbatch loop's body once: a roofline from it was the model's
+  # FLOPs at peak, "MFU 100%". The plan gives memory and says why there is no time.
+  overrides = ["data.tokens_per_batch=2048", "train.microbatches=2"]
+  plan = plan_json(capsys, *overrides)
+  assert plan["microbatches"] == 2 and plan["fits"] is True and plan["bytes_per_chip"] > 0
+  assert plan["est_step_s"] is None and plan["est_mfu"] is None
+  assert plan["est_tokens_per_s"] is None and plan["bound"] is None
+  assert plan["estimate_note"].startswith("not estimated: train.microbatches=2 runs the step as")
+  code = cli.main(["tfm", "plan", f"--config={QS}", "--topology=v5e:2x2",
+                   *[f"--config.{o}" for o in TINY + overrides]])
+  out = capsys.readouterr().out
+  assert code == 0 and "MFU" not in out and "tokens/s" not in out
+  assert "est. step time        not estimated: train.microbatches=2" in out

@@ -47,6 +47,23 @@ def test_a_language_model_needs_its_text_key_and_has_no_dev_bleu(task, model):
   assert build(config.to_dict()) == config  # config.json round trip
 
 
+@pytest.mark.parametrize("task, architecture", [("lm", "decoder_only"), ("mlm", "encoder_only")])
+def test_a_language_models_learned_table_covers_its_rows_not_translations(task, architecture):
+  # Nothing is decoded past an lm / mlm row: eval.max_extra_length (a translation's extra output
+  # tokens, 50 by default) does not lengthen the table (it was required: 64 + 50 = 114 rows).
+  layers = dict(num_encoder_layers=0) if task == "lm" else dict(num_decoder_layers=0)
+  def config(rows):
+    return Config(model=ModelConfig(architecture=architecture, positions="learned", max_length=64,
+                                    **layers),
+                  data=DataConfig(text_key="en", max_length=rows), task=task)
+  assert config(64).model.max_length == 64 and config(64).eval.max_extra_length == 50
+  with pytest.raises(ValueError) as error:
+    config(65)
+  assert str(error.value) == (f"config key model.max_length (64) must be at least data.max_length "
+                              f"(65) with learned positions: the table needs a row for every "
+                              f"position of a training row (task {task!r})")
+
+
 def test_translation_reads_pairs_not_a_text_key():
   with pytest.raises(ValueError, match=r"^config keys task='translate' and data.text_key='en': "
                                        "translation reads pairs"):

@@ -186,6 +186,8 @@ def run(fv: flags.FlagValues, config):
   texts = fv.prompt or _stdin_prompts(interactive)
   if not interactive:  # every prompt checked before the model is loaded
     texts = list(texts)
+    if not texts:  # (an empty line is a prompt: a text from the start)
+      raise ValueError("stdin: no prompts (expected one a line, or --prompt TEXT)")
     for number, text in enumerate(texts):
       prompts.encode(number, text)
   t = load_trained(fv.workdir, fv.average, checkpoint=fv.checkpoint)
@@ -210,7 +212,8 @@ def run(fv: flags.FlagValues, config):
   seconds = time.perf_counter() - start
   for note in prompts.notes.values():
     print(f"tfm generate: {note}", file=sys.stderr)
-  print(f"tfm generate: {count} prompt{'' if count == 1 else 's'}, {new_tokens} new tokens in "
+  print(f"tfm generate: {count} prompt{'' if count == 1 else 's'}, {new_tokens} new "
+        f"token{'' if new_tokens == 1 else 's'} in "
         f"{seconds:.1f} s ({new_tokens / max(seconds, 1e-9):.1f} tokens/s, compiling included)",
         file=sys.stderr)
   return 0

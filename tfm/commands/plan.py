@@ -61,7 +61,7 @@ def _figures(plan, config) -> dict:
       est_step_s=estimate and estimate.step_s, est_compute_s=estimate and estimate.compute_s,
       est_memory_s=estimate and estimate.memory_s, bound=estimate and estimate.bound,
       est_tokens_per_s=plan.est_tokens_per_s, est_mfu=plan.est_mfu,
-      xla_warnings=list(plan.xla_warnings))
+      estimate_note=plan.estimate_note, xla_warnings=list(plan.xla_warnings))
 
 
 def _remedy_figures(remedy) -> dict:
@@ -70,7 +70,7 @@ def _remedy_figures(remedy) -> dict:
     p = remedy.plan
     out.update(fits=p.fits, bytes_per_chip=p.bytes_per_chip, rows=p.rows,
                est_step_s=p.estimate and p.estimate.step_s, est_mfu=p.est_mfu,
-               compile_s=p.compile_s)
+               estimate_note=p.estimate_note, compile_s=p.compile_s)
   return out
 
 
@@ -84,6 +84,9 @@ def _remedy_line(remedy) -> str:
   p = remedy.plan
   if not p.fits:
     return f"with {remedy.change}: ~{_gib(p.bytes_per_chip)} GiB per chip (still does not fit)"
+  if p.estimate is None:
+    return (f"with {remedy.change}: ~{_gib(p.bytes_per_chip)} GiB per chip (fits; step time "
+            f"{p.estimate_note})")
   return (f"with {remedy.change}: ~{_gib(p.bytes_per_chip)} GiB per chip (fits; est. step "
           f"{p.estimate.step_s * 1e3:.1f} ms, MFU {p.est_mfu:.1%})")
 
@@ -104,14 +107,17 @@ def _print_human(plan, config, remedies):
   for name, value in rows:
     print(f"  {name:<16}{_gib(value):>9}")
   print(f"fits: {'yes' if p.fits else 'NO'} ({p.bytes_per_chip / p.hbm_bytes:.0%} of HBM)")
+  e = p.estimate
   if p.oom is not None:
     print(f"XLA: {p.oom.message}")
   else:
-    e = p.estimate
     print(f"\n{'compiled FLOPs':<22}{p.flops_per_chip / 1e12:.3f} TFLOP per chip, "
           f"{p.flops_per_step / 1e12:.3f} TFLOP per step (model: "
           f"{p.model_flops_per_step / 1e12:.3f})")
     print(f"{'HBM traffic':<22}{p.bytes_accessed_per_chip / 1e9:.2f} GB per chip")
+  if p.oom is None and e is None:
+    print(f"{'est. step time':<22}{p.estimate_note}")
+  elif p.oom is None:
     print(f"{'est. step time':<22}{e.step_s * 1e3:.2f} ms ({e.bound} bound: compute "
           f"{e.compute_s * 1e3:.2f} ms, HBM {e.memory_s * 1e3:.2f} ms; no collectives)")
     print(f"{'est. tokens/s':<22}{p.est_tokens_per_s:,.0f} target tokens/s")

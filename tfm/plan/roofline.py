@@ -5,9 +5,11 @@
   step_s    = max(compute_s, memory_s)
 
 Both counts are XLA's own cost analysis of the partitioned (per-chip) program, which counts the body
-of a loop once: a step that loops (train.microbatches > 1 is a scan; collective matmuls, which XLA
-may use under FSDP, are loops too) is under-counted, hence the model's FLOPs (tfm/train/flops.py)
-as a floor for compute; HBM traffic inside loops is under-counted the same way, with no floor.
+of a loop once. A microbatched step (train.microbatches > 1, a loop of forward and backward
+passes) would be counted as about one microbatch, so tfm plan gives it no estimate at all
+(tfm/plan/step_plan.py's `unestimated`). Smaller loops (collective matmuls, which XLA may use under
+FSDP) are under-counted too, hence the model's FLOPs (tfm/train/flops.py) as a floor for compute;
+HBM traffic inside them is under-counted the same way, with no floor.
 
 What the estimate leaves out, which makes it optimistic: collectives (all-reduce, all-gather,
 reduce-scatter over ICI, and over the data-centre network between slices) are not counted at all;

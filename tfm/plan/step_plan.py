@@ -18,7 +18,9 @@ Memory per chip (bytes), from the partitioned program:
 FLOPs per chip and HBM bytes accessed per chip are XLA's cost analysis of the per-chip program;
 flops_per_step = flops per chip x chips. model_flops_per_step = rows x train_flops(S=T=max_length)
 (tfm/train/flops.py), which counts the matmuls and attention products of the model only. The step
-time is a roofline estimate (tfm/plan/roofline.py: no collectives).
+time is a roofline estimate (tfm/plan/roofline.py: no collectives), made only for a step without
+train.microbatches: a microbatched step is a loop, whose body XLA's cost analysis counts once, so
+its FLOPs and HBM traffic would be a fraction of the step's (`estimate_note` says so instead).
 """
 
 from __future__ import annotations
@@ -77,6 +79,7 @@ class StepPlan:
   estimate: Roofline | None
   xla_warnings: tuple[str, ...]
   oom: OutOfMemory | None = None  # XLA's refusal: the program does not fit
+  estimate_note: str | None = None  # why a compiled step has no estimate (microbatches)
 
   @property
   def fits(self) -> bool:
@@ -95,6 +98,21 @@ class StepPlan:
     if self.estimate is None:
       return None
     return mfu(self.model_flops_per_step, self.estimate.step_s, self.chips, self.peak_flops)
+
+
+def unestimated(microbatches: int) -> str | None:
+  """Why a compiled step with this many microbatches gets no roofline estimate, or None.
+
+  train.microbatches = m > 1 runs the forward and backward passes as a loop of m
+  (tfm/train/accumulate.py) and XLA's cost analysis counts a loop's body once, so the counted
+  FLOPs and bytes are those of about one microbatch plus the update. Multiplying by m would not be
+  exact either (the update and the loop's own traffic run once, not m times), so no time, tokens/s
+  or MFU is given rather than one that is off by a factor near m (the model's FLOPs at peak, MFU
+  100% by construction, before this check)."""
+  if microbatches <= 1:
+    return None
+  return (f"not estimated: train.microbatches={microbatches} runs the step as a loop of "
+          f"{microbatches} microbatches and XLA's cost analysis counts a loop's body once")
 
 
 def topology_hosts(devices) -> int:
@@ -138,6 +156,7 @@ def plan_step(config: Config, topology: Topology) -> StepPlan:
                     bytes_accessed_per_chip=None, estimate=None, oom=oom)
   memory, cost = compiled.memory_analysis(), compiled.cost_analysis()
   cost = cost[0] if isinstance(cost, (list, tuple)) else cost  # older jax: one dict per program
+  note = unestimated(config.train.microbatches)
   total = (memory.argument_size_in_bytes + memory.output_size_in_bytes - memory.alias_size_in_bytes
            + memory.temp_size_in_bytes + memory.generated_code_size_in_bytes)
   return StepPlan(
@@ -146,5 +165,6 @@ def plan_step(config: Config, topology: Topology) -> StepPlan:
       argument_bytes=memory.argument_size_in_bytes, output_bytes=memory.output_size_in_bytes,
       alias_bytes=memory.alias_size_in_bytes, bytes_per_chip=total,
       flops_per_chip=float(cost["flops"]), bytes_accessed_per_chip=float(cost["bytes accessed"]),
-      estimate=roofline(cost["flops"], cost["bytes accessed"], topology.chip,
-                        figures["model_flops_per_step"] / topology.chips))
+      estimate_note=note,
+      estimate=None if note else roofline(cost["flops"], cost["bytes accessed"], topology.chip,
+                                          figures["model_flops_per_step"] / topology.chips))
