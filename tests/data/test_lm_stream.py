@@ -238,3 +238,19 @@ def test_worker_processes_give_the_same_masked_stream(lm_env):
   finally:
     resumed.close()
   assert testlib.same_batches(got, want)
+
+
+def test_an_eval_set_with_no_text_is_refused_in_one_line(lm_env, tmp_path):
+  """A dev file whose first data.eval_max_examples lines are blank or not UTF-8 leaves no token
+  to score: refused when the batches are built (the loop builds them before its first step), not
+  a TypeError at the first evaluation."""
+  (tmp_path / "dev.en").write_bytes(b"\n\xff\xfe\n\nsome words here\n")
+  cfg = lm_env["cfg"].replace(dev_files=str(tmp_path / "dev.{lang}"), eval_max_examples=3)
+  source = sources.DataSource.of(cfg)
+  with pytest.raises(ValueError, match=r"evaluation set 'dev': its first 3 examples "
+                     r"\(data.eval_max_examples\) hold no text"):
+    pipeline.eval_batches(cfg, source, lm_env["lm"], "dev", task="lm")
+  # The fourth line is text: one batch holding its pieces and EOS.
+  (batch,) = pipeline.eval_batches(cfg.replace(eval_max_examples=4), source, lm_env["lm"], "dev",
+                                   task="lm")
+  assert int(batch["targets_segmentation"].sum()) == len(lm_env["lm"].encode("some words here"))

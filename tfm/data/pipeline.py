@@ -305,7 +305,8 @@ def stream_eval_batches(cfg: DataConfig, source: sources.DataSource, tokenizer, 
   whole (small) split, so the stream, and with it each host's number of batches, is the same for
   any host count; the last batches are padded (all-zero rows). Task mlm masks each global batch
   with masking.EVAL_SEED and its index b: the same masks in every run and every evaluation, for
-  any host count. Empty and non-UTF-8 examples are skipped (as in training).
+  any host count. Empty and non-UTF-8 examples are skipped (as in training); a set left with
+  no text at all is refused (ValueError naming it), before any evaluation runs.
   """
   length = cfg.max_length if context_length is None else context_length
   if not isinstance(length, int) or isinstance(length, bool) or length < 1:
@@ -317,7 +318,12 @@ def stream_eval_batches(cfg: DataConfig, source: sources.DataSource, tokenizer, 
   texts = _eval_texts(cfg, source, split)
   ids = [example["targets"] for example in map(encode, (texts[i] for i in range(len(texts))))
          if int(example["status"]) == examples_lib.OK]
-  tokens = np.concatenate(ids).astype(np.int32) if ids else np.zeros((0,), np.int32)
+  if not ids:  # nothing to score: a perplexity of no tokens is no figure (and 0 / 0)
+    first = ("examples" if cfg.eval_max_examples is None
+             else f"first {cfg.eval_max_examples} examples (data.eval_max_examples)")
+    raise ValueError(f"evaluation set {split!r}: its {first} hold no text, each empty or not "
+                     "UTF-8; expected at least one text to score")
+  tokens = np.concatenate(ids).astype(np.int32)
   mask = (masking.Masker.of(cfg, tokenizer, seed=masking.EVAL_SEED) if task == "mlm" else None)
   batches = []
   for b, batch in enumerate(stream_lib.cut_into_batches(tokens, rows, length)):
