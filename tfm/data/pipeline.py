@@ -306,8 +306,9 @@ def stream_eval_batches(cfg: DataConfig, source: sources.DataSource, tokenizer, 
   any host count; the last batches are padded (all-zero rows). Task mlm masks the whole stream
   once, as one row, with masking.EVAL_SEED, before it is cut: the same masked tokens in every run
   and every evaluation, whatever the rows a batch has (tokens_per_batch, context_length, the hosts
-  and batch shards it is rounded up for). Empty and non-UTF-8 examples are skipped (as in training); a set left with
-  no text at all is refused (ValueError naming it), before any evaluation runs.
+  and batch shards it is rounded up for). Empty and non-UTF-8 examples are skipped (as in
+  training); a set left with no text at all is refused (ValueError naming it), before any
+  evaluation runs.
   """
   length = cfg.max_length if context_length is None else context_length
   if not isinstance(length, int) or isinstance(length, bool) or length < 1:
