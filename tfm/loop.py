@@ -197,6 +197,15 @@ def _train(configs: list[Config], held: list[Workdir], log: logs.WorkdirLog, str
     tokenizers.append(prepare_data(c, e.data_source, w))
   for k, sha256 in source_vocab.items():
     init_from_lib.check_tokenizer(configs[k], tokenizers[k], sha256)
+  # The members share the evaluation sets and the model; a member's loss is smoothed as its own.
+  # Built before the workdir gets a checkpoint directory or config.json: a set that cannot be
+  # scored (an lm / mlm set with no text) is refused with nothing written.
+  tokenizer = tokenizers[0]
+  eval_sets = exp.data_source.eval_set_names  # data.eval_sets; ('dev',) by default
+  evaluate_dev = [{name: DevLoss(config.data, exp.data_source, tokenizer, e.eval_step,
+                                 exp.batch_sharding, split=name, row_multiple=exp.batch_shards,
+                                 task=config.task)
+                   for name in eval_sets} for e in exps]
   tc = config.train
   with contextlib.ExitStack() as cleanup:  # closed in reverse order, whatever happens
     iterators = [train_batches(c, t, e) for c, t, e in zip(configs, tokenizers, exps)]
@@ -252,13 +261,6 @@ def _train(configs: list[Config], held: list[Workdir], log: logs.WorkdirLog, str
                else prefetch.prefetch_to_device(stack.MemberBatches(iterators),
                                                 member_sharding(exp.batch_sharding)))
     cleanup.callback(batches.close)
-    # The members share the evaluation sets and the model; a member's loss is smoothed as its own.
-    tokenizer = tokenizers[0]
-    eval_sets = exp.data_source.eval_set_names  # data.eval_sets; ('dev',) by default
-    evaluate_dev = [{name: DevLoss(config.data, exp.data_source, tokenizer, e.eval_step,
-                                   exp.batch_sharding, split=name, row_multiple=exp.batch_shards,
-                                   task=config.task)
-                     for name in eval_sets} for e in exps]
     decode = None
     if cadence.bleu_every:  # translation only: lm and mlm have no dev BLEU
       translate = exp.translate_fn(eos_id=tokenizer.eos_id)

@@ -238,3 +238,49 @@ def test_worker_processes_give_the_same_masked_stream(lm_env):
   finally:
     resumed.close()
   assert testlib.same_batches(got, want)
+
+
+def test_an_eval_set_with_no_text_is_refused_in_one_line(lm_env, tmp_path):
+  """A dev file whose first data.eval_max_examples lines are blank or not UTF-8 leaves no token
+  to score: refused when the batches are built (the loop builds them before its first step), not
+  a TypeError at the first evaluation."""
+  (tmp_path / "dev.en").write_bytes(b"\n\xff\xfe\n\nsome words here\n")
+  cfg = lm_env["cfg"].replace(dev_files=str(tmp_path / "dev.{lang}"), eval_max_examples=3)
+  source = sources.DataSource.of(cfg)
+  with pytest.raises(ValueError, match=r"evaluation set 'dev': its first 3 examples "
+                     r"\(data.eval_max_examples\) hold no text"):
+    pipeline.eval_batches(cfg, source, lm_env["lm"], "dev", task="lm")
+  # The fourth line is text: one batch holding its pieces and EOS.
+  (batch,) = pipeline.eval_batches(cfg.replace(eval_max_examples=4), source, lm_env["lm"], "dev",
+                                   task="lm")
+  assert int(batch["targets_segmentation"].sum()) == len(lm_env["lm"].encode("some words here"))
+
+
+def test_mlm_eval_masks_do_not_depend_on_the_rows(lm_env):
+  """The dev stream's masks are a function of the stream alone: 6 rows a batch (one device) and 8
+  (rounded up for 8 batch shards, or for 2 hosts of 7 rows) mask the same tokens the same way, so
+  a model's dev figure is the same on any hardware."""
+  cfg, tok = lm_env["cfg"].replace(tokens_per_batch=6 * 32), lm_env["mlm"]
+  source = sources.DataSource.of(cfg)
+
+  def flat(batches):
+    real = np.concatenate([b["inputs_segmentation"].reshape(-1) for b in batches]) == 1
+    return [np.concatenate([b[k].reshape(-1) for b in batches])[real]
+            for k in ("inputs", "targets")]
+
+  one = pipeline.eval_batches(cfg, source, tok, "dev", task="mlm")
+  eight = pipeline.eval_batches(cfg, source, tok, "dev", task="mlm", row_multiple=8)
+  two_hosts = [pipeline.eval_batches(cfg.replace(tokens_per_batch=7 * 32), source, tok, "dev",
+                                     process_index=h, process_count=2, task="mlm")
+               for h in (0, 1)]
+  assert one[0]["inputs"].shape == (6, 32) and eight[0]["inputs"].shape == (8, 32)
+  merged = [{k: np.concatenate([host[i][k] for host in two_hosts]) for k in host0}
+            for i, host0 in enumerate(two_hosts[0])]
+  want_inputs, want_targets = flat(one)
+  stream = _stream_of(_ok_texts(lm_env["lines"]["dev"]), tok)
+  selected = want_targets != 0
+  assert np.array_equal(want_targets[selected], stream[selected])  # the originals, where masked
+  assert np.array_equal(want_inputs[~selected], stream[~selected])  # the rest unchanged
+  for other in (eight, merged):
+    inputs, targets = flat(other)
+    assert np.array_equal(inputs, want_inputs) and np.array_equal(targets, want_targets)

@@ -303,9 +303,12 @@ def stream_eval_batches(cfg: DataConfig, source: sources.DataSource, tokenizer, 
   context_length rounded up to a multiple of the hosts and of row_multiple (as
   batching.global_rows); host h takes its R / hosts consecutive rows of each. Every host reads the
   whole (small) split, so the stream, and with it each host's number of batches, is the same for
-  any host count; the last batches are padded (all-zero rows). Task mlm masks each global batch
-  with masking.EVAL_SEED and its index b: the same masks in every run and every evaluation, for
-  any host count. Empty and non-UTF-8 examples are skipped (as in training).
+  any host count; the last batches are padded (all-zero rows). Task mlm masks the whole stream
+  once, as one row, with masking.EVAL_SEED, before it is cut: the same masked tokens in every run
+  and every evaluation, whatever the rows a batch has (tokens_per_batch, context_length, the hosts
+  and batch shards it is rounded up for). Empty and non-UTF-8 examples are skipped (as in
+  training); a set left with no text at all is refused (ValueError naming it), before any
+  evaluation runs.
   """
   length = cfg.max_length if context_length is None else context_length
   if not isinstance(length, int) or isinstance(length, bool) or length < 1:
@@ -317,12 +320,25 @@ def stream_eval_batches(cfg: DataConfig, source: sources.DataSource, tokenizer, 
   texts = _eval_texts(cfg, source, split)
   ids = [example["targets"] for example in map(encode, (texts[i] for i in range(len(texts))))
          if int(example["status"]) == examples_lib.OK]
-  tokens = np.concatenate(ids).astype(np.int32) if ids else np.zeros((0,), np.int32)
-  mask = (masking.Masker.of(cfg, tokenizer, seed=masking.EVAL_SEED) if task == "mlm" else None)
+  if not ids:  # nothing to score: a perplexity of no tokens is no figure (and 0 / 0)
+    first = ("examples" if cfg.eval_max_examples is None
+             else f"first {cfg.eval_max_examples} examples (data.eval_max_examples)")
+    raise ValueError(f"evaluation set {split!r}: its {first} hold no text, each empty or not "
+                     "UTF-8; expected at least one text to score")
+  tokens = np.concatenate(ids).astype(np.int32)
+  masked = None
+  if task == "mlm":  # the whole stream at once, as one row: the masks do not depend on the rows
+    whole = stream_lib.stream_batch(tokens, 1, len(tokens))
+    masked = masking.Masker.of(cfg, tokenizer, seed=masking.EVAL_SEED)(whole, 0)
+  per_batch = rows * length
   batches = []
   for b, batch in enumerate(stream_lib.cut_into_batches(tokens, rows, length)):
-    if mask is not None:
-      batch = mask(batch, b)
+    if masked is not None:
+      for key, side in (("inputs", "inputs"), ("targets", "targets")):
+        part = masked[key].reshape(-1)[b * per_batch:(b + 1) * per_batch]
+        batch[side] = stream_lib.stream_batch(part, rows, length)["targets"]
+      batch["inputs_segmentation"] = batch["targets_segmentation"].copy()
+      batch["inputs_position"] = batch["targets_position"].copy()
     start = process_index * host_rows
     batches.append({key: value[start:start + host_rows] for key, value in batch.items()})
   return batches
