@@ -79,6 +79,7 @@ def test_fingerprint_ignores_machine_paths_and_sees_everything_else():
   for key in ("train_files", "dev_files", "test_files", "eval_sets"):  # so were these
     del values["data"][key]
   del values["eval"]["length_buckets"]
+  del values["eval"]["context_lengths"]  # an lm's evaluation lengths, added with the task
   for key in ("best_metric", "patience", "init_from", "init_checkpoint", "init_optimizer",
               "optimizer", "ema_decay", "ema_warmup", "adafactor_decay_rate",
               "adafactor_clipping_threshold", "adafactor_factored",
