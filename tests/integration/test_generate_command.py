@@ -144,6 +144,7 @@ def test_generate_continues_a_trained_lm_run(experiment_module, tmp_path, capsys
   from tests.integration.conftest import run_train  # pylint: disable=import-outside-toplevel
   from tfm.eval.restore import load_trained  # pylint: disable=import-outside-toplevel
   run_train(experiment_module(*LM), tmp_path / "lm")
+  capsys.readouterr()  # the training's console lines (an earlier command may have turned them on)
   workdir = str(tmp_path / "lm")
   code, out, err = generate(capsys, workdir, *[f"--prompt={p}" for p in PROMPTS], "--greedy",
                             f"--max_new_tokens={NEW}")
