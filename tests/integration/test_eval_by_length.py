@@ -103,6 +103,7 @@ def test_one_bucket_over_the_training_lengths_is_the_plain_evaluation(trained):
   assert math.isclose(bucket["perplexity"], _perplexity(t, short), rel_tol=2e-4)
 
 
+@pytest.mark.long
 def test_a_learned_table_too_short_says_so(experiment_module, tmp_path):
   """A learned position table of 27 rows (data.max_length 16, eval.max_extra_length 5): sources of
   17-40 pieces have no rows, and that bucket says why while the others are scored. The check is the

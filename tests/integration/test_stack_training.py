@@ -148,6 +148,7 @@ def test_tfm_train_seeds_trains_a_stack_into_a_workdir_a_seed(corpus, tmp_path, 
   assert not list(tmp_path.glob("bad*"))
 
 
+@pytest.mark.long  # the kill between members resumes bit-exact in the fast tier
 def test_a_sigterm_saves_every_member_at_one_step_and_the_stack_resumes_bit_exact(experiment,
                                                                                   tmp_path):
   """A SIGTERM in mid-run: every member saves the same step, and the stack resumed from there
@@ -179,6 +180,7 @@ def test_a_sigterm_saves_every_member_at_one_step_and_the_stack_resumes_bit_exac
     assert int(a.step) == step + 3 and helpers.max_diff(a, b) == 0.0
 
 
+@pytest.mark.long  # tests/train/test_stack.py checks the same members step by step, fast
 def test_members_of_other_dropout_and_smoothing_are_their_solo_runs(experiment, tmp_path):
   """Base and two D-like rows in one stack (dropout 0.2, 0 and 0.2; label smoothing 0.1, 0.1 and
   0): each member's train losses and dev perplexity are its solo run's, and its dev loss is

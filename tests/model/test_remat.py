@@ -51,7 +51,8 @@ def _reference(scan: bool):
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("policy", ["full", "dots", "offload"])
+@pytest.mark.parametrize("policy", ["full", pytest.param("dots", marks=pytest.mark.long),
+                                    pytest.param("offload", marks=pytest.mark.long)])
 def test_remat_policy_keeps_loss_and_gradients(policy):
   for scan in (False, True):
     model = Transformer(tiny(**BASE, remat=policy, scan_layers=scan))

@@ -137,8 +137,8 @@ ROWS_OF_A_TABLE = [(0.1, 0.1, 1.0), (0.0, 0.1, 1.0), (0.2, 0.0, 3.0)]
     # step's from the second step on: 3e-4 of a loss whose bfloat16 resolution is 8e-3, and Adam
     # turns that rounding of near-zero gradients into steps of the rate, 3x for the second member
     # (6e-3 in a ReLU layer's kernel of magnitude 0.3).
-    ("bfloat16", {"weight_decay": 0.1, "grad_clip_norm": 0.5}, [(0.1, 0.1, 1.0), (0.0, 0.0, 3.0)],
-     1e-3, 1e-2),
+    pytest.param("bfloat16", {"weight_decay": 0.1, "grad_clip_norm": 0.5},
+                 [(0.1, 0.1, 1.0), (0.0, 0.0, 3.0)], 1e-3, 1e-2, marks=pytest.mark.long),
 ])
 def test_members_with_their_own_dropout_smoothing_and_rate_train_as_their_solo_runs(
     dtype, train, rows, loss_rtol, params_atol):
