@@ -27,7 +27,9 @@ def bible_config(bundle: Path, quick: bool) -> list[str] | None:
   if not manifest_path.exists():
     return None
   data = json.loads(manifest_path.read_text())["data"]
-  overrides = [f"data.{k}={v}" for k, v in data.items()] + [
+  # None (a bundle of pairs: no data.text_key) is the config's default, and a flag would read "None"
+  # as a string.
+  overrides = [f"data.{k}={v}" for k, v in data.items() if v is not None] + [
       f"model.vocab_size={data['vocab_size']}", f"data.data_dir={bundle / 'data'}",
       f"data.vocab_dir={bundle / 'data' / 'vocab'}"]
   if quick:

@@ -190,7 +190,7 @@ def bundle_data(bundle: Path) -> list[str]:
     raise app.UsageError(f"--bundle {bundle}: its data {wrong} is not {FLAGS.config}'s; rebuild it")
   overrides = [f"data.data_dir={bundle / 'data'}", f"data.vocab_dir={bundle / 'data' / 'vocab'}"]
   if wrong:
-    overrides += [f"data.{k}={v}" for k, v in wrong.items()]
+    overrides += [f"data.{k}={v}" for k, v in wrong.items() if v is not None]
     overrides += [f"model.vocab_size={wrong['vocab_size']}"] if "vocab_size" in wrong else []
   return overrides
 
