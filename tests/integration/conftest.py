@@ -100,16 +100,22 @@ def node_python():
 def node_bundle(node_python, tmp_path_factory):
   """make_bundle.py (in tfm's own environment, with TFDS) on the fake Bible corpus, once a test
   process: the GPU table's and the Table 3 driver's tests both run from it."""
-  root = tmp_path_factory.mktemp("gpu_bundle")
+  return make_bundle(node_python, tmp_path_factory.mktemp("gpu_bundle"),
+                     "--config.data.max_length=48", "--config.data.overlong=truncate")
+
+
+def make_bundle(node_python: str, root, *flags: str):
+  """root/bundle: make_bundle.py (in tfm's own environment, with TFDS) on a fake Bible corpus
+  written in root, with a 300-piece vocabulary and the node Python's wheels; flags are
+  make_bundle.py's others, ahead of the corpus's (--config=... first, then --config.KEY=...)."""
   sword = testlib.write_library(str(root / "sword"))
   version = subprocess.run([node_python, "-c", "import sys; print('%d.%d' % sys.version_info[:2])"],
                            capture_output=True, text=True, check=True).stdout.strip()
   done = subprocess.run(
-      [sys.executable, "experiments/gpu/make_bundle.py", f"--out={root / 'bundle'}",
+      [sys.executable, "experiments/gpu/make_bundle.py", f"--out={root / 'bundle'}", *flags,
        f"--wheels_from={node.NODE / 'wheels'}", f"--python_version={version}",
        f"--config.data.data_dir={root / 'tfds'}", f"--config.data.manual_dir={sword}",
-       "--config.data.vocab_size=300", "--config.model.vocab_size=300",
-       "--config.data.max_length=48", "--config.data.overlong=truncate"],
+       "--config.data.vocab_size=300", "--config.model.vocab_size=300"],
       cwd=node.ROOT, capture_output=True, text=True, check=False, timeout=300)
   assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
   return root / "bundle"

@@ -12,8 +12,8 @@ import sys
 import pytest
 
 from configs import positions
-from tests.data import tfm_data_testlib as testlib
 from tests.integration import node
+from tests.integration.conftest import make_bundle
 
 pytestmark = pytest.mark.long  # a bundle, a quick sweep of 4 runs and an import
 
@@ -29,19 +29,8 @@ def _driver(python, *flags):
 @pytest.fixture(scope="module")
 def lm_bundle(node_python, tmp_path_factory):
   """make_bundle.py of the lm form's first row on the fake Bible corpus (a 300-piece vocabulary)."""
-  root = tmp_path_factory.mktemp("lm_bundle")
-  sword = testlib.write_library(str(root / "sword"))
-  version = subprocess.run([node_python, "-c", "import sys; print('%d.%d' % sys.version_info[:2])"],
-                           capture_output=True, text=True, check=True).stdout.strip()
-  done = subprocess.run(
-      [sys.executable, "experiments/gpu/make_bundle.py", f"--out={root / 'bundle'}",
-       f"--config={LM}:{positions.LM_ROWS[0]}", f"--wheels_from={node.NODE / 'wheels'}",
-       f"--python_version={version}", f"--config.data.data_dir={root / 'tfds'}",
-       f"--config.data.manual_dir={sword}", "--config.data.vocab_size=300",
-       "--config.model.vocab_size=300"],
-      cwd=node.ROOT, capture_output=True, text=True, check=False, timeout=300)
-  assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
-  return root / "bundle"
+  return make_bundle(node_python, tmp_path_factory.mktemp("lm_bundle"),
+                     f"--config={LM}:{positions.LM_ROWS[0]}")
 
 
 def test_the_bundle_holds_the_english_sides_vocabulary_and_cache(lm_bundle):

@@ -75,7 +75,7 @@ def _refuse_non_lm(workdir: str, config) -> None:
 
 def _stdin_prompts(interactive: bool):
   """The prompts of stdin: read as they come from a terminal (a prompt refused there is said on
-  stderr and the session goes on), else all of it first (UTF-8)."""
+  stderr and the next line is read), else all of it first (UTF-8)."""
   if interactive:
     return (line.rstrip("\r\n") for line in sys.stdin)
   stdin = getattr(sys.stdin, "buffer", None)  # bytes, so bad UTF-8 is an error, not a crash
@@ -129,7 +129,7 @@ def _streamed(fv, t, generator, texts, prompts: _Prompts) -> tuple[int, int]:
   for number, text in enumerate(texts):
     try:
       ids, limit = prompts.encode(number, text)
-    except ValueError as e:  # checked before loading unless typed: the session goes on
+    except ValueError as e:  # checked before loading unless typed: then the next prompt is read
       print(f"tfm generate: error: {e}", file=sys.stderr)
       continue
     if fv.echo:
