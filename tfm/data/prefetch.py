@@ -9,7 +9,9 @@ while the training step runs, keeping up to `size` device batches ready. Each nu
 The wrapper is resumable: `get_state()` returns the wrapped iterator's state right after the
 last batch *handed to the caller* (not after the batches still queued), so a checkpoint taken
 between steps restores exactly. Restore by calling `set_state` on a fresh data iterator before
-wrapping it.
+wrapping it. `stats()` is likewise the wrapped iterator's figures right after that batch: the
+`data/` figures logged at a step are those of the batches trained on, the same in every run and
+its resume, whatever the thread had read ahead.
 """
 
 from __future__ import annotations
@@ -45,6 +47,8 @@ class DevicePrefetcher:
     has_state = hasattr(iterator, "get_state")
     self._state = iterator.get_state() if has_state else None
     self._has_state = has_state
+    self._has_stats = hasattr(iterator, "stats")
+    self._stats = iterator.stats() if self._has_stats else None
     self._finished = False
     self._thread = threading.Thread(target=self._fill, name="tfm-device-prefetch", daemon=True)
     self._thread.start()
@@ -62,11 +66,12 @@ class DevicePrefetcher:
     try:
       for batch in self._iterator:
         state = self._iterator.get_state() if self._has_state else None
-        if not self._put((to_device(batch, self._sharding), state)):
+        stats = self._iterator.stats() if self._has_stats else None
+        if not self._put((to_device(batch, self._sharding), state, stats)):
           return
-      self._put((_DONE, None))
+      self._put((_DONE, None, None))
     except BaseException as e:  # pylint: disable=broad-except  (re-raised in the consumer)
-      self._put((e, None))
+      self._put((e, None, None))
 
   def __iter__(self):
     return self
@@ -74,14 +79,14 @@ class DevicePrefetcher:
   def __next__(self) -> dict[str, Any]:
     if self._finished:
       raise StopIteration
-    item, state = self._queue.get()
+    item, state, stats = self._queue.get()
     if item is _DONE:
       self._finished = True
       raise StopIteration
     if isinstance(item, BaseException):
       self._finished = True
       raise item
-    self._state = state
+    self._state, self._stats = state, stats
     return item
 
   def get_state(self):
@@ -90,9 +95,12 @@ class DevicePrefetcher:
       raise TypeError("the wrapped iterator has no get_state()")
     return self._state
 
-  def stats(self) -> dict[str, Any]:
-    """The wrapped iterator's stats (it runs up to `size` + 1 batches ahead)."""
-    return self._iterator.stats()
+  def stats(self) -> Any:
+    """The wrapped iterator's stats just after the last batch returned by `next` (before the
+    first: as it was wrapped), though the thread runs up to `size` + 1 batches ahead."""
+    if not self._has_stats:
+      raise TypeError("the wrapped iterator has no stats()")
+    return self._stats
 
   def close(self) -> None:
     """Stops the background thread (the wrapped iterator is left as is)."""

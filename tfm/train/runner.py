@@ -156,7 +156,7 @@ def _evaluate_and_keep_best(r: StepRunner, state, step: int, due: Due) -> bool:
   when the run has run out of train.patience (_keep_best)."""
   figures = [{} for _ in r.runs]  # this step's dev evaluations of each run, by metric
   if due.evaluate:
-    stats = r.per_run(r.batches.stats())  # the pipeline so far (it reads a few batches ahead)
+    stats = r.per_run(r.batches.stats())  # the pipeline's, after the batches trained on
     for k, run in enumerate(r.runs):
       run.writer.write(step, {s: v for s, v in stats[k].items()  # from_<source>: data.mixture
                               if s in DATA_STATS or s.startswith("from_")}, prefix="data")
