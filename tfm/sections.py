@@ -77,10 +77,22 @@ def from_mapping(cls: type[S], name: str, values: Mapping[str, Any] | None, **co
   if unknown:
     raise ValueError(f"unknown config key(s) {[f'{name}.{k}' for k in unknown]}; "
                      f"known keys: {', '.join(known)}")
+  hints = typing.get_type_hints(cls)
+  for key, value in values.items():
+    # `--config.data.text_key=None` over a config file's 'en' reaches here as the string 'None'
+    # (ml_collections parses an override by the type of the value it replaces): an Optional key's
+    # None, as a None default's typed placeholder already reads it.
+    if value == "None" and _is_optional(hints[key]):
+      values[key] = None
   for key, function in coerce.items():
     if key in values:
       values[key] = function(values[key])
   return cls(**values)
+
+
+def _is_optional(hint) -> bool:
+  return (typing.get_origin(hint) in (typing.Union, types.UnionType)
+          and type(None) in typing.get_args(hint))
 
 
 def to_dict(section) -> dict[str, Any]:

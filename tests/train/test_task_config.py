@@ -97,3 +97,16 @@ def test_the_command_line_sets_the_task():
   assert config.task == "lm" and config.to_dict()["task"] == "lm"
   with pytest.raises(ValueError, match=r"unknown config section\(s\) \['tsak'\]"):
     build({"tsak": "lm"})
+
+
+def test_none_on_the_command_line_is_none_for_an_optional_key():
+  # ml_collections parses an override by the type of the value it replaces: over the lm config's
+  # text_key 'en' it gave the string 'None', which the pipeline then read as a TFDS feature.
+  with pytest.raises(ValueError, match=r"^config keys task='lm' and data.text_key=None"):
+    config_lib.load_config("configs/lm_quickstart.py", ["data.text_key=None"])
+  pairs = config_lib.load_config("configs/lm_quickstart.py", [
+      "data.text_key=None", "task=translate", "model.architecture=encoder_decoder",
+      "model.num_encoder_layers=2", "train.init_from=None"])
+  assert pairs.data.text_key is None and pairs.train.init_from is None
+  with pytest.raises(ValueError, match=r"^config key model.norm: expected .*, got 'None'"):
+    config_lib.load_config("configs/quickstart.py", ["model.norm=None"])  # not an Optional key
