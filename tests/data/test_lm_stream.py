@@ -70,6 +70,9 @@ def test_train_rows_are_the_shuffled_examples_concatenated(lm_env, hosts):
     assert len(batches) == -(-len(want) // (rows * 32))
     assert stats["examples_read"] == len(mine)
     assert stats["examples_kept"] == len(_ok_texts(mine))
+    assert "inputs_efficiency" not in stats  # no inputs to fill, not an efficiency of 0
+    slots = sum(b["targets"].size for b in batches)
+    assert stats["targets_efficiency"] == pytest.approx(len(want) / slots)
     read += stats["examples_read"]
   assert read == len(lines)
   assert max(len(tok.encode(t)) for t in _ok_texts(lines)) > cfg.max_length

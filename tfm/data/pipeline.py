@@ -71,9 +71,10 @@ class TrainIterator:
   stats() -> packing efficiency (real tokens / slots per side) and bad-data counters.
   """
 
-  def __init__(self, batcher, stream):
+  def __init__(self, batcher, stream, task: str = "translate"):
     self._batcher = batcher
     self._stream = stream
+    self._task = task
     self._efficiency = packing.Efficiency()
 
   def __iter__(self):
@@ -95,6 +96,8 @@ class TrainIterator:
     """Efficiency of the batches returned so far, and counts of the examples consumed (bucketed
     mode: read into the current window)."""
     out = self._efficiency.summary()
+    if self._task == "lm":  # its batches carry zero inputs (one layout for every task): not a 0.0
+      del out["inputs_efficiency"]
     out.update(self._batcher.cursor.counters.values)
     if isinstance(self._batcher.cursor, mixture.MixtureCursor):  # data.mixture: from_<source>
       out.update(self._batcher.cursor.source_counts())
@@ -207,7 +210,7 @@ def train_iterator(cfg: DataConfig, source: sources.DataSource, tokenizer, *, pr
         rows_for={b: batching.bucket_rows(cfg, b, process_count, row_multiple) for b in boundaries},
         window_tokens=_WINDOW_BATCHES * cfg.tokens_per_batch // process_count,
         seed=cfg.shuffle_seed)
-  return TrainIterator(batcher, stream)
+  return TrainIterator(batcher, stream, task)
 
 
 def _train_cursor(cfg: DataConfig, source: sources.DataSource, tokenizer, process_index: int,
