@@ -3,6 +3,7 @@
 import collections
 
 import numpy as np
+import pytest
 import tensorflow_datasets as tfds
 
 import tfm_data_testlib as testlib
@@ -54,3 +55,23 @@ def test_eval_hosts_disjoint_complete_same_batch_count(cfg, tok):
   everything = collections.Counter(
       _segments(pipeline.eval_batches(cfg, sources.DataSource.of(cfg), tok, "test")))
   assert segs[0] + segs[1] == everything
+
+
+def test_a_dev_set_with_no_target_left_to_score_is_refused(cfg, tok):
+  """Every dev pair longer than data.max_length, filtered: DevLoss (built before the first step, or
+  by `tfm eval`) refuses in one line naming the keys, where it printed tokens 0 and perplexity 1.0
+  (exp(0 / 0) from the sums). A pair that fits is scored."""
+  import jax  # pylint: disable=import-outside-toplevel
+  from tfm.eval.dev_loss import DevLoss  # pylint: disable=import-outside-toplevel
+  sharding = jax.sharding.SingleDeviceSharding(jax.devices()[0])
+  source = sources.DataSource.of(cfg)
+  short = cfg.replace(max_length=3, overlong="filter", eval_max_examples=4)
+  assert not any(b["targets_segmentation"].any()
+                 for b in pipeline.eval_batches(short, source, tok, "dev"))
+  with pytest.raises(ValueError, match=r"^evaluation set 'dev': its first 4 examples "
+                     r"\(data.eval_max_examples\) leave no target piece to score, each pair empty, "
+                     r"not UTF-8 or longer than data.max_length=3 \(data.overlong='filter'; "
+                     r"'truncate' keeps it\); expected at least one$"):
+    DevLoss(short, source, tok, None, sharding)
+  scored = DevLoss(short.replace(overlong="truncate"), source, tok, None, sharding)
+  assert sum(int(b["targets_segmentation"].sum()) for b in scored.batches) == 4 * 3

@@ -15,6 +15,8 @@ follows the run's task (config.task) through its batches:
 from __future__ import annotations
 
 import jax
+import numpy as np
+from jax.experimental import multihost_utils
 
 from tfm.data import pipeline, prefetch
 from tfm.data.config import DataConfig
@@ -44,6 +46,7 @@ class DevLoss:
                                          process_count=jax.process_count(),
                                          row_multiple=row_multiple, task=task,
                                          context_length=context_length)
+    _check_scored(data, split, task, host_batches)
     self.batches = [prefetch.to_device(b, sharding) for b in host_batches]
     # Every host's words: the NLL sums the eval step returns are the global batch's.
     self.words = (pipeline.eval_word_count(data, source, split, task=task) if task == "lm"
@@ -55,6 +58,24 @@ class DevLoss:
     if self.words is None:
       return figures
     return with_words(figures, float(totals["nll"]), self.words)
+
+
+def _check_scored(data: DataConfig, split: str, task: str, host_batches) -> None:
+  """Raises ValueError in one line, on every host, when no host's batches hold a target to score:
+  a perplexity of no tokens is exp(0 / 0), which the sums would print as tokens 0, perplexity 1.0.
+  (lm sets with no text are refused by pipeline.eval_batches, naming the texts.)"""
+  targets = sum(int(np.count_nonzero(b["targets_segmentation"])) for b in host_batches)
+  if jax.process_count() > 1:  # every host must agree to raise: the evaluations are collective
+    targets = int(np.sum(multihost_utils.process_allgather(np.int64(targets))))
+  if targets:
+    return
+  first = ("examples" if data.eval_max_examples is None
+           else f"first {data.eval_max_examples} examples (data.eval_max_examples)")
+  why = {"translate": f"each pair empty, not UTF-8 or longer than data.max_length="
+                      f"{data.max_length} (data.overlong={data.overlong!r}; 'truncate' keeps it)",
+         "mlm": f"no piece masked at data.mask_rate={data.mask_rate}"}.get(task, "no text")
+  raise ValueError(f"evaluation set {split!r}: its {first} leave no target piece to score, "
+                   f"{why}; expected at least one")
 
 
 def sums_over(eval_step, params, batches) -> dict:
