@@ -7,11 +7,18 @@ no test depends on what an earlier session compiled.
 
 import os
 import shutil
+import sys
 import tempfile
 
 import pytest
 
 os.environ.setdefault("JAX_PLATFORMS", "cpu")
+# TensorFlow (2.21) and Triton (3.7) each bundle LLVM: a process that has imported tensorflow dies
+# (SIGSEGV) when it then imports triton. torch imports triton only to look for GPU kernels
+# (torch._dynamo's has_triton_package, reached from transformers' generation code, which the
+# long tier's GPT-2 / BERT / Marian checks load in a worker that may have run TFDS tests); the CPU
+# tests need none, so their processes see triton as absent, as under a CPU build of torch.
+sys.modules.setdefault("triton", None)
 # Made by the process that starts the session (pytest-xdist's workers inherit the variable) and
 # removed by it when the session ends: each session's cache holds ~40 MB of compiled programs.
 _OWN_CACHE = None

@@ -104,7 +104,9 @@ def test_bert_base_differs_from_the_published_count_by_three_named_parts():
 @pytest.mark.long  # imports torch: CI runs it after the README's command
 def test_the_published_counts_are_the_transformers_models():
   """An independent check of the figures above: Hugging Face's GPT-2 and BERT at their default
-  (small / base) configurations, built on the meta device (no weights allocated)."""
+  (small / base) configurations, built on the meta device (no weights allocated). TensorFlow is
+  imported first, as a worker that ran the TFDS tests has it (tests/conftest.py: triton)."""
+  pytest.importorskip("tensorflow")
   torch = pytest.importorskip("torch")
   transformers = pytest.importorskip("transformers")
   count = lambda m: sum(p.numel() for p in m.parameters())
