@@ -221,11 +221,15 @@ def parse_flags(flag_values: flags.FlagValues, argv: Sequence[str]) -> list[str]
     args = flag_values(list(argv))[1:]
   except Exception as e:  # noqa: BLE001 -- whatever loading the file raised, said in one line
     raise ValueError(load_error_message(e, argv)) from None
-  config = flag_values["config"].value if "config" in flag_values else None
+  holder = flag_values["config"] if "config" in flag_values else None
+  config = holder.value if holder is not None else None
   for section, key in nones if config is not None else ():
     if section not in config:
       config[section] = ml_collections.ConfigDict()
     config[section][key] = None
+    # and among the command line's overrides (config_flags.get_override_values), which tfm sweep
+    # passes on to its runs
+    config_flags.get_override_values(holder)[f"{section}.{key}"] = None
   return args
 
 

@@ -125,3 +125,18 @@ def test_none_on_the_command_line_over_a_number_is_none():
   assert later.data.eval_max_examples == 7
   with pytest.raises(ValueError, match=r"model.d_model"):
     config_lib.load_config("configs/quickstart.py", ["model.d_model=None"])  # not an Optional key
+
+
+def test_a_none_override_reaches_a_sweeps_runs():
+  # tfm sweep passes the command line's overrides (config_flags.get_override_values) to its runs.
+  from absl import flags  # pylint: disable=import-outside-toplevel
+  from tfm.commands import sweep  # pylint: disable=import-outside-toplevel
+  argv = ["tfm sweep", "--config=configs/quickstart.py", "--config.data.eval_max_examples=None",
+          "--config.model.d_model=32"]
+  fv = flags.FlagValues()
+  config_lib.define_config_flag(fv, argv)
+  config_lib.parse_flags(fv, argv)
+  assert fv["config"].value.data.eval_max_examples is None
+  overrides = sweep._command_overrides(fv)  # pylint: disable=protected-access
+  assert sorted(overrides) == ["data.eval_max_examples=None", "model.d_model=32"]
+  assert config_lib.load_config("configs/quickstart.py", overrides).data.eval_max_examples is None
