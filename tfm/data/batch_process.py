@@ -4,9 +4,9 @@
 pipeline.TrainIterator's interface (next, get_state, set_state, stats, close). A spawned process
 builds pipeline.train_iterator with the same arguments, puts it at the state set before the first
 `next()`, and sends its stats there first, then every batch with the iterator's state and stats
-right after it, through a queue that holds up to `ahead` batches. Everything a batch costs in Python (the chunk stream's
-receive, the cursor, the first-fit packer's thousands of numpy calls) runs there; the training
-process only unpickles the arrays, a copy each.
+right after it, through a queue that holds up to `ahead` batches. Everything a batch costs in
+Python (the chunk stream's receive, the cursor, the first-fit packer's thousands of numpy calls)
+runs there; the training process only unpickles the arrays, a copy each.
 
 Why: in the training process that work competes for the GIL with the thread that dispatches the
 steps, and an accelerator's step is short enough for the dispatch to wait on it. On a CPU the
@@ -32,8 +32,9 @@ _POLL_S = 0.1
 
 def _produce(arguments: dict, state: dict | None, batches, stop, parent: int) -> None:
   """The process's body: train_iterator(**arguments) at `state`, its stats there put on `batches`
-  as ('stats', None, stats), then each batch as (batch, state after it, stats after it), until `stop` is set or the training process is gone;
-  an exception is sent as ('error', its traceback)."""
+  as ('stats', None, stats), then each batch as (batch, state after it, stats after it), until
+  `stop` is set or the training process is gone; an exception is sent as ('error', its
+  traceback)."""
   # A SIGTERM or SIGINT to the whole process group (SLURM's proctrack/pgid, a VM's shutdown,
   # Ctrl-C) is the training process's to handle: it trains on to the step the hosts agree to save
   # at, and needs batches until then. This process ends when its parent is gone or stops it.
