@@ -216,10 +216,44 @@ def parse_flags(flag_values: flags.FlagValues, argv: Sequence[str]) -> list[str]
   defines no get_config() would silently run the previous file's. Dropping it first avoids that.
   """
   sys.modules.pop("config_config", None)
+  argv, nones = _none_overrides(argv)
   try:
-    return flag_values(list(argv))[1:]
+    args = flag_values(list(argv))[1:]
   except Exception as e:  # noqa: BLE001 -- whatever loading the file raised, said in one line
     raise ValueError(load_error_message(e, argv)) from None
+  holder = flag_values["config"] if "config" in flag_values else None
+  config = holder.value if holder is not None else None
+  for section, key in nones if config is not None else ():
+    if section not in config:
+      config[section] = ml_collections.ConfigDict()
+    config[section][key] = None
+    # and among the command line's overrides (config_flags.get_override_values), which tfm sweep
+    # passes on to its runs
+    config_flags.get_override_values(holder)[f"{section}.{key}"] = None
+  return args
+
+
+_SECTION_CLASSES = {"model": ModelConfig, "data": DataConfig, "train": TrainConfig,
+                    "mesh": MeshConfig, "eval": EvalConfig}
+
+
+def _none_overrides(argv: Sequence[str]) -> tuple[list[str], list[tuple[str, str]]]:
+  """(argv less the last `--config.SECTION.KEY=None` of each Optional key, those keys): None is
+  set after parsing. ml_collections parses an override by the type of the value it replaces, and
+  over an int or float ('data.eval_max_examples': 200, model.num_kv_heads's int placeholder) it
+  refused 'None' as an invalid literal; over a string it gave the string 'None'."""
+  last = {arg.partition("=")[0]: i for i, arg in enumerate(argv)}  # the last of a key wins
+  kept, nones = [], []
+  for i, arg in enumerate(argv):
+    name, _, value = arg.partition("=")
+    parts = name.split(".")
+    cls = _SECTION_CLASSES.get(parts[1]) if len(parts) == 3 and parts[0] == "--config" else None
+    if value == "None" and cls is not None and parts[2] in sections.optional_fields(cls):
+      if last[name] == i:
+        nones.append((parts[1], parts[2]))
+      continue
+    kept.append(arg)
+  return kept, nones
 
 
 def load_config_dict(spec: str, overrides: Sequence[str] = ()) -> ml_collections.ConfigDict:

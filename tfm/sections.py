@@ -90,6 +90,12 @@ def from_mapping(cls: type[S], name: str, values: Mapping[str, Any] | None, **co
   return cls(**values)
 
 
+def optional_fields(cls) -> set[str]:
+  """The fields of a section dataclass that may be None (typed `X | None`)."""
+  hints = typing.get_type_hints(cls)
+  return {f.name for f in dataclasses.fields(cls) if _is_optional(hints[f.name])}
+
+
 def _is_optional(hint) -> bool:
   return (typing.get_origin(hint) in (typing.Union, types.UnionType)
           and type(None) in typing.get_args(hint))

@@ -18,11 +18,15 @@ def _take(it, n):
 
 def test_the_process_gives_the_in_process_batches_and_states(cfg, tok):
   """6 batches in order, each with the state after it; then a fresh BatchProcess set to the state
-  after batch 2 (written by the in-process iterator) gives batches 3-6 again, and an in-process
+  after batch 2 (written by the in-process iterator) has its stats before a batch is taken and
+  gives batches 3-6 again, and an in-process
   iterator set to the process's state after batch 4 gives 5 and 6."""
   reference = pipeline.train_iterator(cfg, sources.DataSource.of(cfg), tok)
   try:
-    want, want_states = _take(reference, 6)
+    want, want_states = _take(reference, 2)
+    stats_after_2 = reference.stats()
+    more, more_states = _take(reference, 4)
+    want, want_states = want + more, want_states + more_states
     want_stats = reference.stats()
   finally:
     reference.close()
@@ -32,6 +36,8 @@ def test_the_process_gives_the_in_process_batches_and_states(cfg, tok):
     got, got_states = _take(process, 6)
     assert process.stats() == want_stats
     process.set_state(want_states[1])
+    # A resume's owed evaluation logs the data/ figures before the first batch: the state's.
+    assert process.stats() == stats_after_2
     again, _ = _take(process, 4)
   finally:
     process.close()

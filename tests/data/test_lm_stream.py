@@ -287,3 +287,21 @@ def test_mlm_eval_masks_do_not_depend_on_the_rows(lm_env):
   for other in (eight, merged):
     inputs, targets = flat(other)
     assert np.array_equal(inputs, want_inputs) and np.array_equal(targets, want_targets)
+
+
+def test_an_mlm_dev_set_with_no_piece_masked_is_refused(lm_env):
+  """data.mask_rate=0: every piece of the mlm dev set is there but none is masked, so none is a
+  target (the loss weighs targets != 0); DevLoss printed tokens 0 and perplexity 1.0. At the
+  default rate the same set is scored."""
+  import jax  # pylint: disable=import-outside-toplevel
+  from tfm.eval.dev_loss import DevLoss  # pylint: disable=import-outside-toplevel
+  sharding = jax.sharding.SingleDeviceSharding(jax.devices()[0])
+  cfg, tok = lm_env["cfg"].replace(eval_max_examples=4), lm_env["mlm"]
+  masked = pipeline.eval_batches(cfg, sources.DataSource.of(cfg), tok, "dev", task="mlm")
+  assert any(((b["targets"] != 0) & (b["targets_segmentation"] != 0)).any() for b in masked)
+  DevLoss(cfg, sources.DataSource.of(cfg), tok, None, sharding, task="mlm")
+  unmasked = cfg.replace(mask_rate=0.0)
+  with pytest.raises(ValueError, match=r"^evaluation set 'dev': its first 4 examples "
+                     r"\(data.eval_max_examples\) leave no target piece to score, no piece masked "
+                     r"at data.mask_rate=0.0; expected at least one$"):
+    DevLoss(unmasked, sources.DataSource.of(unmasked), tok, None, sharding, task="mlm")

@@ -3,6 +3,7 @@
 import glob
 import json
 import math
+import shutil
 
 import numpy as np
 import pytest
@@ -150,3 +151,21 @@ def test_commands_that_read_a_run_work_on_a_read_only_workdir(read_only, tmp_pat
                    f"--out={figure}"]) == 0
   assert figure.read_bytes().startswith(b"\x89PNG")
   assert sorted(p.name for p in read_only.rglob("*")) == before  # nothing half-written left
+
+
+def test_eval_refuses_a_set_with_nothing_to_score_before_writing_any(trained, tmp_path, capsys):
+  """`--split=dev,long` where every pair of the set 'long' is longer than data.max_length and
+  filtered: refused in one line before dev is evaluated, so no result file is written (dev's was,
+  before the refusal)."""
+  workdir = tmp_path / "run"
+  shutil.copytree(trained, workdir)
+  config = json.loads((workdir / "config.json").read_text())
+  for lang in (config["data"]["source_lang"], config["data"]["target_lang"]):
+    (tmp_path / f"long.{lang}").write_text(" ".join(["word"] * 80) + "\n")
+  config["data"].update(eval_sets={"dev": "dev", "long": str(tmp_path / "long.{lang}")},
+                        overlong="filter")
+  (workdir / "config.json").write_text(json.dumps(config))
+  before = sorted(glob.glob(f"{workdir}/**", recursive=True))
+  assert cli.main(["tfm", "eval", f"--workdir={workdir}", "--split=dev,long"]) == 1
+  assert "tfm eval: error: evaluation set 'long': " in capsys.readouterr().err
+  assert sorted(glob.glob(f"{workdir}/**", recursive=True)) == before

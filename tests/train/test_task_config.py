@@ -110,3 +110,33 @@ def test_none_on_the_command_line_is_none_for_an_optional_key():
   assert pairs.data.text_key is None and pairs.train.init_from is None
   with pytest.raises(ValueError, match=r"^config key model.norm: expected .*, got 'None'"):
     config_lib.load_config("configs/quickstart.py", ["model.norm=None"])  # not an Optional key
+
+
+def test_none_on_the_command_line_over_a_number_is_none():
+  # ml_collections parses an override by the type of the value it replaces: over an int or float
+  # (eval_max_examples' 200, num_kv_heads' int placeholder, weight_decay's float) 'None' was an
+  # invalid literal. The last override of a key wins, as for any flag.
+  keys = ["data.eval_max_examples", "model.num_kv_heads", "train.weight_decay"]
+  config = config_lib.load_config("configs/quickstart.py", [f"{k}=None" for k in keys])
+  assert (config.data.eval_max_examples, config.model.num_kv_heads,
+          config.train.weight_decay) == (None, None, None)
+  later = config_lib.load_config("configs/quickstart.py", ["data.eval_max_examples=None",
+                                                           "data.eval_max_examples=7"])
+  assert later.data.eval_max_examples == 7
+  with pytest.raises(ValueError, match=r"model.d_model"):
+    config_lib.load_config("configs/quickstart.py", ["model.d_model=None"])  # not an Optional key
+
+
+def test_a_none_override_reaches_a_sweeps_runs():
+  # tfm sweep passes the command line's overrides (config_flags.get_override_values) to its runs.
+  from absl import flags  # pylint: disable=import-outside-toplevel
+  from tfm.commands import sweep  # pylint: disable=import-outside-toplevel
+  argv = ["tfm sweep", "--config=configs/quickstart.py", "--config.data.eval_max_examples=None",
+          "--config.model.d_model=32"]
+  fv = flags.FlagValues()
+  config_lib.define_config_flag(fv, argv)
+  config_lib.parse_flags(fv, argv)
+  assert fv["config"].value.data.eval_max_examples is None
+  overrides = sweep._command_overrides(fv)  # pylint: disable=protected-access
+  assert sorted(overrides) == ["data.eval_max_examples=None", "model.d_model=32"]
+  assert config_lib.load_config("configs/quickstart.py", overrides).data.eval_max_examples is None

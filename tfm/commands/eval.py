@@ -195,9 +195,11 @@ def run(fv: flags.FlagValues, config):
   hosts = ckpt_lib.read_data_state(t.checkpoints_in, t.steps[-1])["hosts"]  # every host's pipeline
   tokens = lambda key: sum(h.get("efficiency", {}).get(key, 0) for h in hosts) or None
   compiled, written = {}, []
+  # Every set's batches first: a set that cannot be scored is refused before any result is written.
+  scorers = {name: DevLoss(c.data, exp.data_source, t.tokenizer, exp.eval_step, exp.batch_sharding,
+                           split=name, row_multiple=exp.batch_shards) for name in names}
   for name in names:
-    losses = DevLoss(c.data, exp.data_source, t.tokenizer, exp.eval_step, exp.batch_sharding,
-                     split=name, row_multiple=exp.batch_shards)(t.params)
+    losses = scorers[name](t.params)
     bleu = DevBleu(c.data, exp.data_source, t.tokenizer, None,
                    batch_size=exp.decode_rows(c.eval.batch_size), split=name,
                    limit=fv.limit or 0, compounds=c.eval.compounds)
@@ -312,12 +314,15 @@ def _evaluate_texts(fv: flags.FlagValues, names: list[str], contexts: tuple[int,
   exp, c = t.experiment, t.config
   hosts = ckpt_lib.read_data_state(t.checkpoints_in, t.steps[-1])["hosts"]
   tokens = sum(h.get("efficiency", {}).get("real_targets", 0) for h in hosts) or None
-  score = lambda name, length: DevLoss(
+  scorer = lambda name, length: DevLoss(
       c.data, exp.data_source, t.tokenizer, exp.eval_step, exp.batch_sharding, split=name,
-      row_multiple=exp.batch_shards, task=c.task, context_length=length)(t.params)
+      row_multiple=exp.batch_shards, task=c.task, context_length=length)
+  score = lambda name, length: scorer(name, length)(t.params)
+  # Every set's batches first: a set that cannot be scored is refused before any result is written.
+  scorers = {name: scorer(name, None) for name in names}
   written = []
   for name in names:
-    losses = score(name, None)
+    losses = scorers[name](t.params)
     result = dict(split=name, task=c.task, checkpoints=t.steps, averaged=len(t.steps),
                   **({"checkpoint": "best", "best": t.best} if t.best else {}),
                   **({"checkpoint": "ema", "ema_decay": c.train.ema_decay,

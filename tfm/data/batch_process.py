@@ -3,10 +3,10 @@
 `BatchProcess(cfg, source, tokenizer, process_index=, process_count=, row_multiple=)` is an iterator with
 pipeline.TrainIterator's interface (next, get_state, set_state, stats, close). A spawned process
 builds pipeline.train_iterator with the same arguments, puts it at the state set before the first
-`next()`, and sends every batch with the iterator's state and stats right after it, through a
-queue that holds up to `ahead` batches. Everything a batch costs in Python (the chunk stream's
-receive, the cursor, the first-fit packer's thousands of numpy calls) runs there; the training
-process only unpickles the arrays, a copy each.
+`next()`, and sends its stats there first, then every batch with the iterator's state and stats
+right after it, through a queue that holds up to `ahead` batches. Everything a batch costs in
+Python (the chunk stream's receive, the cursor, the first-fit packer's thousands of numpy calls)
+runs there; the training process only unpickles the arrays, a copy each.
 
 Why: in the training process that work competes for the GIL with the thread that dispatches the
 steps, and an accelerator's step is short enough for the dispatch to wait on it. On a CPU the
@@ -31,9 +31,10 @@ _POLL_S = 0.1
 
 
 def _produce(arguments: dict, state: dict | None, batches, stop, parent: int) -> None:
-  """The process's body: train_iterator(**arguments) at `state`, each batch put on `batches` as
-  (batch, state after it, stats after it), until `stop` is set or the training process is gone;
-  an exception is sent as ('error', its traceback)."""
+  """The process's body: train_iterator(**arguments) at `state`, its stats there put on `batches`
+  as ('stats', None, stats), then each batch as (batch, state after it, stats after it), until
+  `stop` is set or the training process is gone; an exception is sent as ('error', its
+  traceback)."""
   # A SIGTERM or SIGINT to the whole process group (SLURM's proctrack/pgid, a VM's shutdown,
   # Ctrl-C) is the training process's to handle: it trains on to the step the hosts agree to save
   # at, and needs batches until then. This process ends when its parent is gone or stops it.
@@ -58,6 +59,8 @@ def _produce(arguments: dict, state: dict | None, batches, stop, parent: int) ->
     iterator = pipeline.train_iterator(**arguments)
     if state is not None:
       iterator.set_state(state)
+    if not put(("stats", None, iterator.stats())):  # a resume's owed evaluation logs these
+      return
     for batch in iterator:
       if not put((batch, iterator.get_state(), iterator.stats())):
         break
@@ -91,7 +94,8 @@ class BatchProcess:
     self._arguments = dict(cfg=cfg, source=source, tokenizer=tokenizer, **keywords)
     self._ahead = ahead
     self._state: dict | None = None  # after the last batch returned (None: the start)
-    self._stats: dict = {}
+    self._stats: dict | None = None  # after the last batch returned (None: not received yet)
+    self._pending = None  # an item stats() received ahead of next() (the process failed first)
     self._process = None
     self._finished = False
 
@@ -111,21 +115,10 @@ class BatchProcess:
   def __next__(self) -> dict[str, Any]:
     if self._finished:
       raise StopIteration
-    if self._process is None:
-      self._start()
-    while True:
-      try:
-        batch, state, stats = self._queue.get(timeout=1.0)
-        break
-      except queue_lib.Empty:
-        if not self._process.is_alive():
-          try:  # its last item may have arrived since
-            batch, state, stats = self._queue.get(timeout=_POLL_S)
-            break
-          except queue_lib.Empty:
-            self._finished = True
-            raise BatchProcessError(f"the batch process exited (code {self._process.exitcode})"
-                                    " without a batch or an error") from None
+    batch, state, stats = self._receive()
+    while isinstance(batch, str) and batch == "stats":  # the process's first: at the state set
+      self._stats = stats
+      batch, state, stats = self._receive()
     if isinstance(batch, str):
       self._finished = True
       self.close()
@@ -135,6 +128,26 @@ class BatchProcess:
     self._state, self._stats = state, stats
     return batch
 
+  def _receive(self) -> tuple:
+    """The process's next item (batch or 'stats', 'done', 'error'; state; stats), started first
+    where none runs."""
+    if self._pending is not None:
+      item, self._pending = self._pending, None
+      return item
+    if self._process is None:
+      self._start()
+    while True:
+      try:
+        return self._queue.get(timeout=1.0)
+      except queue_lib.Empty:
+        if not self._process.is_alive():
+          try:  # its last item may have arrived since
+            return self._queue.get(timeout=_POLL_S)
+          except queue_lib.Empty:
+            self._finished = True
+            raise BatchProcessError(f"the batch process exited (code {self._process.exitcode})"
+                                    " without a batch or an error") from None
+
   def get_state(self) -> dict | None:
     """The train iterator's state right after the last batch returned; before the first, the state
     set, or None for a fresh iterator's (which only a process building one could say)."""
@@ -143,11 +156,19 @@ class BatchProcess:
   def set_state(self, state: dict) -> None:
     """The next batch is the one after `state` (a TrainIterator state); a running process stops."""
     self.close()
-    self._state, self._finished = state, False
+    self._state, self._stats, self._finished = state, None, False
 
   def stats(self) -> dict[str, Any]:
-    """TrainIterator.stats() as the process saw it right after the last batch returned."""
-    return dict(self._stats)
+    """TrainIterator.stats() as the process saw it right after the last batch returned; before the
+    first, at the state set (a resume at an evaluation step logs them before its first step), for
+    which the process is started and its first item awaited."""
+    if self._stats is None and not self._finished:
+      item = self._receive()
+      if isinstance(item[0], str) and item[0] == "stats":
+        self._stats = item[2]
+      else:  # the process failed before its first batch: next() raises it
+        self._pending = item
+    return dict(self._stats or {})
 
   def close(self) -> None:
     """Stops the process (and, through it, grain's threads and worker processes)."""
@@ -164,4 +185,4 @@ class BatchProcess:
       self._process.kill()  # it ignores SIGTERM
       self._process.join(timeout=5)
     self._queue.close()
-    self._process = None
+    self._process, self._pending = None, None

@@ -64,7 +64,10 @@ def _check_scored(data: DataConfig, split: str, task: str, host_batches) -> None
   """Raises ValueError in one line, on every host, when no host's batches hold a target to score:
   a perplexity of no tokens is exp(0 / 0), which the sums would print as tokens 0, perplexity 1.0.
   (lm sets with no text are refused by pipeline.eval_batches, naming the texts.)"""
-  targets = sum(int(np.count_nonzero(b["targets_segmentation"])) for b in host_batches)
+  # The loss's weights (tfm/train/loss.py target_weights): an mlm batch keeps every piece's
+  # segmentation and zeroes the targets of the pieces not masked.
+  targets = sum(int(np.count_nonzero((b["targets"] != 0) & (b["targets_segmentation"] != 0)))
+                for b in host_batches)
   if jax.process_count() > 1:  # every host must agree to raise: the evaluations are collective
     targets = int(np.sum(multihost_utils.process_allgather(np.int64(targets))))
   if targets:
