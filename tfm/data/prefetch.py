@@ -48,7 +48,10 @@ class DevicePrefetcher:
     self._state = iterator.get_state() if has_state else None
     self._has_state = has_state
     self._has_stats = hasattr(iterator, "stats")
-    self._stats = iterator.stats() if self._has_stats else None
+    self._stats = None
+    # Set by the thread once it has taken the stats before its first batch: an input process
+    # starts on that call (tfm/data/batch_process.py), which runs here beside the step's compile.
+    self._started = threading.Event()
     self._finished = False
     self._thread = threading.Thread(target=self._fill, name="tfm-device-prefetch", daemon=True)
     self._thread.start()
@@ -64,6 +67,10 @@ class DevicePrefetcher:
 
   def _fill(self) -> None:
     try:
+      try:
+        self._stats = self._iterator.stats() if self._has_stats else None  # as wrapped
+      finally:
+        self._started.set()
       for batch in self._iterator:
         state = self._iterator.get_state() if self._has_state else None
         stats = self._iterator.stats() if self._has_stats else None
@@ -100,6 +107,7 @@ class DevicePrefetcher:
     first: as it was wrapped), though the thread runs up to `size` + 1 batches ahead."""
     if not self._has_stats:
       raise TypeError("the wrapped iterator has no stats()")
+    self._started.wait()
     return self._stats
 
   def close(self) -> None:
