@@ -37,7 +37,7 @@ def _files(root):
                 for d, _, names in os.walk(root) for f in names)
 
 
-@pytest.mark.slow
+@pytest.mark.long  # the fast tier trains a converted (scanned) workdir on against its unrolled run
 def test_scanned_layers_train_the_same_loss_curve(experiment, tmp_path):
   steps = ("train.steps=6", "train.log_every=2", "train.eval_every=6", "train.checkpoint_every=6")
   _, unrolled = run_train(experiment(*DEPTH, *steps), tmp_path / "unrolled")

@@ -30,7 +30,7 @@ def _figures(log: str, prefix: str, name: str, tag: str | None) -> dict[int, flo
 
 
 @pytest.mark.slow
-def test_each_member_is_its_solo_run_and_the_stack_resumes_bit_exact(experiment, tmp_path):
+def test_each_member_is_its_solo_run(experiment, tmp_path):
   solo = {s: run_train(_member(experiment, s), tmp_path / f"solo-s{s}") for s in SEEDS}
   workdirs = [tmp_path / f"run-s{s}" for s in SEEDS]
   out = io.StringIO()
@@ -54,8 +54,13 @@ def test_each_member_is_its_solo_run_and_the_stack_resumes_bit_exact(experiment,
   assert max(differences) < 1e-4  # float rounding of a vmapped step, at learning rate 4
   assert helpers.max_diff(states[0].params, states[1].params) > 1e-3  # two seeds, two runs
 
-  # Stopped at step 3 (train.steps=3: a shorter run, which a resume may lengthen), then resumed
-  # to 6: every member's checkpoint is the uninterrupted stack's, to the bit.
+
+@pytest.mark.long  # the kill between members' saves resumes a stack bit-exact in the fast tier
+def test_a_stack_stopped_short_resumes_longer_bit_exact(experiment, tmp_path):
+  """Stopped at step 3 (train.steps=3: a shorter run, which a resume may lengthen), then resumed
+  to 6: every member's checkpoint is the uninterrupted stack's, to the bit."""
+  states = loop.train_stack([_member(experiment, s) for s in SEEDS],
+                            [str(tmp_path / f"run-s{s}") for s in SEEDS], stream=io.StringIO())
   resumed = [tmp_path / f"again-s{s}" for s in SEEDS]
   loop.train_stack([_member(experiment, s, "train.steps=3") for s in SEEDS],
                    [str(w) for w in resumed], stream=io.StringIO())
