@@ -233,22 +233,20 @@ def parse_flags(flag_values: flags.FlagValues, argv: Sequence[str]) -> list[str]
   return args
 
 
-_SECTION_CLASSES = {"model": ModelConfig, "data": DataConfig, "train": TrainConfig,
-                    "mesh": MeshConfig, "eval": EvalConfig}
-
-
 def _none_overrides(argv: Sequence[str]) -> tuple[list[str], list[tuple[str, str]]]:
   """(argv less the last `--config.SECTION.KEY=None` of each Optional key, those keys): None is
   set after parsing. ml_collections parses an override by the type of the value it replaces, and
   over an int or float ('data.eval_max_examples': 200, model.num_kv_heads's int placeholder) it
   refused 'None' as an invalid literal; over a string it gave the string 'None'."""
   last = {arg.partition("=")[0]: i for i, arg in enumerate(argv)}  # the last of a key wins
+  defaults = Config()
+  optional = {name: sections.optional_fields(type(getattr(defaults, name))) for name in SECTIONS}
   kept, nones = [], []
   for i, arg in enumerate(argv):
     name, _, value = arg.partition("=")
     parts = name.split(".")
-    cls = _SECTION_CLASSES.get(parts[1]) if len(parts) == 3 and parts[0] == "--config" else None
-    if value == "None" and cls is not None and parts[2] in sections.optional_fields(cls):
+    if (value == "None" and len(parts) == 3 and parts[0] == "--config"
+        and parts[2] in optional.get(parts[1], ())):
       if last[name] == i:
         nones.append((parts[1], parts[2]))
       continue

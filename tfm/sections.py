@@ -79,9 +79,9 @@ def from_mapping(cls: type[S], name: str, values: Mapping[str, Any] | None, **co
                      f"known keys: {', '.join(known)}")
   hints = typing.get_type_hints(cls)
   for key, value in values.items():
-    # `--config.data.text_key=None` over a config file's 'en' reaches here as the string 'None'
-    # (ml_collections parses an override by the type of the value it replaces): an Optional key's
-    # None, as a None default's typed placeholder already reads it.
+    # `--config.data.text_key=None` over a config file's 'en' is the string 'None' where the flags
+    # were parsed by absl alone (the experiments/ scripts; tfm's commands set None in
+    # tfm/config.py parse_flags, numbers too): an Optional key's None, as a placeholder reads it.
     if value == "None" and _is_optional(hints[key]):
       values[key] = None
   for key, function in coerce.items():

@@ -8,7 +8,7 @@ import pytest
 
 from configs import positions
 from tfm import config as config_lib
-from tfm.commands import eval as eval_command
+from tfm.commands import eval_files
 from tfm.config import Config
 from tfm.data.config import DataConfig
 from tfm.eval.config import EvalConfig
@@ -77,13 +77,13 @@ def test_the_positions_lm_form_scores_l_2l_and_4l():
 
 
 def test_result_names_record_the_context_lengths():
-  name = eval_command.result_name("dev", [90, 100], 0, contexts=(64, 128, 256))
+  name = eval_files.result_name("dev", [90, 100], 0, contexts=(64, 128, 256))
   assert name == "eval_dev_100_avg2_ctx64-128-256.json"
-  assert eval_command.RESULT.fullmatch(name)["step"] == "100"
-  assert eval_command.contexts_named(name) == (64, 128, 256)
-  assert eval_command.contexts_named("eval_dev_100_avg2.json") == ()
-  ema = eval_command.result_name("dev", [100], 0, ema=True, contexts=(32,))
-  assert ema == "eval_dev_ema100_ctx32.json" and eval_command.contexts_named(ema) == (32,)
+  assert eval_files.RESULT.fullmatch(name)["step"] == "100"
+  assert eval_files.contexts_named(name) == (64, 128, 256)
+  assert eval_files.contexts_named("eval_dev_100_avg2.json") == ()
+  ema = eval_files.result_name("dev", [100], 0, ema=True, contexts=(32,))
+  assert ema == "eval_dev_ema100_ctx32.json" and eval_files.contexts_named(ema) == (32,)
 
 
 def _run(group, seed, figures):

@@ -38,7 +38,6 @@ from __future__ import annotations
 
 import json
 import os
-import re
 import sys
 
 from absl import flags
@@ -46,6 +45,7 @@ from etils import epath
 
 from tfm.commands import (UsageError, announce_backend, define_trained_flags, refuse_config,
                           require_workdir, save)
+from tfm.commands.eval_files import result_name
 
 
 SPLIT_HELP = ("what to evaluate, comma-separated: the workdir's dataset's dev or test split "
@@ -80,45 +80,6 @@ def define_flags(fv: flags.FlagValues):
                     "of these many pieces (e.g. 256,512,1024), every piece once: perplexity per "
                     "piece and per word at each context length (default: the run's "
                     "eval.context_lengths; 0: none)", flag_values=fv)
-
-
-RESULT = re.compile(r"eval_(?P<split>[A-Za-z0-9][A-Za-z0-9_.-]*?)_(?P<step>\d+)_avg(?P<averaged>\d+)"
-                    r"(?:_first(?P<limit>\d+))?(?:_len(?P<buckets>\d+(?:-\d+)*))?"
-                    r"(?:_ctx(?P<contexts>\d+(?:-\d+)*))?\.json")
-# The EMA's result (--checkpoint ema, train.ema_decay), which a sweep reads beside RESULT's.
-EMA_RESULT = re.compile(r"eval_(?P<split>[A-Za-z0-9][A-Za-z0-9_.-]*?)_ema(?P<step>\d+)"
-                        r"(?:_first(?P<limit>\d+))?(?:_len(?P<buckets>\d+(?:-\d+)*))?"
-                        r"(?:_ctx(?P<contexts>\d+(?:-\d+)*))?\.json")
-
-
-def result_name(split: str, steps: list[int], limit: int, suffix: str = "",
-                best: bool = False, buckets: tuple[int, ...] = (), ema: bool = False,
-                contexts: tuple[int, ...] = ()) -> str:
-  """The file `tfm eval` writes for checkpoints `steps` averaged and BLEU over `limit` pairs.
-  suffix: the decoding settings where they are not the run's own (Decoding.suffix); best: the
-  run's best checkpoint (train.best_metric), eval_<split>_best<step>..., and ema: the EMA of the
-  parameters at the last checkpoint (train.ema_decay), eval_<split>_ema<step>..., apart from the
-  series' (RESULT, which the sweep reads, matches only the latter); buckets: the length buckets'
-  edges; contexts: an lm's context lengths (--context_lengths or eval.context_lengths:
-  _ctx<L1-L2..>)."""
-  checkpoints = (f"best{steps[-1]}" if best else f"ema{steps[-1]}" if ema
-                 else f"{steps[-1]}_avg{len(steps)}")
-  return (f"eval_{split}_{checkpoints}" + (f"_first{limit}" if limit else "") + suffix
-          + (f"_len{'-'.join(map(str, buckets))}" if buckets else "")
-          + (f"_ctx{'-'.join(map(str, contexts))}" if contexts else "") + ".json")
-
-
-def buckets_named(name: str) -> tuple[int, ...]:
-  """The length buckets' edges a result file's name records (() for none): a series' (RESULT) or
-  an EMA's (EMA_RESULT)."""
-  m = RESULT.fullmatch(name) or EMA_RESULT.fullmatch(name)
-  return tuple(int(e) for e in m["buckets"].split("-")) if m and m["buckets"] else ()
-
-
-def contexts_named(name: str) -> tuple[int, ...]:
-  """The context lengths a result file's name records (() for none): a series' or an EMA's."""
-  m = RESULT.fullmatch(name) or EMA_RESULT.fullmatch(name)
-  return tuple(int(n) for n in m["contexts"].split("-")) if m and m["contexts"] else ()
 
 
 def _flag_edges(fv: flags.FlagValues) -> tuple[int, ...] | None:
@@ -224,9 +185,7 @@ def run(fv: flags.FlagValues, config):
         searched[search] = bleu(t.params, progress=progress if jax.process_index() == 0 else None,
                                 translate=translate, search_args=args, compiled=cache)
       result = dict(split=name, checkpoints=t.steps, averaged=len(t.steps),
-                    **({"checkpoint": "best", "best": t.best} if t.best else {}),
-                    **({"checkpoint": "ema", "ema_decay": c.train.ema_decay,
-                        "ema_warmup": c.train.ema_warmup} if t.checkpoint == "ema" else {}),
+                    **_checkpoint_keys(t),
                     **searched[search], perplexity=losses["perplexity"], nll=losses["nll"],
                     loss=losses["loss"], target_tokens=losses["tokens"],
                     beam_size=point.beam_size, length_penalty=point.length_penalty,
@@ -257,12 +216,7 @@ def run(fv: flags.FlagValues, config):
       print(table(rows, configured))
       if jax.process_index() == 0:
         print("written: " + ", ".join(os.path.basename(r["path"]) for r in rows if r["path"]))
-  if written:  # the files kept with the run's MLflow / W&B run, under eval/
-    try:
-      trackers.record_later(fv.workdir, files=tuple(written), folder="eval")
-    except Exception as e:  # pylint: disable=broad-except  # the results are written already
-      reason = " ".join(str(e).split())[:300]
-      print(f"[eval] the results did not reach the run's trackers ({reason})", file=sys.stderr)
+  _record(fv.workdir, written)
 
 
 TRANSLATION_FLAGS = ("beam_size", "length_penalty", "max_extra_length", "limit",
@@ -308,7 +262,6 @@ def _evaluate_texts(fv: flags.FlagValues, names: list[str], contexts: tuple[int,
   from tfm.eval.dev_loss import DevLoss
   from tfm.eval.restore import load_trained
   from tfm.train import checkpoint as ckpt_lib
-  from tfm.train import trackers
   t = load_trained(fv.workdir, fv.average, checkpoint=fv.checkpoint)
   announce_backend(t.note)
   exp, c = t.experiment, t.config
@@ -317,16 +270,13 @@ def _evaluate_texts(fv: flags.FlagValues, names: list[str], contexts: tuple[int,
   scorer = lambda name, length: DevLoss(
       c.data, exp.data_source, t.tokenizer, exp.eval_step, exp.batch_sharding, split=name,
       row_multiple=exp.batch_shards, task=c.task, context_length=length)
-  score = lambda name, length: scorer(name, length)(t.params)
   # Every set's batches first: a set that cannot be scored is refused before any result is written.
   scorers = {name: scorer(name, None) for name in names}
   written = []
   for name in names:
     losses = scorers[name](t.params)
     result = dict(split=name, task=c.task, checkpoints=t.steps, averaged=len(t.steps),
-                  **({"checkpoint": "best", "best": t.best} if t.best else {}),
-                  **({"checkpoint": "ema", "ema_decay": c.train.ema_decay,
-                      "ema_warmup": c.train.ema_warmup} if t.checkpoint == "ema" else {}),
+                  **_checkpoint_keys(t),
                   perplexity=losses["perplexity"], nll=losses["nll"], loss=losses["loss"],
                   accuracy=losses["accuracy"], target_tokens=losses["tokens"],
                   **({"word_perplexity": losses["word_perplexity"], "words": losses["words"]}
@@ -336,7 +286,7 @@ def _evaluate_texts(fv: flags.FlagValues, names: list[str], contexts: tuple[int,
       result["context_lengths"] = [
           dict(context_length=length, perplexity=f["perplexity"], nll=f["nll"],
                word_perplexity=f["word_perplexity"], accuracy=f["accuracy"], tokens=f["tokens"])
-          for length, f in ((n, losses if n == c.data.max_length else score(name, n))
+          for length, f in ((n, losses if n == c.data.max_length else scorer(name, n)(t.params))
                             for n in contexts)]  # at data.max_length: the figures above
     _print(result)
     path = fv.out or epath.Path(fv.workdir) / result_name(
@@ -345,12 +295,30 @@ def _evaluate_texts(fv: flags.FlagValues, names: list[str], contexts: tuple[int,
                                          given=fv.out is not None):
       print(f"{'written':>22}: {path}")
       written.append(path)
-  if written:
-    try:
-      trackers.record_later(fv.workdir, files=tuple(written), folder="eval")
-    except Exception as e:  # pylint: disable=broad-except  # the results are written already
-      reason = " ".join(str(e).split())[:300]
-      print(f"[eval] the results did not reach the run's trackers ({reason})", file=sys.stderr)
+  _record(fv.workdir, written)
+
+
+def _checkpoint_keys(t) -> dict:
+  """A result's record of which parameters it scored beside `checkpoints`: the run's best
+  checkpoint, or the EMA with its decay and warmup; {} for the checkpoints (averaged)."""
+  keys = {"checkpoint": "best", "best": t.best} if t.best else {}
+  if t.checkpoint == "ema":
+    keys.update(checkpoint="ema", ema_decay=t.config.train.ema_decay,
+                ema_warmup=t.config.train.ema_warmup)
+  return keys
+
+
+def _record(workdir: str, written: list) -> None:
+  """The result files kept with the run's MLflow / W&B run, under eval/ (a tracker that fails
+  is said on stderr: the results are written already)."""
+  if not written:
+    return
+  from tfm.train import trackers  # pylint: disable=import-outside-toplevel
+  try:
+    trackers.record_later(workdir, files=tuple(written), folder="eval")
+  except Exception as e:  # pylint: disable=broad-except
+    reason = " ".join(str(e).split())[:300]
+    print(f"[eval] the results did not reach the run's trackers ({reason})", file=sys.stderr)
 
 
 def _print(result: dict) -> None:

@@ -10,7 +10,7 @@ import json
 import os
 
 from tfm import config as config_lib
-from tfm.commands import eval as eval_command
+from tfm.commands import eval_files
 from tfm.sweep import execute, hparams, publish
 from tfm.sweep.result import RunResult
 from tfm.sweep.runs import Run
@@ -88,21 +88,19 @@ class SweepResults:
     contexts = self.configs[r].eval.context_lengths
     limit = self.eval_limit(r) or 0  # None: an lm / mlm run's (no BLEU, no --limit)
     evals = [(int(m["step"]), int(m["limit"] or 0) == limit
-              and eval_command.buckets_named(name) == buckets
-              and eval_command.contexts_named(name) == contexts,
+              and eval_files.scored_as(name, buckets, contexts),
               os.path.getmtime(os.path.join(workdir, name)), name)
              for name in os.listdir(workdir)
-             if (m := eval_command.RESULT.fullmatch(name)) and m["split"] == "dev"
+             if (m := eval_files.RESULT.fullmatch(name)) and m["split"] == "dev"
              and os.path.isfile(os.path.join(workdir, name))]  # a file `tfm eval` wrote
     if evals:  # the last step's, scored as this sweep scores it (a hand-run eval may sit beside it)
       with open(os.path.join(workdir, max(evals)[-1]), encoding="utf-8") as f:
         out = out.with_eval(json.load(f))
     emas = [(int(m["step"]), os.path.getmtime(os.path.join(workdir, name)), name)
             for name in os.listdir(workdir)
-            if (m := eval_command.EMA_RESULT.fullmatch(name)) and m["split"] == "dev"
+            if (m := eval_files.EMA_RESULT.fullmatch(name)) and m["split"] == "dev"
             and int(m["limit"] or 0) == limit
-            and eval_command.buckets_named(name) == buckets
-            and eval_command.contexts_named(name) == contexts]  # scored as the series is
+            and eval_files.scored_as(name, buckets, contexts)]  # scored as the series is
     if emas and out.trained_steps is not None and max(emas)[0] == out.trained_steps:
       with open(os.path.join(workdir, max(emas)[-1]), encoding="utf-8") as f:
         out = out.with_ema_eval(json.load(f))
