@@ -32,12 +32,11 @@ override is easy to trace.
 from __future__ import annotations
 
 import dataclasses
-import math
 import re
 from typing import Mapping, Sequence
 
 from tfm import sections
-from tfm.data import text_files
+from tfm.data import mixture_config, text_files
 from tfm.data.datasets import TEXT, resolve_dataset
 
 OVERLONG_POLICIES = ("filter", "truncate")
@@ -46,7 +45,7 @@ FILES_KEYS = {split: f"{split}_files" for split in SPLITS}  # data.train_files, 
 DEFAULT_EVAL_SETS = (("dev", "dev"),)  # data.eval_sets=None: the dataset's dev split, as 'dev'
 # Eval set names are TensorBoard prefixes (`<name>/perplexity`) and file names (eval_<name>_...):
 # 'train' and 'data' are the train metrics' and the pipeline figures' prefixes.
-_EVAL_SET_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]*")
+EVAL_SET_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]*")
 _RESERVED_NAMES = ("train", "data")
 # What a source of data.mixture may set (the rest of the section is shared by every source):
 # where its train split comes from, plus its name and weight.
@@ -195,10 +194,10 @@ class DataConfig:
     source's keys replaced, no mixture, and evaluation sets it never reads."""
     if self.mixture is None:
       return ()
-    weights = mixture_weights(self)
+    weights = mixture_config.mixture_weights(self)
     out = []
-    for source, weight, name in zip(self.mixture, weights, mixture_names(self)):
-      out.append((name, weight, source_config(self, source)))
+    for source, weight, name in zip(self.mixture, weights, mixture_config.mixture_names(self)):
+      out.append((name, weight, mixture_config.source_config(self, source)))
     return tuple(out)
 
   def replace(self, **changes) -> "DataConfig":
@@ -213,103 +212,6 @@ def from_mapping(values) -> DataConfig:
 
 def _fail(key: str, expected: str, got) -> None:
   sections.fail(f"data.{key}", expected, got)
-
-
-# A source's own DataConfig evaluates nothing (the run's evaluation sets are the section's); its
-# one evaluation set, the train split, is one every source has.
-_SOURCE_EVAL_SETS = (("source", "train"),)
-_WEIGHTS_FORM = "'w1:w2:...' (e.g. '7:3') or a sequence of positive numbers, one a source, or None"
-
-
-def mixture_weights(cfg: DataConfig) -> tuple[float, ...]:
-  """The sources' weights (data.mixture_weights where set, else each source's 'weight'),
-  normalized to sum to 1."""
-  given = cfg.mixture_weights
-  if given is None:
-    raw = [source.get("weight") for source in cfg.mixture]
-  elif isinstance(given, str):
-    raw = [_number(part) for part in given.split(":")]
-  else:
-    raw = list(given)
-  raw = [float(w) for w in raw]
-  if not math.isfinite(sum(raw)):  # weights near the float maximum (each finite, validated):
-    raw = [w / max(raw) for w in raw]  # their sum is inf and would normalize them to zeros
-  total = sum(raw)
-  return tuple(w / total for w in raw)
-
-
-def _number(text: str):
-  try:
-    return float(text)
-  except ValueError:
-    return None
-
-
-def mixture_names(cfg: DataConfig) -> tuple[str, ...]:
-  """Each source's name: its 'name', else its dataset's config ('web-sparv'), builder, or
-  'text'."""
-  names = []
-  for source in cfg.mixture:
-    dataset = source.get("dataset", cfg.dataset)
-    names.append(source.get("name", dataset.split(":")[0].rsplit("/", 1)[-1]
-                            if isinstance(dataset, str) else dataset))
-  return tuple(names)
-
-
-def _validate_mixture(cfg: DataConfig) -> None:
-  if cfg.mixture is None:
-    if cfg.mixture_weights is not None:
-      _fail("mixture_weights", "None without data.mixture (the weights of its sources)",
-            cfg.mixture_weights)
-    return
-  if not isinstance(cfg.mixture, tuple) or len(cfg.mixture) < 1:
-    _fail("mixture", "a sequence of sources, each a mapping with a 'weight', or None",
-          cfg.mixture)
-  for i, source in enumerate(cfg.mixture):
-    unknown = sorted(set(source) - set(MIXTURE_KEYS))
-    if unknown:
-      _fail(f"mixture[{i}]", f"a mapping of the keys {', '.join(MIXTURE_KEYS)}", dict(source))
-    if cfg.mixture_weights is None and not (sections.is_number(source.get("weight"))
-                                            and source["weight"] > 0):
-      _fail(f"mixture[{i}].weight", "a positive number (or data.mixture_weights)",
-            source.get("weight"))
-  given = cfg.mixture_weights
-  if given is not None:
-    raw = ([_number(p) for p in given.split(":")] if isinstance(given, str) else
-           list(given) if isinstance(given, tuple) else None)
-    if raw is None or len(raw) != len(cfg.mixture) or not all(
-        sections.is_number(w) and w > 0 for w in raw):
-      _fail("mixture_weights", f"{len(cfg.mixture)} weights, {_WEIGHTS_FORM}", given)
-  for i, source in enumerate(cfg.mixture):  # a source's own keys, named as data.mixture[i]'s
-    if (source.get("text_key", cfg.text_key) is None) != (cfg.text_key is None):
-      _fail(f"mixture[{i}].text_key", "a text key where data.text_key is set (monolingual text) "
-            "and None where it is not (pairs)", source.get("text_key"))
-    try:
-      source_config(cfg, source)
-    except ValueError as e:
-      message = str(e)
-      raise ValueError(message.replace("config key data.", f"config key data.mixture[{i}].", 1)
-                       if message.startswith("config key data.")
-                       else f"data.mixture[{i}]: {message}") from None
-  names = mixture_names(cfg)
-  for i, name in enumerate(names):
-    if not isinstance(name, str) or not _EVAL_SET_NAME.fullmatch(name):
-      _fail(f"mixture[{i}].name", "a name of letters, digits, '_', '-' or '.'", name)
-    if names.count(name) > 1:
-      _fail(f"mixture[{i}].name", f"a name no other source has (two are {name!r}: give each "
-            "source a 'name')", name)
-
-
-def source_config(cfg: DataConfig, source) -> DataConfig:
-  """A mixture source's own DataConfig: the section with the source's keys replaced, no mixture,
-  and evaluation sets it never reads. A source that names another dataset or any text files starts
-  without the section's files: one that gives its train_files alone has no dev split, rather than
-  the section's dev files read as its own ({'source': NAME} evaluation sets)."""
-  changes = {k: v for k, v in source.items() if k not in ("name", "weight")}
-  if "dataset" in changes or any(key in changes for key in FILES_KEYS.values()):
-    changes = {**{key: None for key in FILES_KEYS.values()}, **changes}
-  return dataclasses.replace(cfg, mixture=None, mixture_weights=None,
-                             eval_sets=_SOURCE_EVAL_SETS, **changes)
 
 
 def validate_data_config(cfg: DataConfig) -> None:
@@ -347,14 +249,14 @@ def validate_data_config(cfg: DataConfig) -> None:
     _fail("eval_max_examples", "a positive integer or None", cfg.eval_max_examples)
   _validate_text_key(cfg)
   _validate_files(cfg)
-  _validate_mixture(cfg)
+  mixture_config.validate(cfg)
   _validate_eval_sets(cfg)
   resolve_dataset(cfg)
 
 
 def _validate_text_key(cfg: DataConfig) -> None:
   if cfg.text_key is not None and (not isinstance(cfg.text_key, str) or not cfg.text_key
-                                   or not _EVAL_SET_NAME.fullmatch(cfg.text_key)):
+                                   or not EVAL_SET_NAME.fullmatch(cfg.text_key)):
     _fail("text_key", "a feature key or language name of letters, digits, '_', '-' or '.' "
           "(monolingual text), or None (translation pairs)", cfg.text_key)
   if cfg.text_key is not None and cfg.packing is False:
@@ -396,7 +298,7 @@ def _validate_eval_sets(cfg: DataConfig) -> None:
     _fail("eval_sets", "at least one evaluation set, or None (the dev split)", {})
   names = [name for name, _ in cfg.eval_set_items]
   for name, spec in cfg.eval_set_items:
-    if not isinstance(name, str) or not _EVAL_SET_NAME.fullmatch(name) or name in _RESERVED_NAMES:
+    if not isinstance(name, str) or not EVAL_SET_NAME.fullmatch(name) or name in _RESERVED_NAMES:
       _fail("eval_sets", "names of letters, digits, '_', '-' or '.', not 'train' or 'data'", name)
     if names.count(name) > 1:
       _fail("eval_sets", "distinct names", name)
