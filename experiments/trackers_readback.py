@@ -8,7 +8,7 @@ Without --uri it starts `mlflow server` on 127.0.0.1 (a free port, an SQLite sto
 artifacts in ROOT/mlflow) for the sweep's time. It runs `tfm sweep --root=ROOT ...` (the flags
 after `--`) with train.trackers=tensorboard,mlflow and the server's URI, then reads the sweep's
 experiment (named after ROOT) back: each run's tags (row, seed), params, metric histories and
-artifacts, against its TensorBoard events (tfm/train/events.py): every tag at the same steps with
+artifacts, against its TensorBoard events (tfm/train/trackers/events.py): every tag at the same steps with
 the same values (TensorBoard stores float32: compared to 1e-6 relative), and the final figures
 against the HParams records' `sweep/*`. Prints one table, and writes it as JSON with --json.
 """
@@ -28,7 +28,7 @@ import urllib.request
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
-from tfm.train.events import read_scalars  # pylint: disable=wrong-import-position
+from tfm.train.trackers.events import read_scalars  # pylint: disable=wrong-import-position
 
 
 @contextlib.contextmanager

@@ -15,7 +15,7 @@ the per-word perplexity; lm and mlm have no dev BLEU, so eval.bleu_every is igno
           compilation timed and shown) ... every
           train.log_every steps the only host sync: metrics fetched, non-finite updates checked,
           a console line (step/total, ETA, MFU on accelerators) and the figures to the run's
-          trackers (train.trackers: TensorBoard by default, MLflow, W&B; tfm/train/trackers.py);
+          trackers (train.trackers: TensorBoard by default, MLflow, W&B; tfm/train/trackers/__init__.py);
           every train.eval_every the input pipeline's packing efficiency and dropped-example
           counts, dev loss / perplexity (and dev BLEU every eval.bleu_every), for each
           evaluation set of data.eval_sets under its name (the dev split as 'dev' by default);
@@ -50,7 +50,7 @@ from tfm.experiment import Experiment
 from tfm.model.params import parameter_count
 from tfm.train import checkpoint as ckpt_lib
 from tfm.train import backend, distributed, runner, stack, trackers, vocabulary
-from tfm.train import best as best_lib
+from tfm.train.checkpoint import best as best_lib
 from tfm.train import init_from as init_from_lib
 from tfm.train.cadence import Cadence
 from tfm.train.metrics_writer import MetricsWriter

@@ -16,7 +16,7 @@ from tfm import cli
 from tfm.config import load_config
 from tfm.figures import curves
 from tfm.train import checkpoint as ckpt_lib
-from tfm.train import events
+from tfm.train.trackers import events
 
 
 @pytest.fixture(scope="module")

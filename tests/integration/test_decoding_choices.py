@@ -18,9 +18,9 @@ from tfm.data import pipeline
 from tfm.decode.beam import length_penalty
 from tfm.decode.translate import uncached_step
 from tfm.eval.restore import load_trained
-from tfm.train import best as best_lib
+from tfm.train.checkpoint import best as best_lib
 from tfm.train import checkpoint as ckpt_lib
-from tfm.train import events
+from tfm.train.trackers import events
 
 
 @pytest.fixture(scope="module")

@@ -13,9 +13,9 @@ from tests.integration.conftest import run_train
 from tfm import cli
 from tfm.experiment import Experiment
 from tfm.sweep import stacking
-from tfm.train import best as best_lib
+from tfm.train.checkpoint import best as best_lib
 from tfm.train import checkpoint as ckpt_lib
-from tfm.train import events
+from tfm.train.trackers import events
 
 STEPS = 20
 

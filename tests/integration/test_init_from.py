@@ -15,7 +15,7 @@ import pytest
 from tests.integration.conftest import run_train, tiny_flags
 from tfm import cli
 from tfm.experiment import Experiment
-from tfm.train import best as best_lib
+from tfm.train.checkpoint import best as best_lib
 from tfm.train import checkpoint as ckpt_lib
 from tfm.train import init_from as init_from_lib
 

@@ -8,7 +8,7 @@ import pytest
 from tests.integration.conftest import run_train
 from tfm import cli
 from tfm.train import flops as flops_lib
-from tfm.train.events import read_scalars
+from tfm.train.trackers.events import read_scalars
 
 PEAK = 1e12  # a pretend accelerator's FLOP/s, so the CPU run reports an MFU
 

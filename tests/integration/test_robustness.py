@@ -17,7 +17,7 @@ from tests.integration.conftest import run_train, tiny_flags
 from tfm import cli
 from tfm import experiment as experiment_lib
 from tfm.train import checkpoint as ckpt_lib
-from tfm.train import checksums
+from tfm.train.checkpoint import checksums
 from tfm.train import optimizer as optimizer_lib
 
 pytestmark = pytest.mark.filterwarnings("ignore::pytest.PytestUnraisableExceptionWarning")

@@ -14,7 +14,7 @@ from tests.integration import trackers_testlib as lib
 from tests.integration.conftest import run_train, sweep_overrides, tiny_overrides
 from tfm import cli
 from tfm.config import flatten, load_config
-from tfm.train.events import read_scalars
+from tfm.train.trackers.events import read_scalars
 
 pytestmark = pytest.mark.long  # a server, tfm processes: CI runs them after the README's command
 

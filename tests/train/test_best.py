@@ -1,4 +1,4 @@
-"""The best checkpoint by a dev metric and early stopping (tfm/train/best.py) in the real training
+"""The best checkpoint by a dev metric and early stopping (tfm/train/checkpoint/best.py) in the real training
 loop (tfm/train/runner.py run_steps), with scripted dev figures and recording stand-ins for the step, the
 data and the checkpointers."""
 
@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 
 from tfm.train import runner
-from tfm.train import best as best_lib
+from tfm.train.checkpoint import best as best_lib
 from tfm.train.progress import Progress
 
 

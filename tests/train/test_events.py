@@ -5,7 +5,7 @@ import time
 
 import pytest
 
-from tfm.train.events import EventWriter, read_scalars
+from tfm.train.trackers.events import EventWriter, read_scalars
 
 
 def test_written_scalars_read_back_by_tensorflow_and_by_us(tmp_path):

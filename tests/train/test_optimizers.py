@@ -152,7 +152,7 @@ def test_a_resume_with_another_optimizer_names_the_key(tiny_setup, tmp_path):
   from tests.train import helpers  # pylint: disable=import-outside-toplevel
   from tfm.experiment import Experiment  # pylint: disable=import-outside-toplevel
   from tfm.train import checkpoint as ckpt_lib  # pylint: disable=import-outside-toplevel
-  from tfm.train import checkpoint_compat  # pylint: disable=import-outside-toplevel
+  from tfm.train.checkpoint import compat as checkpoint_compat  # pylint: disable=import-outside-toplevel
 
   def abstract(**train):
     config = helpers.experiment_config(

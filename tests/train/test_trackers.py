@@ -10,7 +10,8 @@ import pytest
 
 from tfm.config import Config, load_config
 from tfm.sweep import execute, publish
-from tfm.train import tracker_common, trackers
+from tfm.train import trackers
+from tfm.train.trackers import common as tracker_common
 from tfm.train.config import LOOP_FIELDS, TrainConfig, step_fields, train_from_mapping
 from tfm.train.metrics_writer import MetricsWriter
 
@@ -136,7 +137,7 @@ def test_an_mlflow_outage_is_said_in_one_line_without_urllib3s_retry_warnings(mo
   """A server that went away mid-run: each log's request retries (MLflow's retries), and the
   console gets tfm's one line, not urllib3's warning at every retry."""
   pytest.importorskip("mlflow.tracking")
-  from tfm.train import tracker_mlflow  # pylint: disable=import-outside-toplevel
+  from tfm.train.trackers import mlflow as tracker_mlflow  # pylint: disable=import-outside-toplevel
   import socket  # pylint: disable=import-outside-toplevel
   with socket.socket() as s:
     s.bind(("127.0.0.1", 0))

@@ -31,7 +31,7 @@ data.max_length, asked to extrapolate where its positions allow: learned positio
 model.max_length), and names the file ..._ctx256-512.json.
 --out writes the JSON elsewhere (one set, one point); a workdir it cannot write (read-only) gets
 the results printed and one line saying where they could not be saved. The files written are kept
-with the run's MLflow / W&B run under eval/ (its train.trackers: tfm/train/trackers.py).
+with the run's MLflow / W&B run under eval/ (its train.trackers: tfm/train/trackers/__init__.py).
 """
 
 from __future__ import annotations

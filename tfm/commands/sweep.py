@@ -232,7 +232,7 @@ def run(fv: flags.FlagValues, config: config_lib.Config | None):
 def _recorder(results: SweepResults, root: str, runs: list[Run], configs: dict):
   """What records a run's end (its HParams records for TensorBoard, its final figures in its
   MLflow / W&B run). The trackers of train.trackers are checked now, and each run that has MLflow
-  or W&B is told the sweep's name (ROOT's) and its row, group and seed (tfm/train/trackers.py)."""
+  or W&B is told the sweep's name (ROOT's) and its row, group and seed (tfm/train/trackers/__init__.py)."""
   from tfm.train import trackers  # pylint: disable=import-outside-toplevel
   checked = set()
   for r in runs:

@@ -14,7 +14,7 @@ from tfm.commands import eval_files
 from tfm.sweep import execute, hparams, publish
 from tfm.sweep.result import RunResult
 from tfm.sweep.runs import Run
-from tfm.train import events
+from tfm.train.trackers import events
 
 
 class SweepResults:

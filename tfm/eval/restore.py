@@ -12,7 +12,7 @@ from tfm import storage
 from tfm.data import tokenizer as tokenizer_lib
 from tfm.eval.averaging import average_params
 from tfm.experiment import Experiment
-from tfm.train import best as best_lib
+from tfm.train.checkpoint import best as best_lib
 from tfm.train import checkpoint as ckpt_lib
 from tfm.train import distributed
 from tfm.train import mesh as mesh_lib
@@ -76,7 +76,7 @@ def load_trained(workdir: str, average: int | None = None, checkpoint: str = "la
   """Loads workdir/config.json, the vocabulary and the mean of the last `average` checkpoints
   (default train.average_checkpoints; 1 = the latest only), sharded on this machine's mesh
   (`mesh_here`); checkpoint='best': the run's best checkpoint alone (train.best_metric,
-  tfm/train/best.py); checkpoint='ema': the EMA of the parameters (train.ema_decay,
+  tfm/train/checkpoint/best.py); checkpoint='ema': the EMA of the parameters (train.ema_decay,
   tfm/train/ema.py) of the last checkpoint. Under launch.sh's multi-host modes the processes first
   join one JAX cluster, as `tfm train`'s do, so they evaluate together (the lead host writes the
   results)."""

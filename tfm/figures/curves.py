@@ -1,4 +1,4 @@
-"""Training curves of one or more workdirs, from their TensorBoard scalars (tfm/train/events.py).
+"""Training curves of one or more workdirs, from their TensorBoard scalars (tfm/train/trackers/events.py).
 
 Panels, each workdir a line with its name: train and dev loss against steps, dev perplexity, dev
 BLEU (sacreBLEU), the learning rate, and train loss against target tokens seen. The train loss is
@@ -17,7 +17,7 @@ import numpy as np
 from etils import epath
 
 from tfm import storage
-from tfm.train.events import Scalars, read_scalars
+from tfm.train.trackers.events import Scalars, read_scalars
 
 
 def workdir_scalars(workdir: str | epath.Path) -> Scalars:

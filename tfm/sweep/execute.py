@@ -42,7 +42,7 @@ from tfm.train.progress import duration
 
 RESULT = "sweep_result.json"
 
-# Where a run's figures also go (tfm/train/trackers.py): they change no figure of the run.
+# Where a run's figures also go (tfm/train/trackers/__init__.py): they change no figure of the run.
 TRACKER_KEYS = ("train.trackers", "train.mlflow_tracking_uri", "train.tracker_experiment",
                 "train.wandb_mode", "train.wandb_entity")
 # Paths that name this machine's directories: two machines running the same run differ in them;

@@ -17,7 +17,7 @@ import os
 from typing import Any, Mapping
 
 from tfm.sweep.result import RunResult
-from tfm.train.events import EventWriter
+from tfm.train.trackers.events import EventWriter
 
 SUFFIX = ".sweep-hparams"
 # RunResult's fields, as sweep/<name> (those a run has: no BLEU for lm / mlm, word_ppl for lm)

@@ -7,13 +7,13 @@ from __future__ import annotations
 from typing import Any, Callable, Sequence
 
 from tfm.sweep.runs import Run
-from tfm.train import best as best_lib
+from tfm.train.checkpoint import best as best_lib
 from tfm.train import checkpoint as ckpt_lib
 
 
 def reached(workdir: str, steps: int) -> int:
   """How far a run's training got: its latest checkpoint's step, or `steps` for a run that stopped
-  early (train.patience, tfm/train/best.py: a finished run)."""
+  early (train.patience, tfm/train/checkpoint/best.py: a finished run)."""
   latest = max(ckpt_lib.available_steps(workdir), default=0)
   ended = best_lib.stopped(workdir)
   return steps if ended is not None and latest >= ended["step"] else latest

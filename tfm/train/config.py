@@ -19,10 +19,10 @@ from tfm.sections import fail, is_int, is_number
 from tfm.train import platform_choices
 
 SCHEDULES = ("rsqrt_warmup", "linear_cosine", "constant", "rsqrt")
-BEST_METRICS = ("none", "dev_ppl", "dev_bleu")  # tfm/train/best.py
+BEST_METRICS = ("none", "dev_ppl", "dev_bleu")  # tfm/train/checkpoint/best.py
 INIT_CHECKPOINTS = ("last", "best")
 NONFINITE = ("skip", "stop")
-TRACKERS = ("tensorboard", "mlflow", "wandb")  # tfm/train/trackers.py
+TRACKERS = ("tensorboard", "mlflow", "wandb")  # tfm/train/trackers/__init__.py
 WANDB_MODES = ("offline", "online")
 OPTIMIZERS = ("adam", "adamw", "adafactor")  # tfm/train/optimizer.py
 ADAMW_WEIGHT_DECAY = 0.01  # train.weight_decay's default under train.optimizer='adamw'
@@ -117,7 +117,7 @@ class TrainConfig:
   guard: str = "auto"  # the non-finite guard: branch (lax.cond) or select (jnp.where)
   dropout_prng: str = "auto"  # dropout masks by threefry or rbg (XLA's RngBitGenerator)
   # The best checkpoint by a dev metric, kept in WORKDIR/best apart from the last keep_checkpoints
-  # (tfm/train/best.py): 'none', 'dev_ppl' (every eval_every) or 'dev_bleu' (every
+  # (tfm/train/checkpoint/best.py): 'none', 'dev_ppl' (every eval_every) or 'dev_bleu' (every
   # eval.bleu_every), of the first evaluation set (data.eval_sets; 'dev' by default);
   # `tfm eval --checkpoint=best` evaluates it.
   best_metric: str = "none"
@@ -130,7 +130,7 @@ class TrainConfig:
   # True: init_from's whole state, its optimizer moments and its step (the schedule goes on where
   # it left off, and the dropout key), not only its parameters.
   init_optimizer: bool = False
-  # Experiment trackers the lead host writes the run to (tfm/train/trackers.py): 'tensorboard'
+  # Experiment trackers the lead host writes the run to (tfm/train/trackers/__init__.py): 'tensorboard'
   # (WORKDIR/tensorboard's event files, which curves.png, tfm plot and a sweep's dev curves read),
   # 'mlflow' (a run on an MLflow tracking server), 'wandb' (a Weights & Biases run). On the
   # command line: --config.train.trackers=tensorboard,mlflow.

@@ -2,7 +2,7 @@
 
 The new run's state is a fresh one (train.seed's init, step 0, a fresh optimizer and learning-rate
 schedule) with the parameters replaced by those of the source's last checkpoint, or of its best
-(train.init_checkpoint='best', tfm/train/best.py); train.init_optimizer=True takes the source's
+(train.init_checkpoint='best', tfm/train/checkpoint/best.py); train.init_optimizer=True takes the source's
 whole state instead: its Adam moments, its step (the schedule and the dropout key go on from it)
 and its parameters. The model must be the same shape: the first parameter (or optimizer array)
 whose shape differs, or that one side lacks, is named with both shapes in one line. A run that
@@ -22,9 +22,9 @@ from etils import epath
 
 from tfm import config as config_lib
 from tfm import storage
-from tfm.train import best as best_lib
+from tfm.train.checkpoint import best as best_lib
 from tfm.train import checkpoint as ckpt_lib
-from tfm.train import checkpoint_compat
+from tfm.train.checkpoint import compat as checkpoint_compat
 from tfm.train import vocabulary
 from tfm.train.ema import init_ema
 

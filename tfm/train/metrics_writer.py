@@ -1,6 +1,6 @@
 """Training metrics to the console and to the run's trackers (train.trackers), from the lead host.
 
-The trackers (tfm/train/trackers.py: TensorBoard's event files in WORKDIR/tensorboard by default,
+The trackers (tfm/train/trackers/__init__.py: TensorBoard's event files in WORKDIR/tensorboard by default,
 MLflow, W&B) get every numeric figure as `prefix/name` at its step; strings (an ETA, a BLEU
 signature) go to the console only.
 """

@@ -11,7 +11,7 @@ Each step, in this order (tfm/train/cadence.py says what a step is due for):
   evaluation set's dev loss, then dev BLEU, of the parameters and, with train.ema_decay, of their
   EMA (under `<set>_ema/`: dev_ema/perplexity beside dev/perplexity); the best checkpoint (of the
   raw parameters) and early stopping
-  (tfm/train/best.py); curves.png.
+  (tfm/train/checkpoint/best.py); curves.png.
 A run resumed at a step due for evaluation first evaluates that step: its checkpoint was written
 before the step's evaluations, which a SIGTERM skipped (or a kill cut short), so the resumed run
 sees every evaluation an uninterrupted run sees, and keeps the same best checkpoints and early stop.
@@ -30,7 +30,7 @@ import jax
 
 from tfm import storage
 from tfm.figures import curves
-from tfm.train import best as best_lib
+from tfm.train.checkpoint import best as best_lib
 from tfm.train import flops as flops_lib
 from tfm.train import stack
 from tfm.train.cadence import Cadence, Due
@@ -49,7 +49,7 @@ DATA_STATS = ("inputs_efficiency", "targets_efficiency", "examples_read", "examp
 class Run:
   """One run of the loop (a stack's member, or the run alone): its workdir, its metrics writer
   and its checkpointer (save(step, state, data_state), wait()); with train.best_metric, its
-  BestTracker and the checkpointer of its best checkpoint (tfm/train/best.py)."""
+  BestTracker and the checkpointer of its best checkpoint (tfm/train/checkpoint/best.py)."""
   workdir: str
   writer: MetricsWriter
   checkpointer: Any
@@ -228,7 +228,7 @@ def _keep_best(r: StepRunner, state, step: int, figures: list[dict], last: bool)
 def _draw_curves(writer: MetricsWriter, workdir: str) -> None:
   """WORKDIR/curves.png (tfm plot's figure) from every run's events so far, kept with the run's
   other trackers' runs too; lead host, where the events are written (not without the tensorboard
-  tracker or tensorboardX: tfm/train/tracker_tensorboard.py)."""
+  tracker or tensorboardX: tfm/train/trackers/tensorboard.py)."""
   if jax.process_index() == 0 and writer.tensorboard is not None:
     writer.sync()
     path = storage.path(workdir) / "curves.png"

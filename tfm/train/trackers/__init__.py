@@ -1,5 +1,9 @@
 """Experiment trackers: where a run's figures go besides the console (train.trackers).
 
+The package owns every tracker: this interface, common.py (their state files and client imports),
+tensorboard.py (with events.py, the event files it writes and `tfm plot` reads), mlflow.py,
+wandb.py (with wandb_files.py, what W&B's offline files hold).
+
 One interface, which training (tfm/train/metrics_writer.py), `tfm eval` and `tfm sweep` write
 through, on the lead host only:
 
@@ -10,7 +14,7 @@ through, on the lead host only:
   sync(); close(ok)
 
 Implementations: 'tensorboard' (WORKDIR/tensorboard's event files, as tfm always wrote them: the
-metrics only), 'mlflow' (tfm/train/tracker_mlflow.py) and 'wandb' (tfm/train/tracker_wandb.py).
+metrics only), 'mlflow' (tfm/train/trackers/mlflow.py) and 'wandb' (tfm/train/trackers/wandb.py).
 Each tfm run is one tracker run, its id kept in WORKDIR/trackers/<tracker>.json, so a resumed
 run, its `tfm eval` and its sweep's final figures continue the same run. A resumed run logs each
 tag only at steps beyond the last one that tag reached (a run killed after its last checkpoint
@@ -38,7 +42,7 @@ from typing import Any, Mapping, Protocol
 from etils import epath
 
 from tfm import storage
-from tfm.train.tracker_common import read_state, write_state
+from tfm.train.trackers.common import read_state, write_state
 
 SWEEP_FILE = "sweep.json"
 DEFAULT_EXPERIMENT = "tfm"
@@ -90,10 +94,10 @@ def check(train, workdir: str) -> None:
   is prepared, compiled or written."""
   for name in train.trackers:
     if name == "mlflow":
-      from tfm.train import tracker_mlflow  # pylint: disable=import-outside-toplevel
+      from tfm.train.trackers import mlflow as tracker_mlflow  # pylint: disable=import-outside-toplevel
       tracker_mlflow.check(train)
     elif name == "wandb":
-      from tfm.train import tracker_wandb  # pylint: disable=import-outside-toplevel
+      from tfm.train.trackers import wandb as tracker_wandb  # pylint: disable=import-outside-toplevel
       tracker_wandb.check(train)
 
 
@@ -156,15 +160,15 @@ def open_run(train, workdir: str, params: Mapping[str, Any] | None = None, strea
       if only is not None and name not in only:
         continue
       if name == "tensorboard":
-        from tfm.train import tracker_tensorboard  # pylint: disable=import-outside-toplevel
+        from tfm.train.trackers import tensorboard as tracker_tensorboard  # pylint: disable=import-outside-toplevel
         opened.append(tracker_tensorboard.TensorBoard(workdir, stream))
         continue
       experiment, run_name, tags = run_identity(train, workdir, name)
       if name == "mlflow":
-        from tfm.train.tracker_mlflow import MLflow  # pylint: disable=import-outside-toplevel
+        from tfm.train.trackers.mlflow import MLflow  # pylint: disable=import-outside-toplevel
         opened.append(MLflow(train, workdir, experiment, run_name, tags, stream))
       else:
-        from tfm.train.tracker_wandb import WandB  # pylint: disable=import-outside-toplevel
+        from tfm.train.trackers.wandb import WandB  # pylint: disable=import-outside-toplevel
         opened.append(WandB(train, workdir, experiment, run_name, tags, stream))
       if params is not None:
         opened[-1].params(params)

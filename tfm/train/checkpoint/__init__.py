@@ -1,5 +1,10 @@
 """Orbax checkpoints: the train state, every host's data-iterator state and their checksums.
 
+The package owns everything a run keeps on disk to resume or to be evaluated from: this module
+(save, restore, verify, the config file), compat.py (a checkpoint against a state that differs by
+more than shapes: an older tfm, another optimizer or EMA setting), checksums.py (the arrays'
+checksums), best.py (the best checkpoint by a dev metric and early stopping).
+
 Layout of a workdir:
   workdir/config.json                   the resolved experiment config (write_config)
   workdir/checkpoints/<step>/state      TrainState (sharded arrays, written asynchronously)
@@ -14,7 +19,7 @@ checkpoints of an uninterrupted one.
 
 Restoring takes an abstract state whose leaves are jax.ShapeDtypeStruct with shardings (from
 tfm.experiment.Experiment.abstract_state), so each host reads only its shards and a sharded state
-comes back sharded. Every restore is verified: the arrays' checksums (tfm/train/checksums.py), the
+comes back sharded. Every restore is verified: the arrays' checksums (tfm/train/checkpoint/checksums.py), the
 data JSON's SHA-256, and what the caller checks (`accept`, e.g. that the data iterator takes its
 state). If the latest checkpoint fails any of these (a torn write, flipped bytes, a bad data state)
 the previous one is tried, with one warning each, and the bad step directory is renamed
@@ -36,8 +41,9 @@ from etils import epath
 from jax.experimental import multihost_utils
 
 from tfm import storage
-from tfm.train import checksums, distributed
-from tfm.train.checkpoint_compat import (ema_difference, optimizer_difference,
+from tfm.train import distributed
+from tfm.train.checkpoint import checksums
+from tfm.train.checkpoint.compat import (ema_difference, optimizer_difference,
                                          restore_target)
 
 log = logging.getLogger(__name__)

@@ -1,4 +1,4 @@
-"""What a W&B run's offline files on disk hold: each figure's last step (tracker_wandb's floor).
+"""What a W&B run's offline files on disk hold: each figure's last step (the wandb tracker's floor).
 
 W&B writes a run's records through its own service process, which flushes them to the run's
 transaction log (offline-run-*/run-<id>.wandb) every few seconds and keeps the last step's row

@@ -3,7 +3,7 @@
 A checkpoint an older tfm wrote before the state had an `ema` field restores as it is
 (restore_target); the config keys in which a checkpoint's optimizer or EMA differ from this run's
 (train.optimizer, train.adafactor_momentum, train.ema_decay) are named in one line by
-check_shapes (tfm/train/checkpoint.py) and train.init_from."""
+check_shapes (tfm/train/checkpoint/__init__.py) and train.init_from."""
 
 from __future__ import annotations
 

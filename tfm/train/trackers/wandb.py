@@ -13,7 +13,7 @@
 The run's id is kept in WORKDIR/trackers/wandb.json: a resumed run (its `tfm eval`, the sweep's
 final figures) continues the same W&B run (resume='allow', so an offline run's later parts sync
 into it) and logs a tag only beyond the last step the run's offline files on disk hold
-(tfm/train/wandb_files.py; W&B writes them every FLUSH_S seconds and a step's row once a later step
+(tfm/train/trackers/wandb_files.py; W&B writes them every FLUSH_S seconds and a step's row once a later step
 arrives, so a process killed with SIGKILL loses its last second and its last step's row, which the
 resume logs again where it repeats them). A remote workdir's files are written where the process
 ran: there, beyond the last step each tag was sent, kept in wandb.json. Each tfm
@@ -29,7 +29,7 @@ import shutil
 from typing import Any, Mapping
 
 from tfm import storage
-from tfm.train import tracker_common, wandb_files
+from tfm.train.trackers import common as tracker_common, wandb_files
 
 FLUSH_S = 1.0  # W&B's rows reach the run's .wandb file within this many seconds (_flush_setting)
 

@@ -28,7 +28,7 @@ import os
 import time
 from typing import Any, Mapping
 
-from tfm.train import tracker_common
+from tfm.train.trackers import common as tracker_common
 
 # MLflow's request settings (environment variables it reads at each request), unless set already.
 RETRIES, TIMEOUT_S = "2", "30"

@@ -1,4 +1,4 @@
-"""The 'tensorboard' tracker: scalars in WORKDIR/tensorboard's event files (tfm/train/events.py).
+"""The 'tensorboard' tracker: scalars in WORKDIR/tensorboard's event files (tfm/train/trackers/events.py).
 
 What tfm has always written: the metrics only (the config, tags and files are the workdir's own:
 config.json, curves.png, the eval files; a sweep's HParams records are tfm/sweep/hparams.py's).
@@ -15,7 +15,7 @@ from typing import Any, Mapping
 from etils import epath
 
 from tfm import storage
-from tfm.train.events import EventWriter
+from tfm.train.trackers.events import EventWriter
 
 
 class TensorBoard:
