@@ -32,25 +32,17 @@ override is easy to trace.
 from __future__ import annotations
 
 import dataclasses
-import re
 from typing import Mapping, Sequence
 
 from tfm import sections
 from tfm.data import mixture_config, text_files
+from tfm.data.names import EVAL_SET_NAME, FILES_KEYS, SPLITS
 from tfm.data.datasets import TEXT, resolve_dataset
 
 OVERLONG_POLICIES = ("filter", "truncate")
-SPLITS = ("train", "dev", "test")
-FILES_KEYS = {split: f"{split}_files" for split in SPLITS}  # data.train_files, ...
 DEFAULT_EVAL_SETS = (("dev", "dev"),)  # data.eval_sets=None: the dataset's dev split, as 'dev'
-# Eval set names are TensorBoard prefixes (`<name>/perplexity`) and file names (eval_<name>_...):
-# 'train' and 'data' are the train metrics' and the pipeline figures' prefixes.
-EVAL_SET_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]*")
+# 'train' and 'data' are the train metrics' and the pipeline figures' prefixes, no set's name.
 _RESERVED_NAMES = ("train", "data")
-# What a source of data.mixture may set (the rest of the section is shared by every source):
-# where its train split comes from, plus its name and weight.
-MIXTURE_KEYS = ("name", "weight", "dataset", "source_lang", "target_lang", "data_dir", "manual_dir",
-                "train_files", "dev_files", "test_files", "text_key")
 EVAL_SOURCE_KEYS = ("source", "split")  # an evaluation set {'source': NAME, 'split': 'dev'}
 
 

@@ -1,19 +1,15 @@
 """data.mixture and data.mixture_weights: each source's name, weight (normalized) and own data
 section, and their checks, which DataConfig runs when it is built (tfm/data/config.py). The
-training-time mixing of the sources' examples is tfm/data/mixture.py's."""
+training-time mixing of the sources' examples is tfm/data/mixture.py's. Each function takes that
+DataConfig as `cfg` (not type-hinted: the hint would import the module that imports this one)."""
 
 from __future__ import annotations
 
 import dataclasses
 import math
-from typing import TYPE_CHECKING
 
 from tfm import sections
-# The module, not its names: tfm/data/config.py imports this one before it defines them.
-from tfm.data import config as data_config
-
-if TYPE_CHECKING:
-  from tfm.data.config import DataConfig
+from tfm.data.names import EVAL_SET_NAME, FILES_KEYS, MIXTURE_KEYS
 
 
 def _fail(key: str, expected: str, got) -> None:
@@ -26,7 +22,7 @@ _SOURCE_EVAL_SETS = (("source", "train"),)
 _WEIGHTS_FORM = "'w1:w2:...' (e.g. '7:3') or a sequence of positive numbers, one a source, or None"
 
 
-def mixture_weights(cfg: DataConfig) -> tuple[float, ...]:
+def mixture_weights(cfg) -> tuple[float, ...]:
   """The sources' weights (data.mixture_weights where set, else each source's 'weight'),
   normalized to sum to 1."""
   given = cfg.mixture_weights
@@ -50,7 +46,7 @@ def _number(text: str):
     return None
 
 
-def mixture_names(cfg: DataConfig) -> tuple[str, ...]:
+def mixture_names(cfg) -> tuple[str, ...]:
   """Each source's name: its 'name', else its dataset's config ('web-sparv'), builder, or
   'text'."""
   names = []
@@ -61,7 +57,7 @@ def mixture_names(cfg: DataConfig) -> tuple[str, ...]:
   return tuple(names)
 
 
-def validate(cfg: DataConfig) -> None:
+def validate(cfg) -> None:
   """Checks data.mixture and data.mixture_weights (each source's keys, weight and name, and its own
   section as a DataConfig); raises ValueError naming `data.mixture[i].<key>`."""
   if cfg.mixture is None:
@@ -73,9 +69,9 @@ def validate(cfg: DataConfig) -> None:
     _fail("mixture", "a sequence of sources, each a mapping with a 'weight', or None",
           cfg.mixture)
   for i, source in enumerate(cfg.mixture):
-    unknown = sorted(set(source) - set(data_config.MIXTURE_KEYS))
+    unknown = sorted(set(source) - set(MIXTURE_KEYS))
     if unknown:
-      _fail(f"mixture[{i}]", f"a mapping of the keys {', '.join(data_config.MIXTURE_KEYS)}", dict(source))
+      _fail(f"mixture[{i}]", f"a mapping of the keys {', '.join(MIXTURE_KEYS)}", dict(source))
     if cfg.mixture_weights is None and not (sections.is_number(source.get("weight"))
                                             and source["weight"] > 0):
       _fail(f"mixture[{i}].weight", "a positive number (or data.mixture_weights)",
@@ -100,20 +96,20 @@ def validate(cfg: DataConfig) -> None:
                        else f"data.mixture[{i}]: {message}") from None
   names = mixture_names(cfg)
   for i, name in enumerate(names):
-    if not isinstance(name, str) or not data_config.EVAL_SET_NAME.fullmatch(name):
+    if not isinstance(name, str) or not EVAL_SET_NAME.fullmatch(name):
       _fail(f"mixture[{i}].name", "a name of letters, digits, '_', '-' or '.'", name)
     if names.count(name) > 1:
       _fail(f"mixture[{i}].name", f"a name no other source has (two are {name!r}: give each "
             "source a 'name')", name)
 
 
-def source_config(cfg: DataConfig, source) -> DataConfig:
+def source_config(cfg, source):
   """A mixture source's own DataConfig: the section with the source's keys replaced, no mixture,
   and evaluation sets it never reads. A source that names another dataset or any text files starts
   without the section's files: one that gives its train_files alone has no dev split, rather than
   the section's dev files read as its own ({'source': NAME} evaluation sets)."""
   changes = {k: v for k, v in source.items() if k not in ("name", "weight")}
-  if "dataset" in changes or any(key in changes for key in data_config.FILES_KEYS.values()):
-    changes = {**{key: None for key in data_config.FILES_KEYS.values()}, **changes}
+  if "dataset" in changes or any(key in changes for key in FILES_KEYS.values()):
+    changes = {**{key: None for key in FILES_KEYS.values()}, **changes}
   return dataclasses.replace(cfg, mixture=None, mixture_weights=None,
                              eval_sets=_SOURCE_EVAL_SETS, **changes)

@@ -35,7 +35,8 @@ from etils import epath
 from tfm import storage
 from tfm.data import exported
 from tfm.data import text_files
-from tfm.data.config import FILES_KEYS, MIXTURE_KEYS, DataConfig, eval_split
+from tfm.data.config import DataConfig, eval_split
+from tfm.data.names import FILES_KEYS, MIXTURE_KEYS
 from tfm.data.datasets import TEXT, check_features, check_text_key, resolve_dataset
 
 log = logging.getLogger(__name__)
