@@ -300,15 +300,6 @@ def flag_error_message(error: Exception) -> str:
   return lines[-1] if lines else str(error)
 
 
-def check_vocabulary(config: Config, vocab_size: int) -> None:
-  """Raises ValueError unless the vocabulary trained for config.data (vocab_size pieces) is the one
-  model.vocab_size embeds: a small corpus can give fewer pieces than data.vocab_size asks for."""
-  if vocab_size != config.model.vocab_size:
-    raise ValueError(f"the vocabulary of {config.data.dataset} has {vocab_size} pieces but "
-                     f"model.vocab_size is {config.model.vocab_size}; set model.vocab_size and "
-                     f"data.vocab_size to {vocab_size} (a small corpus can give fewer than asked)")
-
-
 def check_rows(names: str | Sequence[str], rows: Sequence[str], table: str) -> None:
   """Raises ValueError naming what in `names` is not a row of the table config `table`: one row
   (a config file's argument) or a list of them (a command's --rows)."""

@@ -23,7 +23,7 @@ from etils import epath
 
 from tfm import storage
 from tfm.config import Config
-from tfm.data import tokenizer as tokenizer_lib
+from tfm.data import vocabulary
 from tfm.eval.restore import mesh_here
 from tfm.experiment import Experiment
 from tfm.model.scan_convert import convert_layers
@@ -73,7 +73,7 @@ def convert_workdir(workdir: str, out: str, scan_layers: bool,
       del state
     writer.close()
     if config.data.vocab_dir is None:  # the vocabulary lives in the workdir: B needs its copy
-      vocab = storage.path(workdir) / tokenizer_lib.vocab_filename(config.data, config.task)
+      vocab = storage.path(workdir) / vocabulary.vocab_filename(config.data, config.task)
       if vocab.exists() and jax.process_index() == 0:  # local or gs://
         storage.write_atomically(storage.path(out) / vocab.name, vocab.read_bytes())
     w.commit(converted_config(config, scan_layers).to_dict())  # A's mesh, whatever ran here

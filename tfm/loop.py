@@ -41,15 +41,14 @@ from typing import Sequence
 import jax
 
 from tfm import logs
-from tfm.config import Config, check_vocabulary
-from tfm.data import (batch_process, bucketing, pipeline, prefetch, sources,
-                      tokenizer as tokenizer_lib)
+from tfm.config import Config
+from tfm.data import batch_process, bucketing, pipeline, prefetch, sources, vocabulary
 from tfm.eval.dev_bleu import DevBleu
 from tfm.eval.dev_loss import DevLoss
 from tfm.experiment import Experiment
 from tfm.model.params import parameter_count
 from tfm.train import checkpoint as ckpt_lib
-from tfm.train import backend, distributed, runner, stack, trackers, vocabulary
+from tfm.train import backend, distributed, runner, stack, trackers
 from tfm.train.checkpoint import best as best_lib
 from tfm.train import init_from as init_from_lib
 from tfm.train.cadence import Cadence
@@ -76,13 +75,13 @@ def prepare_data(config: Config, source: sources.DataSource, workdir: str):
   if lead:
     sources.prepare(source)
     # A resumed run's model learned the vocabulary already there: never train another one.
-    tokenizer_lib.get_tokenizer(config.data, workdir, source=source,
+    vocabulary.get_tokenizer(config.data, workdir, source=source,
                                 train=not ckpt_lib.available_steps(workdir), task=config.task)
   distributed.barrier("tfm-data-ready")
   if not lead:
     sources.prepare(source, create_data_dir=True)  # the lead checked that the path exists
-  tokenizer = tokenizer_lib.get_tokenizer(config.data, workdir, task=config.task)
-  check_vocabulary(config, tokenizer.vocab_size)
+  tokenizer = vocabulary.get_tokenizer(config.data, workdir, task=config.task)
+  vocabulary.check_size(config.data, tokenizer.vocab_size, config.model.vocab_size)
   distributed.barrier("tfm-data-everywhere")
   return tokenizer
 

@@ -88,7 +88,7 @@ def build_data(config, data_root: Path) -> dict:
   """Prepares the config's dataset, exports it to data_root, then makes the vocabulary and the
   token cache from the export. Returns the manifest's data settings."""
   # pylint: disable=import-outside-toplevel
-  from tfm.data import cache, exported, sources, tokenizer
+  from tfm.data import cache, exported, sources, vocabulary
   data = config.data
   source = sources.DataSource.of(data)
   sources.prepare(source, create_data_dir=data.data_dir is not None)
@@ -98,7 +98,7 @@ def build_data(config, data_root: Path) -> dict:
   exported.write(exported.export_dir(bundled), data.dataset, splits)
   from_export = sources.DataSource.of(bundled)
   # trained from the export's split: a language model's (data.text_key) from that text alone
-  tok = tokenizer.get_tokenizer(bundled, source=from_export, task=config.task)
+  tok = vocabulary.get_tokenizer(bundled, source=from_export, task=config.task)
   cache.open_cache(bundled, from_export, tok)
   if tok.vocab_size != data.vocab_size:
     raise ValueError(f"the vocabulary has {tok.vocab_size} pieces, data.vocab_size is "

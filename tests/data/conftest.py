@@ -18,7 +18,7 @@ VOCAB_SIZE = 300
 def bible_env(tmp_path_factory):
   """Prepares the fake corpus with the real builder; trains the vocab. Returns a dict of paths,
   the base config and the tokenizer."""
-  from tfm.data import sources, tokenizer  # pylint: disable=import-outside-toplevel
+  from tfm.data import sources, vocabulary  # pylint: disable=import-outside-toplevel
   root = tmp_path_factory.mktemp("bible")
   sword_dir = testlib.write_library(str(root / "sword"))
   cfg = DataConfig(dataset="bible_translate/web-sparv", source_lang="en", target_lang="es",
@@ -26,7 +26,7 @@ def bible_env(tmp_path_factory):
                    vocab_dir=str(root / "vocab"), max_length=MAX_LENGTH,
                    tokens_per_batch=MAX_LENGTH * ROWS, overlong="truncate")
   builder = sources.prepare(sources.DataSource.of(cfg), create_data_dir=True)
-  tok = tokenizer.get_tokenizer(cfg, None, source=sources.DataSource.of(cfg))
+  tok = vocabulary.get_tokenizer(cfg, None, source=sources.DataSource.of(cfg))
   return {"cfg": cfg, "tokenizer": tok, "builder": builder, "root": root, "sword_dir": sword_dir}
 
 
@@ -57,7 +57,7 @@ def lm_env(tmp_path_factory):
   base config (dataset='text', text_key='en'), the raw lines (bytes) of each split, the two
   tokenizers."""
   import numpy as np  # pylint: disable=import-outside-toplevel
-  from tfm.data import sources, tokenizer  # pylint: disable=import-outside-toplevel
+  from tfm.data import sources, vocabulary  # pylint: disable=import-outside-toplevel
   root = tmp_path_factory.mktemp("lm")
   rng = np.random.default_rng(7)
   lines = {"train": [_lm_line(rng).encode() for _ in range(300)],
@@ -71,5 +71,5 @@ def lm_env(tmp_path_factory):
                    vocab_dir=str(root / "vocab"), max_length=32, tokens_per_batch=32 * 4,
                    cache_dir=str(root / "cache"))
   source = sources.DataSource.of(cfg)
-  toks = {task: tokenizer.get_tokenizer(cfg, source=source, task=task) for task in ("lm", "mlm")}
+  toks = {task: vocabulary.get_tokenizer(cfg, source=source, task=task) for task in ("lm", "mlm")}
   return {"cfg": cfg, "lines": lines, "lm": toks["lm"], "mlm": toks["mlm"], "root": root}

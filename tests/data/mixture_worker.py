@@ -18,9 +18,9 @@ import numpy as np  # noqa: E402
 
 def main():
   cfg, out_path = multihost_worker.join(sys.argv)
-  from tfm.data import pipeline, sources, tokenizer  # pylint: disable=import-outside-toplevel
+  from tfm.data import pipeline, sources, vocabulary  # pylint: disable=import-outside-toplevel
   source = sources.DataSource.of(cfg)
-  tok = tokenizer.get_tokenizer(cfg, None, source=source)
+  tok = vocabulary.get_tokenizer(cfg, None, source=source)
   keywords = dict(process_index=jax.process_index(), process_count=jax.process_count())
   it = pipeline.train_iterator(cfg, source, tok, **keywords)
   straight = [next(it) for _ in range(12)]

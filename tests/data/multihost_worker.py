@@ -35,8 +35,8 @@ def join(argv):
 
 def main():
   cfg, out_path = join(sys.argv)
-  from tfm.data import pipeline, prefetch, sources, tokenizer  # pylint: disable=import-outside-toplevel
-  tok = tokenizer.get_tokenizer(cfg, None, source=sources.DataSource.of(cfg))
+  from tfm.data import pipeline, prefetch, sources, vocabulary  # pylint: disable=import-outside-toplevel
+  tok = vocabulary.get_tokenizer(cfg, None, source=sources.DataSource.of(cfg))
   index, count = jax.process_index(), jax.process_count()
   source = sources.DataSource.of(cfg)
   it = pipeline.train_iterator(cfg, source, tok, process_index=index, process_count=count,

@@ -9,7 +9,7 @@ import pytest
 import tensorflow_datasets as tfds
 
 import tfm_data_testlib as testlib
-from tfm.data import datasets, pipeline, sources, tokenizer
+from tfm.data import datasets, pipeline, sources, vocabulary
 from tfm.data.config import DataConfig
 
 NAME = "ted_hrlr_translate/pt_to_en"
@@ -41,7 +41,7 @@ def test_an_unlisted_builder_trains_and_evaluates(mocked, tmp_path):
   sources.prepare(source, create_data_dir=True)  # checks the features; building is mocked
   raw = tfds.data_source(NAME, split="train")
   examples = [raw[i] for i in range(len(raw))]
-  tok = tokenizer.get_tokenizer(cfg, None, source=source)
+  tok = vocabulary.get_tokenizer(cfg, None, source=source)
   it = pipeline.train_iterator(cfg, source, tok, num_epochs=1)
   got = collections.Counter(
       (tok.decode(s), tok.decode(t)) for b in it

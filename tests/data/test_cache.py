@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 
 import tfm_data_testlib as testlib
-from tfm.data import cache, examples, pipeline, sources, tokenizer
+from tfm.data import cache, examples, pipeline, sources, vocabulary
 
 
 def _take(cfg, tok, n, **kwargs):
@@ -70,7 +70,7 @@ def test_cache_key_changes_with_what_the_ids_depend_on(cfg, tok, tmp_path):
   cfg = cfg.replace(cache=True, cache_dir=str(tmp_path))
   source = sources.DataSource.of(cfg).open("train")
   key = lambda c, t=tok, count=1: cache.cache_dir(c, t, source, 0, count)
-  other_vocab = tokenizer.get_tokenizer(cfg.replace(vocab_size=200, vocab_dir=str(tmp_path)),
+  other_vocab = vocabulary.get_tokenizer(cfg.replace(vocab_size=200, vocab_dir=str(tmp_path)),
                                         source=sources.DataSource.of(cfg))
   changed = [key(cfg.replace(max_length=32)), key(cfg.replace(overlong="filter")),
              key(cfg, other_vocab), key(cfg, count=2)]

@@ -9,7 +9,7 @@ import shutil
 import numpy as np
 import pytest
 
-from tfm.data import pipeline, sources, tokenizer
+from tfm.data import pipeline, sources, vocabulary
 from tfm.data.config import DataConfig
 
 EN = "abcdefgh"  # the English side's letters
@@ -53,7 +53,7 @@ def test_vocabulary_is_trained_on_the_text_key_side_alone(export, task):
   """Every piece's letters are the English side's; the file is named by 'en', not the pair, and
   '_mask' for mlm; <mask> is id 3 for mlm (encode never yields it) and absent for lm."""
   cfg = _cfg(export)
-  tok = tokenizer.get_tokenizer(cfg, source=sources.DataSource.of(cfg), task=task)
+  tok = vocabulary.get_tokenizer(cfg, source=sources.DataSource.of(cfg), task=task)
   name = os.path.basename(tok.path)
   assert name == f"spm_bible-translate-web-sparv_en_60{'_mask' if task == 'mlm' else ''}.model"
   pieces = tok.pieces(range(tok.vocab_size))
@@ -73,10 +73,10 @@ def test_vocabulary_is_trained_on_the_text_key_side_alone(export, task):
 def test_a_vocabulary_of_the_other_task_is_never_read(export):
   """A model without <mask> at the mlm name (copied there by hand) is refused in one line."""
   cfg = _cfg(export)
-  lm = tokenizer.get_tokenizer(cfg, source=sources.DataSource.of(cfg), task="lm")
-  shutil.copy(lm.path, os.path.join(cfg.vocab_dir, tokenizer.vocab_filename(cfg, task="mlm")))
+  lm = vocabulary.get_tokenizer(cfg, source=sources.DataSource.of(cfg), task="lm")
+  shutil.copy(lm.path, os.path.join(cfg.vocab_dir, vocabulary.vocab_filename(cfg, task="mlm")))
   with pytest.raises(ValueError, match=r"without <mask>, for task 'mlm'"):
-    tokenizer.get_tokenizer(cfg, task="mlm")
+    vocabulary.get_tokenizer(cfg, task="mlm")
 
 
 @pytest.mark.parametrize("changes,message", [

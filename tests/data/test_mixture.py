@@ -15,7 +15,7 @@ import test_multihost
 
 from tfm import config as config_lib
 from tfm import sections
-from tfm.data import mixture, pipeline, sources, tokenizer
+from tfm.data import mixture, pipeline, sources, vocabulary
 from tfm.data.config import DataConfig
 from tfm.sweep import runs as runs_lib
 from tfm.train import workdir as workdir_lib
@@ -57,7 +57,7 @@ def _cfg(d, weights=(0.7, 0.3), **changes):
 
 
 def _tokenizer(cfg):
-  return tokenizer.get_tokenizer(cfg, source=sources.DataSource.of(cfg))
+  return vocabulary.get_tokenizer(cfg, source=sources.DataSource.of(cfg))
 
 
 def _segments(batches, tok):
@@ -159,14 +159,14 @@ def test_the_vocabulary_is_trained_on_the_weights_proportions(corpora):
   changes with the weights."""
   d, pairs = corpora
   cfg = _cfg(d, weights=(1, 3))
-  got = tokenizer.training_sentences(sources.DataSource.of(cfg), 1000)
+  got = vocabulary.training_sentences(sources.DataSource.of(cfg), 1000)
   a_sides = {s for p in pairs["a"] for s in p}
   from_a = sum(s in a_sides for s in got)
   assert (from_a, len(got) - from_a) == (2 * 20, 2 * 60)
-  got = tokenizer.training_sentences(sources.DataSource.of(cfg), 60)  # N = 30: 8 + 22 pairs
+  got = vocabulary.training_sentences(sources.DataSource.of(cfg), 60)  # N = 30: 8 + 22 pairs
   from_a = sum(s in a_sides for s in got)
   assert (from_a, len(got) - from_a) == (2 * round(0.25 * 30), 2 * round(0.75 * 30))
-  names = {tokenizer.vocab_filename(_cfg(d, weights=w)) for w in ((1, 3), (2, 6), (3, 1))}
+  names = {vocabulary.vocab_filename(_cfg(d, weights=w)) for w in ((1, 3), (2, 6), (3, 1))}
   assert len(names) == 2 and all(n.startswith("spm_mix-") for n in names)
 
 
@@ -280,14 +280,14 @@ def test_a_trained_mixtures_vocabulary_is_found_without_its_files(corpora, tmp_p
   corpus = _copy_of(d, tmp_path / "corpus")
   cfg = _cfg(corpus, vocab_dir=None)
   workdir = tmp_path / "run"
-  trained = tokenizer.get_tokenizer(cfg, str(workdir), source=sources.DataSource.of(cfg))
+  trained = vocabulary.get_tokenizer(cfg, str(workdir), source=sources.DataSource.of(cfg))
   for path in corpus.iterdir():
     path.unlink()
-  found = tokenizer.get_tokenizer(cfg, str(workdir), train=False)
+  found = vocabulary.get_tokenizer(cfg, str(workdir), train=False)
   assert found.model_sha256 == trained.model_sha256
   assert found.encode(pairs["b"][0][0]) == trained.encode(pairs["b"][0][0])
   with pytest.raises(ValueError, match=r"data.mixture\[0\] \(a\): .*data.train_files"):
-    tokenizer.get_tokenizer(cfg, str(tmp_path / "elsewhere"), train=False)
+    vocabulary.get_tokenizer(cfg, str(tmp_path / "elsewhere"), train=False)
 
 
 @pytest.mark.long  # starts worker processes and a batch process
@@ -372,12 +372,12 @@ def test_a_run_starts_from_a_copied_mixtures_workdir(corpora, tmp_path):
   mixed = config_lib.load_config("configs/quickstart.py", overrides + [
       mix, f"data.train_files={corpus}/a.{{lang}}"])
   run = tmp_path / "run"
-  trained = tokenizer.get_tokenizer(mixed.data, str(run), source=sources.DataSource.of(mixed.data))
+  trained = vocabulary.get_tokenizer(mixed.data, str(run), source=sources.DataSource.of(mixed.data))
   ckpt_lib.write_config(run, mixed.to_dict())
   for path in corpus.iterdir():
     path.unlink()
   one = config_lib.load_config("configs/quickstart.py", overrides + [
       f"data.train_files={d}/b.{{lang}}", f"train.init_from={run}"])
   assert init_from.share_vocabulary(one, str(tmp_path / "tuned")) == trained.model_sha256
-  mine = tokenizer.get_tokenizer(one.data, str(tmp_path / "tuned"), train=False)
+  mine = vocabulary.get_tokenizer(one.data, str(tmp_path / "tuned"), train=False)
   assert mine.model_sha256 == trained.model_sha256

@@ -14,6 +14,7 @@ import pytest
 import tfm_data_testlib as testlib
 from tfm import config as config_lib
 from tfm.data import cache, pipeline, sources, text_files, tokenizer
+from tfm.data import vocabulary
 from tfm.data.config import DataConfig
 from tfm.train import workdir as workdir_lib
 
@@ -66,7 +67,7 @@ def test_batches_hold_exactly_the_lines_of_the_files(tmp_path, corpus):
   cfg = _cfg(tmp_path, d)
   source = sources.DataSource.of(cfg)
   assert sources.prepare(source) is None  # nothing to build
-  tok = tokenizer.get_tokenizer(cfg, None, source=source)
+  tok = vocabulary.get_tokenizer(cfg, None, source=source)
   it = pipeline.train_iterator(cfg, source, tok, num_epochs=1)
   batches = list(it)
   assert all(b["inputs"].shape == (4, 64) for b in batches)
@@ -100,7 +101,7 @@ def test_tsv_crlf_empty_and_non_utf8_lines(tmp_path, corpus):
   assert len(split) == 201 and split[0] == tuple(s.encode() for s in pairs["train"][0])
   assert split[200] == (b"caf\xe9", b"CAFE")
   assert split[-1] == split[200]
-  tok = tokenizer.get_tokenizer(cfg, None, source=sources.DataSource.of(cfg))
+  tok = vocabulary.get_tokenizer(cfg, None, source=sources.DataSource.of(cfg))
   it = pipeline.train_iterator(cfg, sources.DataSource.of(cfg), tok, num_epochs=1)
   got = _segments(list(it), tok)
   assert got == collections.Counter(p for i, p in enumerate(pairs["train"]) if i != 3)
@@ -122,7 +123,7 @@ def test_split_pickles_and_host_shards_partition_it(tmp_path, corpus):
 def test_cache_gives_the_same_batches_and_an_edited_file_a_new_cache(tmp_path, corpus):
   d, _ = corpus
   cfg = _cfg(tmp_path, d)
-  tok = tokenizer.get_tokenizer(cfg, None, source=sources.DataSource.of(cfg))
+  tok = vocabulary.get_tokenizer(cfg, None, source=sources.DataSource.of(cfg))
   want = list(pipeline.train_iterator(cfg, sources.DataSource.of(cfg), tok, num_epochs=2))
   cached = cfg.replace(cache=True)
   got = list(pipeline.train_iterator(cached, sources.DataSource.of(cached), tok, num_epochs=2))
@@ -145,22 +146,22 @@ def test_cache_gives_the_same_batches_and_an_edited_file_a_new_cache(tmp_path, c
 def test_vocabulary_file_is_named_by_the_train_files_contents(tmp_path, corpus):
   d, _ = corpus
   a, b = _cfg(tmp_path, d), _cfg(tmp_path, d, train_files=str(d / "dev.{lang}"))
-  assert tokenizer.vocab_filename(a) != tokenizer.vocab_filename(b)
-  assert tokenizer.vocab_filename(a).startswith("spm_text-")
-  assert tokenizer.vocab_filename(a) == tokenizer.vocab_filename(a.replace(source_lang="xx",
+  assert vocabulary.vocab_filename(a) != vocabulary.vocab_filename(b)
+  assert vocabulary.vocab_filename(a).startswith("spm_text-")
+  assert vocabulary.vocab_filename(a) == vocabulary.vocab_filename(a.replace(source_lang="xx",
                                                                             target_lang="en"))
   # The key, computed here from the files' bytes: the SHA-256 of their sorted SHA-256s.
   digests = sorted(hashlib.sha256((d / f"train.{s}").read_bytes()).hexdigest()
                    for s in ("en", "xx"))
   key = hashlib.sha256("\n".join(digests).encode()).hexdigest()[:12]
-  assert tokenizer.vocab_filename(a) == f"spm_text-{key}_en-xx_120.model"
+  assert vocabulary.vocab_filename(a) == f"spm_text-{key}_en-xx_120.model"
   # The same files elsewhere, or named per language: the same vocabulary.
   copy = tmp_path / "copy"
   copy.mkdir()
   for s in ("en", "xx"):
     (copy / f"{s}.txt").write_bytes((d / f"train.{s}").read_bytes())
   per_language = a.replace(train_files={"en": str(copy / "en.txt"), "xx": str(copy / "xx.txt")})
-  assert tokenizer.vocab_filename(per_language) == tokenizer.vocab_filename(a)
+  assert vocabulary.vocab_filename(per_language) == vocabulary.vocab_filename(a)
 
 
 def test_another_corpus_at_the_same_path_gets_its_own_vocabulary(tmp_path, corpus, monkeypatch):
@@ -169,7 +170,7 @@ def test_another_corpus_at_the_same_path_gets_its_own_vocabulary(tmp_path, corpu
   name however often it is asked for."""
   d, _ = corpus
   cfg = _cfg(tmp_path, d)
-  first = tokenizer.get_tokenizer(cfg, None, source=sources.DataSource.of(cfg))
+  first = vocabulary.get_tokenizer(cfg, None, source=sources.DataSource.of(cfg))
   other = ["quiz wavy fjord cry"] * 200  # w, v, y, f, j, q, c, r: no letter of WORDS
   _write(d / "train.en", other)
   _write(d / "train.xx", [s.upper() for s in other])
@@ -181,9 +182,9 @@ def test_another_corpus_at_the_same_path_gets_its_own_vocabulary(tmp_path, corpu
     return read(path, key)
 
   monkeypatch.setattr(text_files, "_read", counted)
-  names = {tokenizer.vocab_filename(cfg) for _ in range(3)}
+  names = {vocabulary.vocab_filename(cfg) for _ in range(3)}
   assert len(names) == 1 and sorted(reads.values()) == [1, 1]
-  second = tokenizer.get_tokenizer(cfg, None, source=sources.DataSource.of(cfg))
+  second = vocabulary.get_tokenizer(cfg, None, source=sources.DataSource.of(cfg))
   assert second.path != first.path
   assert sorted(os.listdir(tmp_path / "vocab")) == sorted(
       os.path.basename(t.path) for t in (first, second))
@@ -197,15 +198,15 @@ def test_a_trained_models_text_vocabulary_without_the_train_files(tmp_path, corp
   d, _ = corpus
   work = tmp_path / "work"
   cfg = _cfg(tmp_path, d, vocab_dir=None)
-  trained = tokenizer.get_tokenizer(cfg, str(work), source=sources.DataSource.of(cfg))
+  trained = vocabulary.get_tokenizer(cfg, str(work), source=sources.DataSource.of(cfg))
   for s in ("en", "xx"):
     os.rename(d / f"train.{s}", d / f"moved.{s}")
-  assert tokenizer.get_tokenizer(cfg, str(work), train=False).path == trained.path
+  assert vocabulary.get_tokenizer(cfg, str(work), train=False).path == trained.path
   with pytest.raises(ValueError, match=rf"^data.train_files: {d}/train.en does not exist"):
-    tokenizer.get_tokenizer(cfg, str(work))  # training a new one needs the files
+    vocabulary.get_tokenizer(cfg, str(work))  # training a new one needs the files
   shared = cfg.replace(vocab_dir=str(work))
   with pytest.raises(ValueError, match=rf"^data.train_files: {d}/train.en does not exist"):
-    tokenizer.get_tokenizer(shared, None, train=False)
+    vocabulary.get_tokenizer(shared, None, train=False)
 
 
 def test_a_workdirs_vocabulary_named_by_the_path_is_taken_over(tmp_path, corpus):
@@ -215,13 +216,13 @@ def test_a_workdirs_vocabulary_named_by_the_path_is_taken_over(tmp_path, corpus)
   d, _ = corpus
   work = tmp_path / "work"
   cfg = _cfg(tmp_path, d, vocab_dir=None)
-  trained = tokenizer.get_tokenizer(cfg, str(work), source=sources.DataSource.of(cfg))
+  trained = vocabulary.get_tokenizer(cfg, str(work), source=sources.DataSource.of(cfg))
   digest = hashlib.sha256(cfg.train_files.encode()).hexdigest()[:12]
   old = work / f"spm_text-{digest}_en-xx_120.model"
   os.rename(trained.path, old)
-  again = tokenizer.get_tokenizer(cfg, str(work), train=False)
+  again = vocabulary.get_tokenizer(cfg, str(work), train=False)
   assert again.path == trained.path and open(again.path, "rb").read() == old.read_bytes()
-  assert tokenizer.get_tokenizer(cfg, str(work)).path == trained.path  # found, not trained anew
+  assert vocabulary.get_tokenizer(cfg, str(work)).path == trained.path  # found, not trained anew
 
 
 def test_a_file_per_language_given_as_a_mapping(tmp_path, corpus):
@@ -308,7 +309,7 @@ def test_a_tsv_is_read_in_the_direction_its_columns_are_declared(tmp_path, corpu
               sources.DataSource.of(c).open("train").version
               for c in (forward, reversed_declared, reversed_undeclared)}
   assert versions["en"] == versions[str(d / "train.tsv")] != versions["xx"]
-  assert tokenizer.vocab_filename(forward) == tokenizer.vocab_filename(reversed_declared)
+  assert vocabulary.vocab_filename(forward) == vocabulary.vocab_filename(reversed_declared)
   # Declared columns back to front: the same pairs as the other declaration, reversed.
   assert read(forward.replace(train_files={**declared, "columns": "xx,en"})) == xx_en
   for columns in ("en,es", "en", "en,xx,en"):
@@ -343,7 +344,7 @@ def test_mismatched_line_counts_name_both_files(tmp_path, corpus):
   _write(d / "train.xx", [x for _, x in pairs["train"]][:-2])
   cfg = _cfg(tmp_path, d)
   with pytest.raises(ValueError) as e:
-    tokenizer.get_tokenizer(cfg, None, source=sources.DataSource.of(cfg))
+    vocabulary.get_tokenizer(cfg, None, source=sources.DataSource.of(cfg))
   assert str(e.value) == (
       f"data.train_files: {d}/train.en has 200 lines but {d}/train.xx has 198; expected the same "
       "number, line i of one the translation of line i of the other")
@@ -430,7 +431,7 @@ def test_worker_processes_read_the_same_batches(tmp_path, corpus):
   the main process gives."""
   d, _ = corpus
   cfg = _cfg(tmp_path, d)
-  tok = tokenizer.get_tokenizer(cfg, None, source=sources.DataSource.of(cfg))
+  tok = vocabulary.get_tokenizer(cfg, None, source=sources.DataSource.of(cfg))
   want = list(pipeline.train_iterator(cfg, sources.DataSource.of(cfg), tok, num_epochs=1))
   workers = cfg.replace(num_workers=2)
   it = pipeline.train_iterator(workers, sources.DataSource.of(workers), tok, num_epochs=1)
@@ -445,10 +446,11 @@ def test_two_hosts_read_disjoint_halves_that_make_the_whole(tmp_path, corpus):
   d, pairs = corpus
   cfg = _cfg(tmp_path, d, cache=True)
   source = sources.DataSource.of(cfg)
-  tok = tokenizer.get_tokenizer(cfg, None, source=source)
+  tok = vocabulary.get_tokenizer(cfg, None, source=source)
   halves = [_segments(pipeline.train_iterator(cfg, source, tok, process_index=i, process_count=2,
                                               num_epochs=1), tok) for i in range(2)]
   assert halves[0] == collections.Counter(pairs["train"][0::2])
   assert halves[1] == collections.Counter(pairs["train"][1::2])
   assert sorted(p.parent.name for p in (tmp_path / "cache").glob("*/host-*/meta.json")) == [
       "host-0-of-2", "host-1-of-2"]
+

@@ -6,7 +6,7 @@ import pickle
 import pytest
 
 import tfm_data_testlib as testlib
-from tfm.data import tokenizer as tokenizer_lib
+from tfm.data import vocabulary
 from tfm.data.sources import DataSource
 
 
@@ -43,47 +43,47 @@ def test_pickle_round_trip(tok):
 
 
 def test_cached_file_is_reused(cfg, tok, monkeypatch):
-  path = os.path.join(cfg.vocab_dir, tokenizer_lib.vocab_filename(cfg))
+  path = os.path.join(cfg.vocab_dir, vocabulary.vocab_filename(cfg))
   assert os.path.exists(path) and tok.path == path
 
   def fail(*args, **kwargs):
     raise AssertionError("vocab retrained although it was cached")
 
-  monkeypatch.setattr(tokenizer_lib, "train_vocab", fail)
-  again = tokenizer_lib.get_tokenizer(cfg, "/unused")
+  monkeypatch.setattr(vocabulary, "train_vocab", fail)
+  again = vocabulary.get_tokenizer(cfg, "/unused")
   assert again.encode("good bread.") == tok.encode("good bread.")
 
 
 def test_a_trained_models_missing_vocabulary_is_an_error_not_retrained(cfg, tmp_path, monkeypatch):
   """train=False (tfm eval / translate, a resumed run): one line naming the file, nothing written."""
-  monkeypatch.setattr(tokenizer_lib, "train_vocab", lambda *a, **k: pytest.fail("retrained"))
+  monkeypatch.setattr(vocabulary, "train_vocab", lambda *a, **k: pytest.fail("retrained"))
   missing = cfg.replace(vocab_dir=str(tmp_path))
   with pytest.raises(FileNotFoundError, match=f"{tmp_path}/.*vocabulary this model was trained"):
-    tokenizer_lib.get_tokenizer(missing, train=False)
+    vocabulary.get_tokenizer(missing, train=False)
   assert not list(tmp_path.iterdir())
 
 
 def test_cache_key_depends_on_dataset_and_size(cfg):
-  base = tokenizer_lib.vocab_filename(cfg)
-  assert tokenizer_lib.vocab_filename(cfg.replace(vocab_size=301)) != base
-  assert tokenizer_lib.vocab_filename(cfg.replace(dataset="bible_translate/kjv-sparv")) != base
+  base = vocabulary.vocab_filename(cfg)
+  assert vocabulary.vocab_filename(cfg.replace(vocab_size=301)) != base
+  assert vocabulary.vocab_filename(cfg.replace(dataset="bible_translate/kjv-sparv")) != base
   flipped = cfg.replace(source_lang="es", target_lang="en")
-  assert tokenizer_lib.vocab_filename(flipped) == base  # one shared vocab for both directions
+  assert vocabulary.vocab_filename(flipped) == base  # one shared vocab for both directions
 
 
 def test_training_is_deterministic(cfg, tmp_path):
-  sentences = tokenizer_lib.training_sentences(DataSource.of(cfg), max_sentences=10_000)
+  sentences = vocabulary.training_sentences(DataSource.of(cfg), max_sentences=10_000)
   paths = [str(tmp_path / f"v{i}.model") for i in range(2)]
   for path in paths:
-    tokenizer_lib.train_vocab(sentences, 200, path)
+    vocabulary.train_vocab(sentences, 200, path)
   assert open(paths[0], "rb").read() == open(paths[1], "rb").read()
 
 
 def test_training_sentences_bounded(cfg):
-  assert len(tokenizer_lib.training_sentences(DataSource.of(cfg), max_sentences=20)) == 20
+  assert len(vocabulary.training_sentences(DataSource.of(cfg), max_sentences=20)) == 20
 
 
 def test_missing_vocab_dir_is_a_clear_error(cfg):
   cfg = cfg.replace(vocab_dir=None)
   with pytest.raises(ValueError, match=r"data\.vocab_dir"):
-    tokenizer_lib.get_tokenizer(cfg, None)
+    vocabulary.get_tokenizer(cfg, None)

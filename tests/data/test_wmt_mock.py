@@ -13,7 +13,7 @@ import tensorflow_datasets as tfds
 
 import tfm_data_testlib as testlib
 from tfm.data.config import DataConfig
-from tfm.data import pipeline, sources, tokenizer
+from tfm.data import pipeline, sources, vocabulary
 
 NUM_EXAMPLES = 40
 
@@ -40,7 +40,7 @@ def test_wmt14_en_de_end_to_end(mocked, tmp_path):
   sources.prepare(sources.DataSource.of(cfg), create_data_dir=True)
   raw = tfds.data_source("wmt14_translate/de-en", split="train")
   examples = [raw[i] for i in range(len(raw))]
-  tok = tokenizer.get_tokenizer(cfg, None, source=sources.DataSource.of(cfg))
+  tok = vocabulary.get_tokenizer(cfg, None, source=sources.DataSource.of(cfg))
   it = pipeline.train_iterator(cfg, sources.DataSource.of(cfg), tok, num_epochs=1)
   batches = list(it)
   assert all(b["inputs"].shape == (4, 64) and b["inputs"].dtype == np.int32 for b in batches)
@@ -72,7 +72,7 @@ def test_other_wmt_sources_and_directions(mocked, tmp_path, dataset, langs):
 def test_wmt14_token_cache_gives_the_same_batches(mocked, tmp_path):
   cfg = _cfg(tmp_path)
   sources.prepare(sources.DataSource.of(cfg), create_data_dir=True)
-  tok = tokenizer.get_tokenizer(cfg, None, source=sources.DataSource.of(cfg))
+  tok = vocabulary.get_tokenizer(cfg, None, source=sources.DataSource.of(cfg))
   want = list(pipeline.train_iterator(cfg, sources.DataSource.of(cfg), tok, num_epochs=2))
   cached = cfg.replace(cache=True)  # cache_dir None: under data.data_dir
   got = list(pipeline.train_iterator(cached, sources.DataSource.of(cached), tok, num_epochs=2))

@@ -10,6 +10,7 @@ import pytest
 from tests.data import tfm_data_testlib as testlib
 from tests.model.helpers import draw, tiny
 from tfm.data import tokenizer as tokenizer_lib
+from tfm.data import vocabulary
 from tfm.decode import generate as gen
 from tfm.model.config import ModelConfig
 
@@ -178,7 +179,7 @@ def test_streamed_text_is_the_decoded_whole(tmp_path):
   part of decode(prompt + tokens so far), and the deltas join to decode(prompt + tokens up to EOS)
   less decode(prompt): word-start spaces included, the first one of an empty prompt's text not."""
   texts = [clean for _, clean in testlib.corpus()["web"].values()][:400]
-  tokenizer_lib.train_vocab(texts, 300, tmp_path / "spm.model")
+  vocabulary.train_vocab(texts, 300, tmp_path / "spm.model")
   tok = tokenizer_lib.Tokenizer.load(tmp_path / "spm.model")
   rng = np.random.default_rng(0)
   for trial in range(40):

@@ -5,7 +5,7 @@ import pytest
 
 from tests.integration.conftest import run_train
 from tfm import cli
-from tfm.data.tokenizer import get_tokenizer
+from tfm.data.vocabulary import get_tokenizer
 from tfm.eval import sentence_attention as sentence_lib
 from tfm.eval.restore import load_trained, read_workdir_config
 from tfm.figures import attention as figure

@@ -13,7 +13,7 @@ from etils import epath
 
 from tests.data import tfm_data_testlib as testlib
 from tfm import cli
-from tfm.data import tokenizer as tokenizer_lib
+from tfm.data import vocabulary
 from tfm.experiment import Experiment
 from tfm.train import checkpoint as ckpt_lib
 
@@ -34,7 +34,7 @@ def lm_workdir(experiment_module, tmp_path_factory):
   config = config.replace(data=dataclasses.replace(config.data, vocab_dir=str(workdir)))
   ckpt_lib.write_config(workdir, config.to_dict())
   texts = [clean for _, clean in testlib.corpus()["web"].values()]  # the English side, text_key en
-  tokenizer_lib.train_vocab(texts, config.data.vocab_size, tokenizer_lib.trained_vocab_path(
+  vocabulary.train_vocab(texts, config.data.vocab_size, vocabulary.trained_vocab_path(
       config.data, epath.Path(workdir), config.task))
   exp = Experiment(config)
   checkpointer = ckpt_lib.Checkpointer(workdir, keep=1, async_save=False)

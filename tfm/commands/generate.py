@@ -173,13 +173,13 @@ def run(fv: flags.FlagValues, config):
   require_workdir(fv)
   _check_flags(fv)
   # pylint: disable=import-outside-toplevel
-  from tfm.data import tokenizer as tokenizer_lib
+  from tfm.data import vocabulary
   from tfm.decode.generate import new_token_limit
   from tfm.eval.restore import load_trained, read_workdir_config
 
   workdir_config = read_workdir_config(fv.workdir)
   _refuse_non_lm(fv.workdir, workdir_config)
-  tokenizer = tokenizer_lib.get_tokenizer(workdir_config.data, fv.workdir, train=False,
+  tokenizer = vocabulary.get_tokenizer(workdir_config.data, fv.workdir, train=False,
                                           task=workdir_config.task)
   prompts = _Prompts(tokenizer, workdir_config.model, fv.max_new_tokens)
   interactive = not fv.prompt and fv.stream and sys.stdin.isatty()

@@ -11,7 +11,7 @@ def define_flags(fv: flags.FlagValues):
 
 
 def run(fv: flags.FlagValues, config):
-  from tfm.data import sources, tokenizer  # pylint: disable=import-outside-toplevel
+  from tfm.data import sources, vocabulary  # pylint: disable=import-outside-toplevel
   source = sources.DataSource.of(config.data)
   builder = sources.prepare(source, create_data_dir=True)
   if source.is_text:
@@ -21,5 +21,5 @@ def run(fv: flags.FlagValues, config):
   else:
     print(f"dataset {builder.info.full_name} ready in {builder.data_dir}")
   if fv.workdir or config.data.vocab_dir:
-    tok = tokenizer.get_tokenizer(config.data, fv.workdir, source=source, task=config.task)
+    tok = vocabulary.get_tokenizer(config.data, fv.workdir, source=source, task=config.task)
     print(f"vocabulary of {tok.vocab_size} tokens ready")

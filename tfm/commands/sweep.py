@@ -117,14 +117,14 @@ def _runs(fv: flags.FlagValues, config: config_lib.Config) -> list[Run]:
 
 def _prepare_data(configs) -> None:
   """Every distinct dataset and vocabulary, once, before any run starts."""
-  from tfm.data import sources, tokenizer  # pylint: disable=import-outside-toplevel
+  from tfm.data import sources, vocabulary  # pylint: disable=import-outside-toplevel
   for data, task in {(c.data, c.task) for c in configs}:  # an mlm vocabulary holds <mask>
     source = sources.DataSource.of(data)
     sources.prepare(source)
-    tok = tokenizer.get_tokenizer(data, source=source, task=task)
+    tok = vocabulary.get_tokenizer(data, source=source, task=task)
     for c in configs:
       if (c.data, c.task) == (data, task):
-        config_lib.check_vocabulary(c, tok.vocab_size)
+        vocabulary.check_size(c.data, tok.vocab_size, c.model.vocab_size)
 
 
 def _root(fv: flags.FlagValues) -> str:

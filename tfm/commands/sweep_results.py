@@ -31,10 +31,10 @@ class SweepResults:
     """The run's config and vocabulary as tfm/sweep/publish.py compares them (the vocabulary must
     exist: call this after _prepare_data)."""
     if r not in self._fingerprints:
-      from tfm.data import tokenizer  # pylint: disable=import-outside-toplevel
+      from tfm.data import vocabulary  # pylint: disable=import-outside-toplevel
       c = self.configs[r]
       self._fingerprints[r] = publish.fingerprint(
-          c, tokenizer.get_tokenizer(c.data, task=c.task).model_sha256, self.eval_limit(r))
+          c, vocabulary.get_tokenizer(c.data, task=c.task).model_sha256, self.eval_limit(r))
     return self._fingerprints[r]
 
   @functools.cached_property

@@ -7,7 +7,7 @@ Public interface:
   DataConfig (the `data` section, validated when built)   -- tfm.data.config
   DataSource.of(cfg) -> the dataset resolved once: where it lives, its splits  -- tfm.data.sources
   prepare(source)                                         -- tfm.data.sources
-  get_tokenizer(cfg, vocab_dir, *, source, task) -> Tokenizer   -- tfm.data.tokenizer
+  get_tokenizer(cfg, vocab_dir, *, source, task) -> Tokenizer   -- tfm.data.vocabulary
   train_iterator(cfg, source, tokenizer, *, process_index, process_count, row_multiple, task)
   eval_batches(cfg, source, tokenizer, split, *, process_index, process_count, row_multiple,
                task, context_length)
@@ -20,7 +20,7 @@ import importlib
 
 _EXPORTS = {
     "DataConfig": "config", "DataSource": "sources", "prepare": "sources",
-    "get_tokenizer": "tokenizer", "Tokenizer": "tokenizer", "train_iterator": "pipeline",
+    "get_tokenizer": "vocabulary", "Tokenizer": "tokenizer", "train_iterator": "pipeline",
     "TrainIterator": "pipeline", "eval_batches": "pipeline", "eval_text_pairs": "pipeline",
     "eval_word_count": "pipeline",
     "prefetch_to_device": "prefetch",

@@ -91,7 +91,7 @@ class DataConfig:
     data.mixture_weights=1:1,7:3`). The section's own dataset stays the run's for
     evaluation (its dev split, 'dev', by default); an evaluation set {'source': NAME} (with
     'split': 'test' or 'train', default 'dev') reads a source's own split. The vocabulary is
-    trained on a sample of the sources in proportion to the weights (tfm/data/tokenizer.py).
+    trained on a sample of the sources in proportion to the weights (tfm/data/vocabulary.py).
 
   Monolingual text (config.task='lm' or 'mlm'; tfm/data/stream.py, tfm/data/masking.py):
     text_key names the one text of an example: a TFDS feature key ('text' for lm1b-like builders;

@@ -41,7 +41,7 @@ the bytes and line offsets). Its `version` is a SHA-256 of the files' contents i
 (and, for a TSV read target column first, a mark of that), which keys the token cache
 (tfm/data/cache.py), so an edited file never reads ids cached from its old text. `content_key`
 hashes the same files' contents regardless of direction: the vocabulary's file name
-(tfm/data/tokenizer.py). The files are held in memory whole (their bytes and int64 [lines]
+(tfm/data/vocabulary.py). The files are held in memory whole (their bytes and int64 [lines]
 offsets): meant for corpora of up to a few million lines.
 """
 

@@ -9,7 +9,7 @@ import jax
 
 from tfm import config as config_lib
 from tfm import storage
-from tfm.data import tokenizer as tokenizer_lib
+from tfm.data import vocabulary
 from tfm.eval.averaging import average_params
 from tfm.experiment import Experiment
 from tfm.train.checkpoint import best as best_lib
@@ -96,7 +96,7 @@ def load_trained(workdir: str, average: int | None = None, checkpoint: str = "la
                        "train.ema_decay is 0; train with train.ema_decay=0.999, say)")
     step = ckpt_lib.available_steps(workdir)[-1]  # the EMA of the latest parameters
     params = ckpt_lib.restore_params(workdir, step, experiment.abstract_params, tree="ema")
-    tokenizer = tokenizer_lib.get_tokenizer(config.data, workdir, train=False,
+    tokenizer = vocabulary.get_tokenizer(config.data, workdir, train=False,
                                            task=config.task)
     return Trained(experiment, params, tokenizer, [step], note, storage.path(workdir),
                    checkpoint="ema")
@@ -113,7 +113,7 @@ def load_trained(workdir: str, average: int | None = None, checkpoint: str = "la
     params = ckpt_lib.restore_params(where, steps[-1], experiment.abstract_params)
     record = best_lib.read_record(workdir) or {}
     value = dict(record.get("history", [])).get(steps[-1])
-    tokenizer = tokenizer_lib.get_tokenizer(config.data, workdir, train=False,
+    tokenizer = vocabulary.get_tokenizer(config.data, workdir, train=False,
                                            task=config.task)
     return Trained(experiment, params, tokenizer, [steps[-1]], note, where,
                    {"metric": record.get("metric"), "value": value}, checkpoint="best")
@@ -122,6 +122,6 @@ def load_trained(workdir: str, average: int | None = None, checkpoint: str = "la
   params, steps = average_params(workdir, experiment.abstract_params, average,
                                  period=config.train.checkpoint_every,
                                  final_step=ended["step"] if ended else config.train.steps)
-  tokenizer = tokenizer_lib.get_tokenizer(config.data, workdir, train=False,
+  tokenizer = vocabulary.get_tokenizer(config.data, workdir, train=False,
                                            task=config.task)
   return Trained(experiment, params, tokenizer, steps, note, storage.path(workdir))

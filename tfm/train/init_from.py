@@ -15,17 +15,16 @@ checkpoints.
 
 from __future__ import annotations
 
-import hashlib
 
 import jax
 from etils import epath
 
 from tfm import config as config_lib
 from tfm import storage
+from tfm.data import vocabulary
 from tfm.train.checkpoint import best as best_lib
 from tfm.train import checkpoint as ckpt_lib
 from tfm.train.checkpoint import compat as checkpoint_compat
-from tfm.train import vocabulary
 from tfm.train.ema import init_ema
 
 RECORD = "init_from.json"
@@ -44,52 +43,24 @@ def source_checkpoint(source: str, which: str) -> tuple[epath.Path, int]:
 
 
 def share_vocabulary(config, workdir: str) -> str:
-  """The source's vocabulary for a run that starts from it (tfm/train/vocabulary.py: copied into
-  the new workdir where the run keeps its vocabulary there and has none yet, so the ids mean the
-  same pieces); returns its SHA-256, which the tokenizer the run prepares must have
-  (check_tokenizer). Refused in one line, before anything is written: a source whose vocabulary
-  is not found (a data.vocab_dir relative to another working directory, say), and a run whose
-  data.vocab_dir holds no vocabulary yet (it would train another one there)."""
+  """The source's vocabulary for a run that starts from it (tfm/data/vocabulary.py's from_run);
+  returns its SHA-256, which the tokenizer the run prepares must have (check_tokenizer)."""
   source = config.train.init_from
   key = "config key train.init_from"
   try:
     their_config = config_lib.build(ckpt_lib.read_config(source))
-    theirs = their_config.data
   except (OSError, ValueError) as e:
     raise ValueError(f"{key}: {source}/config.json cannot be read as a run's config "
                      f"({' '.join(str(e).split())}); expected the workdir of a trained "
                      "run") from None
-  try:  # a copied workdir: found without its text files (tokenizer.trained_vocab_path)
-    places = [vocabulary.path_of(theirs, source, trained=True, task=their_config.task)]
-  except ValueError as e:
-    raise ValueError(f"{key}: {source}'s vocabulary is not found ({e}); expected the "
-                     "SentencePiece model its model was trained with in its workdir or "
-                     "data.vocab_dir") from None
-  if config.data.vocab_dir is not None:  # where the user says the source's vocabulary is
-    places.append(storage.path(config.data.vocab_dir) / places[0].name)
-  there = next((p for p in places if p.exists()), None)
-  if there is None:
-    raise ValueError(f"{key}: {source}'s vocabulary is not found (looked for "
-                     f"{' and '.join(map(str, places))}); expected the SentencePiece model its "
-                     "model was trained with: run from the directory it was trained in, or set "
-                     "data.vocab_dir to the directory that holds it")
-  here = vocabulary.path_of(config.data, workdir, task=config.task)
-  if config.data.vocab_dir is not None and not here.exists():
-    raise ValueError(f"{key}: data.vocab_dir={config.data.vocab_dir} holds no vocabulary "
-                     f"{here.name}, so this run would train another one: the source's ids would "
-                     f"be other pieces; copy {there} there, or leave data.vocab_dir unset")
-  vocabulary.take(there, config.data, workdir, source, key, task=config.task)
-  return hashlib.sha256(there.read_bytes()).hexdigest()
+  return vocabulary.from_run(source, their_config.data, their_config.task, config.data, workdir,
+                             config.task, key)
 
 
 def check_tokenizer(config, tokenizer, sha256: str) -> None:
   """Raises ValueError unless the tokenizer a run from train.init_from prepared is its source's
   vocabulary (sha256: share_vocabulary's)."""
-  if tokenizer.model_sha256 != sha256:
-    raise ValueError(f"config key train.init_from: this run's vocabulary {tokenizer.path} is not "
-                     f"{config.train.init_from}'s (SHA-256 {tokenizer.model_sha256[:12]} against "
-                     f"{sha256[:12]}): the same ids would be other pieces; train with the "
-                     "source's vocabulary (data.vocab_dir)")
+  vocabulary.check_same(tokenizer, sha256, config.train.init_from, "config key train.init_from")
 
 
 def first_difference(saved: dict[str, tuple], wanted: dict[str, tuple]) -> str | None:
