@@ -454,3 +454,16 @@ def test_two_hosts_read_disjoint_halves_that_make_the_whole(tmp_path, corpus):
   assert sorted(p.parent.name for p in (tmp_path / "cache").glob("*/host-*/meta.json")) == [
       "host-0-of-2", "host-1-of-2"]
 
+
+def test_train_files_with_no_utf8_line_are_named_with_what_was_read(tmp_path, corpus):
+  """Every line of the train files in Latin-1 (a wrong encoding): the vocabulary's refusal names
+  the files and says that the lines were read but none was UTF-8, before anything is written."""
+  d, _ = corpus
+  (d / "train.en").write_bytes("caf\xe9 ol\xe9\n\xe9t\xe9\n".encode("latin-1"))
+  (d / "train.xx").write_bytes("\xe0 la\n\n".encode("latin-1"))
+  cfg = _cfg(tmp_path, d)
+  with pytest.raises(ValueError, match=(
+      rf"^data.train_files \({d}/train.en, {d}/train.xx\): no sentence to train the vocabulary "
+      r"on: 4 read, 3 not UTF-8 and 1 empty; expected UTF-8 text, one sentence a line$")):
+    vocabulary.get_tokenizer(cfg, None, source=sources.DataSource.of(cfg))
+  assert not (tmp_path / "vocab").exists() or not list((tmp_path / "vocab").iterdir())

@@ -143,14 +143,14 @@ def trained_vocab_path(cfg, directory: epath.Path, task: str = "translate") -> e
   return directory / vocab_filename(cfg, task)
 
 
-def _as_text(value) -> str | None:
-  if isinstance(value, bytes):
-    try:
-      value = value.decode("utf-8")
-    except UnicodeDecodeError:
-      return None
-  value = value.strip()
-  return value or None
+def _train_split_named(data: sources.DataSource) -> str:
+  """How a message names `data`'s train split: its text files, or its dataset's split."""
+  files = dict(data.files).get("train")
+  if not data.is_text or files is None:
+    return f"{data.key}.dataset {data.name}'s train split"
+  paths = ((text_files.text_path(files, data.text_key),) if data.text_key is not None
+           else text_files.paths(files, data.source_lang, data.target_lang))
+  return f"{data.key}.train_files ({', '.join(paths)})"
 
 
 def training_sentences(data: sources.DataSource, max_sentences: int) -> list[str]:
@@ -160,34 +160,47 @@ def training_sentences(data: sources.DataSource, max_sentences: int) -> list[str
   mixture (data.mixture) gives each source a share of the pairs equal to its weight w_i: n_i =
   round(w_i * N) pairs of source i, N the largest total in which no source repeats a pair
   (N <= len_i / w_i for every i) and at most max_sentences / 2, so that the vocabulary's text has
-  the mixture's proportions, those the model trains on.
+  the mixture's proportions, those the model trains on. A source that gives no sentence (every
+  line empty or not UTF-8) is refused in one line naming its files or dataset and what was read.
   """
   sides = 1 if data.text_key is not None else 2  # sentences an example gives
   if not data.mixture:
     split = data.open("train")
-    return _sentences(split, min(len(split), max(1, max_sentences // sides)), _SAMPLE_SEED)
-  splits = [(weight, member.open("train")) for _, weight, member in data.mixture]
-  total = min([max(1, max_sentences // sides)] + [int(len(split) / weight) for weight, split in splits])
+    return _sentences(data, split, min(len(split), max(1, max_sentences // sides)), _SAMPLE_SEED)
+  splits = [(weight, member, member.open("train")) for _, weight, member in data.mixture]
+  total = min([max(1, max_sentences // sides)] +
+              [int(len(split) / weight) for weight, _, split in splits])
   sentences = []
-  for i, (weight, split) in enumerate(splits):
-    sentences += _sentences(split, min(len(split), max(1, round(weight * total))),
+  for i, (weight, member, split) in enumerate(splits):
+    sentences += _sentences(member, split, min(len(split), max(1, round(weight * total))),
                             [_SAMPLE_SEED, i])
   return sentences
 
 
-def _sentences(source, num_pairs: int, seed) -> list[str]:
-  """Both sides of `num_pairs` pairs of a split (all of it, or a sample drawn with `seed`)."""
-  if num_pairs < len(source):
+def _sentences(data: sources.DataSource, split, num_pairs: int, seed) -> list[str]:
+  """Both sides of `num_pairs` pairs of `data`'s train split (all of it, or a sample drawn with
+  `seed`); ValueError where none is text."""
+  if num_pairs < len(split):
     rng = np.random.default_rng(seed)
-    indices = np.sort(rng.choice(len(source), size=num_pairs, replace=False))
+    indices = np.sort(rng.choice(len(split), size=num_pairs, replace=False))
   else:
-    indices = np.arange(len(source))
-  sentences = []
+    indices = np.arange(len(split))
+  sentences, undecodable, empty = [], 0, 0
   for i in indices:
-    for side in source[int(i)]:
-      text = _as_text(side)
-      if text is not None:
+    for side in split[int(i)]:
+      try:
+        text = (side.decode("utf-8") if isinstance(side, bytes) else side).strip()
+      except UnicodeDecodeError:
+        undecodable += 1
+        continue
+      if text:
         sentences.append(text)
+      else:
+        empty += 1
+  if not sentences:
+    raise ValueError(f"{_train_split_named(data)}: no sentence to train the vocabulary on: "
+                     f"{undecodable + empty} read, {undecodable} not UTF-8 and {empty} empty; "
+                     "expected UTF-8 text, one sentence a line")
   return sentences
 
 
