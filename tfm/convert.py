@@ -2,9 +2,12 @@
 
 B gets A's config with model.scan_layers changed, every checkpoint of A with its TrainState converted
 (parameters and Adam's moments stacked or unstacked: tfm/model/scan_convert.py; step, rng and
-counters as they are), A's data-iterator states unchanged, and A's vocabulary when A holds it. So
-`tfm eval`, `tfm translate` and `tfm train` (resuming) work on B as on A, with the other layout.
-Logs, TensorBoard events and evaluation results stay in A. A is only read.
+counters as they are), A's data-iterator states unchanged, A's best checkpoint (WORKDIR/best:
+converted as the others, with its record best.json), A's stopped.json (an early-stopped run stays
+finished) and A's vocabulary when A holds it. So `tfm eval` (with --checkpoint best too),
+`tfm translate` and `tfm train` (resuming, or refusing to train past an early stop) work on B as
+on A, with the other layout. Logs, TensorBoard events and evaluation results stay in A. A is only
+read.
 
 Each checkpoint is restored onto this machine's mesh (verified against its checksums), converted
 by one jit whose outputs are laid out on B's shardings (no host gathers the state), and saved before
@@ -28,6 +31,7 @@ from tfm.eval.restore import mesh_here
 from tfm.experiment import Experiment
 from tfm.model.scan_convert import convert_layers
 from tfm.train import checkpoint as ckpt_lib
+from tfm.train.checkpoint import best as best_lib
 from tfm.train.workdir import Workdir
 
 log = logging.getLogger(__name__)
@@ -36,6 +40,23 @@ log = logging.getLogger(__name__)
 def converted_config(config: Config, scan_layers: bool) -> Config:
   """`config` with model.scan_layers = scan_layers (validated again)."""
   return config.replace(model=dataclasses.replace(config.model, scan_layers=scan_layers))
+
+
+def _convert_series(workdir, out, steps: list[int], source: Experiment, convert) -> None:
+  """Each checkpoint `steps` of workdir (a run's, or its best/) restored, converted and saved in
+  `out` before the next is read."""
+  writer = ckpt_lib.Checkpointer(out, keep=len(steps), async_save=False)
+  for step in steps:
+    try:
+      state, payload = ckpt_lib.restore_state(workdir, step, source.abstract_state)
+    except Exception as e:  # noqa: BLE001 -- said in one line, naming the checkpoint
+      raise ValueError(f"--workdir {workdir}: checkpoint {step} cannot be read "
+                       f"({type(e).__name__}: {' '.join(str(e).split())})") from e
+    writer.save(step, convert(state), data_payload=payload)
+    writer.wait()
+    log.info("converted checkpoint %d of %s", step, workdir)
+    del state
+  writer.close()
 
 
 def convert_workdir(workdir: str, out: str, scan_layers: bool,
@@ -60,21 +81,18 @@ def convert_workdir(workdir: str, out: str, scan_layers: bool,
   convert = jax.jit(lambda state: convert_layers(state, scan_layers),
                     out_shardings=dest.state_shardings)
   with Workdir(out) as w:
-    writer = ckpt_lib.Checkpointer(out, keep=len(steps), async_save=False)
-    for step in steps:
-      try:
-        state, payload = ckpt_lib.restore_state(workdir, step, source.abstract_state)
-      except Exception as e:  # noqa: BLE001 -- said in one line, naming the checkpoint
-        raise ValueError(f"--workdir {workdir}: checkpoint {step} cannot be read "
-                         f"({type(e).__name__}: {' '.join(str(e).split())})") from e
-      writer.save(step, convert(state), data_payload=payload)
-      writer.wait()
-      log.info("converted checkpoint %d", step)
-      del state
-    writer.close()
-    if config.data.vocab_dir is None:  # the vocabulary lives in the workdir: B needs its copy
-      vocab = storage.path(workdir) / vocabulary.vocab_filename(config.data, config.task)
-      if vocab.exists() and jax.process_index() == 0:  # local or gs://
-        storage.write_atomically(storage.path(out) / vocab.name, vocab.read_bytes())
+    _convert_series(workdir, out, steps, source, convert)
+    best_steps = ckpt_lib.available_steps(best_lib.best_dir(workdir))
+    if best_steps:  # the best checkpoint by train.best_metric, apart from the series
+      _convert_series(best_lib.best_dir(workdir), best_lib.best_dir(out), best_steps, source,
+                      convert)
+    if jax.process_index() == 0:  # local or gs://
+      kept = [best_lib.best_dir(workdir) / best_lib.RECORD, storage.path(workdir) / best_lib.STOPPED]
+      if config.data.vocab_dir is None:  # the vocabulary lives in the workdir: B needs its copy
+        kept.append(storage.path(workdir) / vocabulary.vocab_filename(config.data, config.task))
+      for path in kept:
+        if path.exists():
+          there = storage.path(out) / path.relative_to(storage.path(workdir))
+          storage.write_atomically(there, path.read_bytes())
     w.commit(converted_config(config, scan_layers).to_dict())  # A's mesh, whatever ran here
   return steps, note

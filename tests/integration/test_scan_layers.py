@@ -21,6 +21,7 @@ from tfm.config import build
 from tfm.experiment import Experiment
 from tfm.model.scan_convert import stack_layers
 from tfm.train import checkpoint as ckpt_lib
+from tfm.train.checkpoint import best as best_lib
 
 DEPTH = ("model.num_encoder_layers=2", "model.num_decoder_layers=2", "model.dropout_rate=0.0")
 SCAN = "model.scan_layers=true"
@@ -50,9 +51,12 @@ def test_scanned_layers_train_the_same_loss_curve(experiment, tmp_path):
   np.testing.assert_allclose(_losses(scanned, "dev")[6], _losses(unrolled, "dev")[6], atol=2e-4)
 
 
+BEST = ("train.best_metric=dev_ppl", "train.eval_every=3")  # a best checkpoint at steps 3 and 6
+
+
 def test_convert_a_workdir_and_train_on(experiment, tmp_path, capsys):
   a, b = str(tmp_path / "a"), str(tmp_path / "b")
-  run_train(experiment(*DEPTH, "train.steps=3"), a)
+  run_train(experiment(*DEPTH, *BEST, "train.steps=3"), a)
   before = _files(a)
   assert cli.main(["tfm", "convert", "--workdir", a, "--out", b, "--scan_layers", "true"]) == 0
   assert "1 checkpoint(s) [3]" in capsys.readouterr().out
@@ -68,8 +72,14 @@ def test_convert_a_workdir_and_train_on(experiment, tmp_path, capsys):
   assert all(np.array_equal(x, y) for x, y in zip(jax.tree.leaves(got), jax.tree.leaves(want)))
 
   # Both continue to step 6 alike: B resumes with its Adam moments, data position and rng.
-  _, log_a = run_train(experiment(*DEPTH, "train.steps=6"), a)
-  _, log_b = run_train(experiment(*DEPTH, "train.steps=6", SCAN), b)
+  # Its best checkpoint too, and the record of it.
+  assert ckpt_lib.available_steps(best_lib.best_dir(b)) == [3]
+  best = ckpt_lib.restore_params(best_lib.best_dir(b), 3, Experiment(config).abstract_params)
+  assert all(np.array_equal(x, y) for x, y in zip(jax.tree.leaves(best), jax.tree.leaves(want)))
+  assert best_lib.read_record(b) == best_lib.read_record(a)
+
+  _, log_a = run_train(experiment(*DEPTH, *BEST, "train.steps=6"), a)
+  _, log_b = run_train(experiment(*DEPTH, *BEST, "train.steps=6", SCAN), b)
   assert "resumed from step 3" in log_b
   np.testing.assert_allclose(_losses(log_b)[6], _losses(log_a)[6], atol=2e-4)
 
@@ -80,10 +90,14 @@ def test_convert_a_workdir_and_train_on(experiment, tmp_path, capsys):
   config_json = json.loads((moved / "config.json").read_text())
   config_json["mesh"].update(fsdp=2, tensor=2)
   (moved / "config.json").write_text(json.dumps(config_json))
+  best_lib.write_stopped(moved, 6, "early stop (train.patience)")  # as the loop writes it
   assert cli.main(["tfm", "convert", "--workdir", str(moved), "--out", str(tmp_path / "d"),
                    "--scan_layers", "true"]) == 0
   assert "does not fit the 1 device(s) here: data parallel" in capsys.readouterr().err
   d_config = build(json.load(open(tmp_path / "d" / "config.json")))
+  assert best_lib.stopped(tmp_path / "d") == {"step": 6, "reason": "early stop (train.patience)"}
+  assert (ckpt_lib.available_steps(best_lib.best_dir(tmp_path / "d"))
+          == ckpt_lib.available_steps(best_lib.best_dir(moved)))
   assert (d_config.mesh.fsdp, d_config.mesh.tensor, d_config.model.scan_layers) == (2, 2, True)
   moved_params = ckpt_lib.restore_params(str(tmp_path / "d"), 6, Experiment(config).abstract_params)
   assert all(np.array_equal(x, y) for x, y in zip(jax.tree.leaves(moved_params),
