@@ -169,10 +169,12 @@ def test_a_docs_command_that_would_not_run_fails(command, message, tmp_path, mon
 
 
 def test_readme_keeps_to_what_a_user_needs():
-  """At most 250 lines, and none of a lab notebook's history: no commit hashes, CPU models or
-  "Nth pass", and no link into ../shared (a clone lacks it)."""
+  """A front page: at most 250 lines and 1,500 words (a feature's detail lives in docs/), and none
+  of a lab notebook's history: no commit hashes, CPU models or "Nth pass", and no link into
+  ../shared (a clone lacks it)."""
   text = README.read_text()
   assert len(text.splitlines()) <= 250
+  assert len(text.split()) <= 1500, f"README.md has {len(text.split())} words"
   hashes = [w for w in re.findall(r"\b[0-9a-f]{7,40}\b", text)
             if re.search(r"[a-f]", w) and re.search(r"\d", w)]
   assert not hashes, f"commit hashes in README.md: {hashes}"
@@ -201,15 +203,16 @@ def test_table3_glance_is_the_committed_sweeps():
       f"{results_file.relative_to(ROOT)}:\n{glance}")
 
 
-def test_readme_lists_every_experiment_script():
-  listed = _section(README.read_text(), "### Experiments")
+def test_docs_list_every_experiment_script():
+  listed = _section((ROOT / "docs" / "performance.md").read_text(), "## Experiment scripts")
   missing = [p.name for p in sorted((ROOT / "experiments").glob("*.py"))
              if f"`experiments/{p.name}`" not in listed]
-  assert not missing, f"README.md's Experiments list misses {missing}"
+  assert not missing, f"docs/performance.md's Experiment scripts list misses {missing}"
 
 
-def test_readme_commands_table_is_the_cli_help():
-  rows = re.findall(r"^\| `([\w-]+)` \| (.*) \|$", _section(README.read_text(), "## Commands"),
+def test_docs_commands_table_is_the_cli_help():
+  rows = re.findall(r"^\| `([\w-]+)` \| (.*) \|$",
+                    _section((ROOT / "docs" / "commands.md").read_text(), "## Commands"),
                     flags=re.M)
   assert rows == [(name, text) for name, (_, text, _) in cli.COMMANDS.items()]
 
