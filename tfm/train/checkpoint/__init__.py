@@ -19,7 +19,7 @@ checkpoints of an uninterrupted one.
 
 Restoring takes an abstract state whose leaves are jax.ShapeDtypeStruct with shardings (from
 tfm.experiment.Experiment.abstract_state), so each host reads only its shards and a sharded state
-comes back sharded. Every restore is verified: the arrays' checksums (tfm/train/checkpoint/checksums.py), the
+comes back sharded. Every restore is verified: the arrays' checksums (checksums.py), the
 data JSON's SHA-256, and what the caller checks (`accept`, e.g. that the data iterator takes its
 state). If the latest checkpoint fails any of these (a torn write, flipped bytes, a bad data state)
 the previous one is tried, with one warning each, and the bad step directory is renamed

@@ -94,11 +94,11 @@ def check(train, workdir: str) -> None:
   is prepared, compiled or written."""
   for name in train.trackers:
     if name == "mlflow":
-      from tfm.train.trackers import mlflow as tracker_mlflow  # pylint: disable=import-outside-toplevel
-      tracker_mlflow.check(train)
+      from tfm.train.trackers import mlflow  # pylint: disable=import-outside-toplevel
+      mlflow.check(train)
     elif name == "wandb":
-      from tfm.train.trackers import wandb as tracker_wandb  # pylint: disable=import-outside-toplevel
-      tracker_wandb.check(train)
+      from tfm.train.trackers import wandb  # pylint: disable=import-outside-toplevel
+      wandb.check(train)
 
 
 class Trackers:
@@ -160,8 +160,8 @@ def open_run(train, workdir: str, params: Mapping[str, Any] | None = None, strea
       if only is not None and name not in only:
         continue
       if name == "tensorboard":
-        from tfm.train.trackers import tensorboard as tracker_tensorboard  # pylint: disable=import-outside-toplevel
-        opened.append(tracker_tensorboard.TensorBoard(workdir, stream))
+        from tfm.train.trackers import tensorboard  # pylint: disable=import-outside-toplevel
+        opened.append(tensorboard.TensorBoard(workdir, stream))
         continue
       experiment, run_name, tags = run_identity(train, workdir, name)
       if name == "mlflow":

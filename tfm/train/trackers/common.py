@@ -1,6 +1,6 @@
-"""What the trackers (tfm/train/trackers/__init__.py and its tracker_*.py) share: their state files in
-WORKDIR/trackers/ (run ids, the steps already sent, a sweep's tags), params as text, and the
-import of a tracker's client package with its one-line error."""
+"""What the trackers (tfm/train/trackers/: the interface and each tracker's module) share: their
+state files in WORKDIR/trackers/ (run ids, the steps already sent, a sweep's tags), params as
+text, and the import of a tracker's client package with its one-line error."""
 
 from __future__ import annotations
 

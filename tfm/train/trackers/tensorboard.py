@@ -1,4 +1,4 @@
-"""The 'tensorboard' tracker: scalars in WORKDIR/tensorboard's event files (tfm/train/trackers/events.py).
+"""The 'tensorboard' tracker: scalars in WORKDIR/tensorboard's event files (events.py beside it).
 
 What tfm has always written: the metrics only (the config, tags and files are the workdir's own:
 config.json, curves.png, the eval files; a sweep's HParams records are tfm/sweep/hparams.py's).
