@@ -7,9 +7,10 @@ prompt goes into the decoder's key/value cache in one causal pass over the batch
 (`prefill`: s[:-1], n tokens a row, right-padded to the batch's P; `Transformer.prefill`), and
 s[-1] (p_n; 0 for an empty prompt) is the first input of the sampling loop, one token a step,
 whose first output is the first new token. The pass leaves the cache as n one-token steps would
-(to float rounding), at the cost of one decoder call instead of n. The new tokens g_1 .. g_m then
-sit at positions n + 1 .. n + m of the model's sequence, and the inputs at 0 .. n + m - 1: a model
-with learned positions (model.max_length of them) takes n + m <= max_length (`new_token_limit`).
+(to float rounding), at the cost of one decoder call instead of one a token. The new tokens
+g_1 .. g_m then sit at positions n + 1 .. n + m of the model's sequence, and the inputs at
+0 .. n + m - 1: a model with learned positions (model.max_length of them) takes
+n + m <= max_length (`new_token_limit`).
 
 Two ways to run it, with the same samples (`tfm.decode.sampling.choose_tokens`, one key per row):
   * `Generator.generate`: prompts in a batch, the whole continuation in one compiled loop
