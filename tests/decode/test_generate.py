@@ -12,7 +12,10 @@ from tests.model.helpers import draw, tiny
 from tfm.data import tokenizer as tokenizer_lib
 from tfm.data import vocabulary
 from tfm.decode import generate as gen
+from tfm.decode.sampling import sample
+from tfm.decode.translate import cached_step
 from tfm.model.config import ModelConfig
+from tfm.model.transformer import Transformer
 
 PROMPTS = [[5, 9, 3, 17, 22, 8, 30], [], [12], [7, 7, 31, 4]]  # ragged, one empty
 NEW = 6
@@ -131,8 +134,37 @@ def test_sampling_frequencies_follow_the_softmax_at_temperature():
   check(seqs[seqs[:, 0] == first, 1], expected(prompt + [int(first)]))
 
 
-def test_prefill_keeps_finished_rows():
-  """prefill against the step contract alone: a cache that records every token it is fed."""
+def stepwise_prefill(tokens_to_logits, cache, fed, counts):
+  """The reference prefill (tfm's before the one-pass `gen.prefill`): row r's first counts[r]
+  tokens of fed [rows, P] through the step function one a step, a row's cache kept as it is once
+  its tokens have run out (max(counts) steps)."""
+
+  def body(t, cache):
+    _, stepped = tokens_to_logits(jax.lax.dynamic_slice_in_dim(fed, t, 1, axis=1), cache)
+    active = t < counts
+    return jax.tree.map(lambda new, old: jnp.where(
+        active.reshape((-1,) + (1,) * (new.ndim - 1)), new, old), stepped, cache)
+
+  return jax.lax.fori_loop(0, jnp.max(counts), body, cache)
+
+
+def stepwise_generate(model, **settings):
+  """Generator.generate's signature and result with the prompts run through `stepwise_prefill`."""
+
+  @jax.jit
+  def generate(params, fed, counts, last, keys, limits):
+    cache = model.apply({"params": params}, None, None, fed.shape[0], fed.shape[1] + NEW,
+                        method=Transformer.init_cache, mutable=["cache"])[1]["cache"]
+    cache = stepwise_prefill(cached_step(model, params), cache, fed, counts)
+    return sample(cached_step(model, params), cache, keys, max_decode_len=NEW, max_lengths=limits,
+                  start_id=last, **settings)
+
+  return generate
+
+
+def test_the_stepwise_reference_keeps_finished_rows():
+  """stepwise_prefill against the step contract alone: a cache that records every token it is
+  fed."""
 
   def step(ids, cache):
     seen = cache["seen"].at[jnp.arange(ids.shape[0]), cache["n"]].set(ids[:, 0])
@@ -142,10 +174,57 @@ def test_prefill_keeps_finished_rows():
   np.testing.assert_array_equal(batch.counts, [3, 0, 1, 0])
   np.testing.assert_array_equal(batch.last, [7, 0, 8, 0])
   cache = {"seen": jnp.full((4, 8), -1, jnp.int32), "n": jnp.zeros((4,), jnp.int32)}
-  out = gen.prefill(step, cache, jnp.asarray(batch.fed), jnp.asarray(batch.counts))
+  out = stepwise_prefill(step, cache, jnp.asarray(batch.fed), jnp.asarray(batch.counts))
   np.testing.assert_array_equal(out["n"], [3, 0, 1, 0])
   np.testing.assert_array_equal(np.asarray(out["seen"])[:, :3],
                                 [[0, 5, 6], [-1, -1, -1], [0, -1, -1], [-1, -1, -1]])
+
+
+def test_the_prompt_costs_one_pass_of_the_decoder():
+  """Generator.start holds no loop: the decoder runs once over the [rows, P] prompts, whatever
+  their lengths (the stepwise prefill was a loop of max(counts) one-token steps)."""
+  model, params, _ = lm()
+  batch = gen.prompt_batch(PROMPTS, len(PROMPTS))
+  jaxpr = str(jax.make_jaxpr(gen.make_generator(model, max_new_tokens=NEW).start)(
+      params, batch.fed, batch.counts))
+  assert "dot_general" in jaxpr and " while[" not in jaxpr and " scan[" not in jaxpr
+
+
+def same_as_stepwise(model, params, settings, prompts, seed=0, made_by=None):
+  """The generator's (one-pass prefill; made_by, else one made here) tokens and model
+  log-probabilities against stepwise_generate's: the tokens equal, log P to 1e-5 (float32)."""
+  batch = gen.prompt_batch(prompts, len(prompts))
+  args = (params, batch.fed, batch.counts, batch.last, gen.row_keys(seed, 0, len(prompts)),
+          np.full((len(prompts),), NEW, np.int32))
+  made_by = made_by or gen.make_generator(model, max_new_tokens=NEW, **settings)
+  made, want = made_by.generate(*args), stepwise_generate(model, **settings)(*args)
+  np.testing.assert_array_equal(made.sequences, want.sequences)
+  np.testing.assert_allclose(made.log_probs, want.log_probs, atol=1e-5, rtol=1e-5)
+  assert np.all(np.asarray(made.lengths) >= 1)
+
+
+def test_one_pass_prefill_generates_what_the_stepwise_one_did():
+  """lm() (learned positions), PROMPTS: greedy, and samples at temperature 0.7 drawn with the same
+  keys."""
+  model, params, _ = lm()
+  for settings, seed in ((dict(temperature=0), 0), (dict(temperature=0.7), 7)):
+    same_as_stepwise(model, params, settings, PROMPTS, seed, made_by=generator(**settings))
+
+
+@pytest.mark.long
+@pytest.mark.parametrize("changes", [
+    dict(positions="sinusoidal"), dict(positions="rope"), dict(positions="alibi"),
+    dict(positions="relative"), dict(positions="none"),
+    dict(positions="rope", num_kv_heads=2, norm="pre", ffn="swiglu"),
+    dict(positions="alibi", num_kv_heads=1)], ids=lambda c: "_".join(map(str, c.values())))
+def test_one_pass_prefill_generates_what_the_stepwise_one_did_for_every_position_kind(changes):
+  """As above, greedy, for the other position kinds and grouped- and multi-query attention, PROMPTS
+  and one of 20 pieces (P = 32, two LENGTH_STEPs) (long: two compiles a kind; each kind's prefill
+  against the full forward pass is in the fast tier, tests/model/test_decode_cache.py)."""
+  cfg = tiny(architecture="decoder_only", num_encoder_layers=0, max_length=FULL_LENGTH, **changes)
+  model, v = draw(cfg, None, jnp.ones((1, FULL_LENGTH), jnp.int32), seed=3)
+  same_as_stepwise(model, v["params"], dict(temperature=0),
+                   PROMPTS + [[(5 * i) % 33 + 3 for i in range(20)]])
 
 
 def test_the_last_rows_of_a_learned_table_continue_as_full_forward_passes():

@@ -58,3 +58,51 @@ def test_cached_decoding_matches_full_forward(name):
   assert np.all(np.asarray(cache["decoder"]["index"]) == targets.shape[1])
   # Every cache leaf leads with the batch dimension (beam search tiles and reorders along it).
   assert all(leaf.shape[0] == 2 for leaf in jax.tree.leaves(cache))
+
+
+# Decoder-only variants of every position kind (learned: a table of 7, shorter than the padded
+# prompts: their padding must not look past its end), grouped- and multi-query attention with
+# pre-LN, and a scanned stack.
+PREFILL_VARIANTS = {
+    "sinusoidal": {},
+    "learned": dict(positions="learned", max_length=7),
+    "rope": dict(positions="rope"),
+    "alibi": dict(positions="alibi"),
+    "relative": dict(positions="relative"),
+    "none": dict(positions="none"),
+    "gqa_pre_ln": dict(num_kv_heads=2, norm="pre", ffn="swiglu", positions="rope"),
+    "mqa": dict(num_kv_heads=1, positions="alibi"),
+    "scanned": dict(scan_layers=True, positions="relative"),
+}
+
+
+@pytest.mark.parametrize("name", list(PREFILL_VARIANTS))
+def test_a_prefilled_cache_continues_as_the_full_forward_pass(name):
+  """Transformer.prefill runs ragged prompts (decoder inputs 4, 1, 5 and 0 of 8 columns) in one
+  pass into a fresh cache of 10 positions: its logits at each prompt's last position, and those of
+  the decode_step after it (which reads every prompt key and value from the cache), are the full
+  forward pass's at those positions, in float32 to 1e-5; the cache index is the prompt length."""
+  cfg = tiny(architecture="decoder_only", num_encoder_layers=0, **PREFILL_VARIANTS[name])
+  targets = jnp.array([[13, 14, 15, 16, 17, 18, 1], [19, 20, 21, 1, 0, 0, 0],
+                       [22, 23, 24, 25, 26, 27, 28], [29, 30, 1, 0, 0, 0, 0]])
+  lengths = jnp.array([4, 1, 5, 0], jnp.int32)
+  model, v = draw(cfg, None, targets)
+  inputs = jnp.pad(targets, ((0, 0), (1, 0)))[:, :-1]  # the decoder inputs, start token first
+  fed = jnp.where(jnp.arange(8) < lengths[:, None], jnp.pad(inputs, ((0, 0), (0, 1))), 0)
+
+  @jax.jit
+  def run(v):
+    cache = model.apply(v, None, None, 4, 10, method=Transformer.init_cache,
+                        mutable=["cache"])[1]["cache"]
+    last, state = model.apply({**v, "cache": cache}, fed, lengths, method=Transformer.prefill,
+                              mutable=["cache"])
+    index = state["cache"]["decoder"]["index"]
+    step, _ = model.apply({**v, **state}, jnp.take_along_axis(inputs, lengths[:, None], axis=1),
+                          method=Transformer.decode_step, mutable=["cache"])
+    return last, step, index, model.apply(v, None, targets)
+
+  last, step, index, full = (np.asarray(x) for x in run(v))
+  n = np.asarray(lengths)
+  np.testing.assert_array_equal(index, n)
+  np.testing.assert_allclose(last[:3], full[np.arange(3), n[:3] - 1], atol=1e-5, rtol=1e-5)
+  np.testing.assert_allclose(step, full[np.arange(4), n], atol=1e-5, rtol=1e-5)  # (row 3: 0)

@@ -3,11 +3,14 @@ sampling.
 
 A decoder-only model reads its text after the start token 0 (`Transformer.decode` shifts its
 targets right), so a prompt of pieces p_1 .. p_n is the decoder input s = [0, p_1, .., p_n]. The
-prompt runs through the decoder's key/value cache one token a step (`prefill`: s[:-1], n tokens,
-their logits unused), and s[-1] (p_n; 0 for an empty prompt) is the first input of the sampling
-loop, whose first output is the first new token. The new tokens g_1 .. g_m then sit at positions
-n + 1 .. n + m of the model's sequence, and the inputs at 0 .. n + m - 1: a model with learned
-positions (model.max_length of them) takes n + m <= max_length (`new_token_limit`).
+prompt goes into the decoder's key/value cache in one causal pass over the batch's prompts
+(`prefill`: s[:-1], n tokens a row, right-padded to the batch's P; `Transformer.prefill`), and
+s[-1] (p_n; 0 for an empty prompt) is the first input of the sampling loop, one token a step,
+whose first output is the first new token. The pass leaves the cache as n one-token steps would
+(to float rounding), at the cost of one decoder call instead of one a token. The new tokens
+g_1 .. g_m then sit at positions n + 1 .. n + m of the model's sequence, and the inputs at
+0 .. n + m - 1: a model with learned positions (model.max_length of them) takes
+n + m <= max_length (`new_token_limit`).
 
 Two ways to run it, with the same samples (`tfm.decode.sampling.choose_tokens`, one key per row):
   * `Generator.generate`: prompts in a batch, the whole continuation in one compiled loop
@@ -29,7 +32,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from tfm.decode.common import PyTree, TokensToLogits
+from tfm.decode.common import PyTree
 from tfm.decode.sampling import DecodeResult, choose_tokens, drop_pad, sample
 from tfm.decode.translate import cached_step, decoding_twin
 from tfm.model.transformer import Transformer
@@ -37,26 +40,15 @@ from tfm.model.transformer import Transformer
 LENGTH_STEP = 16  # prompts are padded to a multiple of this: a few shapes, a few compiles
 
 
-def prefill(tokens_to_logits: TokensToLogits, cache: PyTree, fed: jax.Array,
+def prefill(model: Transformer, params, cache: PyTree, fed: jax.Array,
             counts: jax.Array) -> PyTree:
-  """Runs row r's first counts[r] tokens of fed int32[rows, P] through tokens_to_logits, one step
-  each (the `tfm.decode.common` contract, cache leaves [rows, ...]); returns the cache.
-
-  Rows take their own number of steps: once a row's tokens have run out, its cache leaves keep
-  their values (a select per step; the loop runs max(counts) steps). The logits are not used.
-  """
-
-  def body(t, cache):
-    ids = jax.lax.dynamic_slice_in_dim(fed, t, 1, axis=1)
-    _, stepped = tokens_to_logits(ids, cache)
-    active = t < counts
-
-    def keep(new, old):
-      return jnp.where(active.reshape((-1,) + (1,) * (new.ndim - 1)), new, old)
-
-    return jax.tree.map(keep, stepped, cache)
-
-  return jax.lax.fori_loop(0, jnp.max(counts), body, cache)
+  """Row r's first counts[r] tokens of fed int32[rows, P] into a fresh decode cache (of
+  `Transformer.init_cache`, at least P positions) in one pass of the decoder
+  (`Transformer.prefill`); returns the cache, its index at counts. The logits of the pass are
+  not used (the sampling loop's first step feeds s[-1])."""
+  _, state = model.apply({"params": params, "cache": cache}, fed, counts,
+                         method=Transformer.prefill, mutable=["cache"])
+  return state["cache"]
 
 
 class PromptBatch(NamedTuple):
@@ -147,7 +139,7 @@ def make_generator(model: Transformer, *, max_new_tokens: int, temperature: floa
     _, state = model.apply({"params": params}, None, None, fed.shape[0],
                            fed.shape[1] + max_new_tokens, method=Transformer.init_cache,
                            mutable=["cache"])
-    return prefill(cached_step(model, params), state["cache"], fed, counts)
+    return prefill(model, params, state["cache"], fed, counts)
 
   def generate(params, fed, counts, last, keys, limits):
     cache = start(params, fed, counts)

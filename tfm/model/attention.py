@@ -109,7 +109,9 @@ class Attention(nn.Module):
   """One attention sub-layer: projections, kernel, output projection.
 
   Modes (static): 'full' attends over kv; 'init_cache' creates the decode cache and returns zeros;
-  'decode' takes one query token per row and reads/writes the cache.
+  'decode' takes one query token per row and reads/writes the cache; 'prefill' (self-attention)
+  attends as 'full' does over its t tokens (the mask decides what each sees) and writes their keys
+  and values into cache positions 0 .. t - 1, so decoding continues after a prompt run in one pass.
   Self-attention caches the keys and values of past tokens; cross-attention caches the projected
   encoder output once, so a decode step never recomputes it. Cached keys are [b, kvh, d_k, length]
   and values [b, kvh, length, d_v]: the operand layouts of the two products in `cached_attention`,
@@ -179,6 +181,8 @@ class Attention(nn.Module):
       k, v = key(x), value(x)
       if use_rope:
         k = apply_rope(k, positions, self.rope_base)
+      if mode == "prefill":
+        self._fill_cache(k, v)
     q = P.constrain(q, P.BLHD)
     k = P.constrain(k, P.BLKD)
     v = P.constrain(v, P.BLKD)
@@ -205,6 +209,20 @@ class Attention(nn.Module):
     ck.value = write(2)(ck.value, key_layout(k).astype(ck.value.dtype), decode_index)
     cv.value = write(1)(cv.value, value_layout(v).astype(cv.value.dtype), decode_index)
     return ck.value, cv.value
+
+
+  def _fill_cache(self, k, v):
+    """Writes t tokens' k, v ([b, t, kvh, d]) at cache positions 0 .. t - 1 (a prompt's prefill;
+    positions past a row's prompt hold what its padding computed, masked until decoding writes
+    them)."""
+    ck, cv = self.variable("cache", "cached_key"), self.variable("cache", "cached_value")
+    t, max_len = k.shape[1], ck.value.shape[-1]
+    if t > max_len:
+      raise ValueError(f"prefill: {t} tokens do not fit a decode cache of {max_len} positions")
+    ck.value = jax.lax.dynamic_update_slice_in_dim(
+        ck.value, key_layout(k).astype(ck.value.dtype), 0, axis=3)
+    cv.value = jax.lax.dynamic_update_slice_in_dim(
+        cv.value, value_layout(v).astype(cv.value.dtype), 0, axis=2)
 
 
 def key_layout(k):

@@ -71,8 +71,9 @@ class DecoderLayer(nn.Module):
 
   x [b, t, d_model]; encoded [b, s, d_model] or None; self_mask [b, 1, t, t'], cross_mask
   [b, 1, t, s]; decode_index [b] in 'decode' mode. The Python values, train and mode ('full',
-  'init_cache', 'decode'), are keyword-only. In 'init_cache' mode only the caches are created (from
-  x's and encoded's shapes; the masks, bias and positions are not read) and x is returned unchanged.
+  'init_cache', 'decode', 'prefill': tfm/model/attention.py), are keyword-only. In 'init_cache'
+  mode only the caches are created (from x's and encoded's shapes; the masks, bias and positions
+  are not read) and x is returned unchanged.
   """
 
   cfg: ModelConfig

@@ -79,9 +79,18 @@ class Decoder(nn.Module):
   'full': tokens (targets shifted right), segmentation, positions [b, t] -> logits [b, t, vocab].
   'init_cache': tokens [b, max_len] give the cache shapes; creates the cache and returns None.
   'decode': tokens [b, 1], the previous output token; returns logits [b, 1, vocab] and advances the
-  cache index. encoded [b, s, d_model] and encoder_segmentation [b, s] are needed in 'full' and
-  'init_cache' (they are cached for 'decode'); None for decoder-only models. segmentation and
-  positions are None in 'init_cache' and 'decode'. train and mode are keyword-only.
+  cache index.
+  'prefill' (decoder-only): tokens [b, P], row r's first lengths[r] of them its prompt (decoder
+  inputs, the start token first), run in one causal pass at positions 0 .. P - 1 into a fresh
+  cache of init_cache (P <= its length); sets the cache index to lengths and returns the logits
+  [b, 1, vocab] at position lengths - 1 (a row with lengths 0: position 0's, meaningless). A prompt
+  token sees the tokens before it and none after, so what it writes into the cache and its logits
+  are those of one 'decode' step a token. The padding past a row's prompt runs at position 0 (a
+  learned table's lookup past its end would give NaN, which a masked key's zero weight does not
+  cancel); what it writes is masked until 'decode' overwrites it.
+  encoded [b, s, d_model] and encoder_segmentation [b, s] are needed in 'full' and 'init_cache'
+  (they are cached for 'decode'); None for decoder-only models. segmentation and positions are
+  None in 'init_cache', 'decode' and 'prefill'. train, mode and lengths are keyword-only.
   """
 
   cfg: ModelConfig
@@ -90,10 +99,14 @@ class Decoder(nn.Module):
 
   @nn.compact
   def __call__(self, tokens, segmentation=None, positions=None, encoded=None,
-               encoder_segmentation=None, *, train: bool = False, mode: str = "full"):
+               encoder_segmentation=None, *, train: bool = False, mode: str = "full",
+               lengths=None):
     cfg = self.cfg
     cross = cfg.architecture == "encoder_decoder"
     index = None
+    if mode == "prefill" and cross:
+      raise ValueError("prefill: a decoder-only model's prompt (model.architecture="
+                       f"'decoder_only'), not {cfg.architecture!r}")
     if mode == "init_cache":
       b, max_len = tokens.shape
       self.variable("cache", "index", jnp.zeros, (b,), jnp.int32)
@@ -116,6 +129,12 @@ class Decoder(nn.Module):
       if cross:
         encoder_segmentation = self.get_variable("cache", "encoder_segmentation")
         cross_mask = (encoder_segmentation != 0)[:, None, None, :]
+    elif mode == "prefill":
+      index_var = self.variable("cache", "index")
+      order = masks.positions_from_tokens(tokens)
+      positions = jnp.where(order < lengths[:, None], order, 0)  # padding at 0: in every table
+      k_positions = positions
+      self_mask = masks.causal_mask(tokens.shape[1], tokens.shape[1])
     else:
       k_positions = positions
       length = tokens.shape[1]
@@ -136,6 +155,10 @@ class Decoder(nn.Module):
       x = norm(cfg, "final_norm")(x)
     if mode == "decode":
       index_var.value = index + 1
+    if mode == "prefill":  # only the last prompt position's logits: [b, 1, d_model] on
+      index_var.value = lengths.astype(jnp.int32)
+      last = jnp.maximum(lengths - 1, 0).astype(jnp.int32)
+      x = jnp.take_along_axis(x, last[:, None, None], axis=1)
     if self.output_embed is not None:
       logits = self.output_embed.attend(x)
     else:

@@ -10,6 +10,8 @@ Decoding with a cache:
   _, vs = model.apply(v, encoded, inputs_segmentation, batch_size, max_len,
                       method=Transformer.init_cache, mutable=["cache"])
   logits, vs = model.apply({**v, **vs}, token, method=Transformer.decode_step, mutable=["cache"])
+A decoder-only model's prompt goes into the fresh cache in one pass (`Transformer.prefill`) before
+the steps.
 Every cache leaf has a leading batch dimension, so beam search can tile and reorder it (with
 model.scan_layers the per-layer leaves are [b, N, ...]: tfm/model/layer_stack.py).
 """
@@ -109,6 +111,14 @@ class Transformer(nn.Module):
     """Creates the decode cache (run with mutable=['cache']). encoded [b, s, d_model] or None."""
     dummy = jnp.zeros((batch_size, max_decode_len), jnp.int32)
     self.decoder(dummy, encoded=encoded, encoder_segmentation=inputs_segmentation, mode="init_cache")
+
+  def prefill(self, tokens, lengths):
+    """A prompt in one pass into a fresh cache of init_cache (run with mutable=['cache']; decoder-
+    only): tokens [b, P], row r's first lengths[r] of them (decoder inputs, the start token 0
+    first), lengths int32[b] -> logits [b, vocab] at each row's position lengths - 1, with the
+    cache holding the prompts' keys and values and its index at lengths: decode_step continues
+    as after lengths one-token steps."""
+    return self.decoder(tokens, mode="prefill", lengths=lengths)[:, 0]
 
   def decode_step(self, tokens):
     """One decoding step (run with mutable=['cache']): tokens [b, 1] -> logits [b, vocab]."""
