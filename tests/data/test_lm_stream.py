@@ -146,6 +146,25 @@ def test_resume_continues_bit_exactly(lm_env, task, cache, hosts):
       other.close()
 
 
+def test_mlm_targets_efficiency_counts_the_masked_pieces(lm_env):
+  """An mlm batch keeps every piece's segmentation and zeroes the targets it does not score: its
+  targets efficiency is the masked pieces over the slots (about data.mask_rate of the packed
+  pieces), not 1.0; its inputs efficiency the pieces over the slots."""
+  cfg, tok = lm_env["cfg"], lm_env["mlm"]
+  it = pipeline.train_iterator(cfg, sources.DataSource.of(cfg), tok, task="mlm")
+  try:
+    batches = _take(it, 6)
+    stats = it.stats()
+  finally:
+    it.close()
+  slots = sum(b["targets"].size for b in batches)
+  masked = sum(int(((b["targets"] != 0) & (b["targets_segmentation"] != 0)).sum()) for b in batches)
+  pieces = sum(int(b["inputs_segmentation"].astype(bool).sum()) for b in batches)
+  assert stats["targets_efficiency"] == pytest.approx(masked / slots)
+  assert stats["inputs_efficiency"] == pytest.approx(pieces / slots)
+  assert 0.05 < stats["targets_efficiency"] < 0.3 < 0.9 < stats["inputs_efficiency"]
+
+
 def test_a_batch_process_resumes_the_inline_stream(lm_env):
   """train.input=process: a BatchProcess of task mlm set to the inline iterator's state after 2
   batches gives its batches 3 and 4, masks included."""
