@@ -89,8 +89,8 @@ class Setup:
                  f"--out={self.export}"])
 
   def encode(self, text: str) -> list[int]:
-    from tfm.data.examples import fit_length  # pylint: disable=import-outside-toplevel
-    return fit_length(self.tokenizer.encode(text), self.config.data.max_length, "truncate")[0]
+    """The whole text's ids, EOS included: tfm translates every source whole (sinusoids)."""
+    return self.tokenizer.encode(text)
 
   def tfm_texts(self, beam_size: int) -> tuple[list[str], dict]:
     from tfm.decode.text import translate_texts  # pylint: disable=import-outside-toplevel
@@ -98,8 +98,7 @@ class Setup:
     translate = exp.translate_fn(beam_size=beam_size, length_penalty=e.length_penalty,
                                  max_extra_length=e.max_extra_length, eos_id=self.tokenizer.eos_id)
     return translate_texts(translate, self.trained.params, self.tokenizer,
-                           [s for s, _ in self.pairs], batch_size=exp.decode_rows(e.batch_size),
-                           max_input_length=self.config.data.max_length)
+                           [s for s, _ in self.pairs], batch_size=exp.decode_rows(e.batch_size))
 
   def bleu(self, hypotheses: list[str]) -> float:
     from tfm.eval.bleu import score  # pylint: disable=import-outside-toplevel
@@ -123,8 +122,7 @@ def parity(s: Setup, out: Path) -> dict:
   to_marian = np.vectorize(lambda i: marian.marian_id(int(i), V), otypes=[np.int64])
   sources = [s.encode(x) for x, _ in s.pairs]
   targets = [s.encode(y) for _, y in s.pairs]
-  hf_ids = [hf_tok(x, truncation=True, max_length=s.config.data.max_length)["input_ids"]
-            for x, _ in s.pairs]
+  hf_ids = [hf_tok(x)["input_ids"] for x, _ in s.pairs]  # whole, as tfm reads them
   same_ids = sum(list(to_marian(a)) == b for a, b in zip(sources, hf_ids))
 
   def pad(rows):
@@ -216,7 +214,7 @@ def _ct2_translate(translator, s: Setup, beam_size: int, batch: int) -> list[str
                                        suppress_sequences=[["<pad>"]] if "<pad>" in s.ct2_vocab
                                        else None,
                                        length_penalty=s.config.eval.length_penalty,
-                                       max_decoding_length=s.config.data.max_length
+                                       max_decoding_length=max(map(len, tokens))
                                        + s.config.eval.max_extra_length)
   sp = s.tokenizer._sp  # pylint: disable=protected-access
   return [sp.decode_pieces(r.hypotheses[0]) for r in results]

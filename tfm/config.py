@@ -28,7 +28,7 @@ from tfm.data import config as data_config
 from tfm.data.config import DataConfig
 from tfm.eval import config as eval_config
 from tfm.eval.config import EvalConfig
-from tfm.model.config import ModelConfig, from_config as model_from_mapping
+from tfm.model.config import ARCHITECTURES, ModelConfig, from_config as model_from_mapping
 from tfm.train.config import (MeshConfig, TrainConfig, decay_rate, mesh_from_mapping,
                               train_from_mapping)
 
@@ -127,12 +127,8 @@ def check_task(config: Config) -> None:
   reads pairs into an encoder-decoder; lm and mlm read one text an example (data.text_key) into a
   decoder-only and an encoder-only stack; neither has dev BLEU to choose a best checkpoint by; only
   lm is scored at other context lengths, within a learned position table's rows."""
-  task, arch = config.task, config.model.architecture
-  if task not in TASKS:
-    sections.fail("task", f"one of {tuple(TASKS)}", task)
-  if arch != TASKS[task]:
-    raise ValueError(f"config keys task={task!r} and model.architecture={arch!r}: {task} needs "
-                     f"{TASKS[task]!r}")
+  _check_architecture(config.task, config.model.architecture)
+  task = config.task
   text_key = config.data.text_key
   if task != "translate" and text_key is None:
     raise ValueError(f"config keys task={task!r} and data.text_key=None: {task} reads one text an "
@@ -155,6 +151,16 @@ def check_task(config: Config) -> None:
   if task != "translate" and config.train.best_metric == "dev_bleu":
     raise ValueError(f"config keys task={task!r} and train.best_metric='dev_bleu': {task} has no "
                      "dev BLEU; choose 'dev_ppl' or 'none'")
+
+
+def _check_architecture(task, arch) -> None:
+  """Raises ValueError (one line, naming the keys) unless `task` is one of TASKS and `arch` is the
+  architecture it trains."""
+  if task not in TASKS:
+    sections.fail("task", f"one of {tuple(TASKS)}", task)
+  if arch != TASKS[task]:
+    raise ValueError(f"config keys task={task!r} and model.architecture={arch!r}: {task} needs "
+                     f"{TASKS[task]!r}")
 
 
 def flatten(values: Mapping[str, Any]) -> dict[str, Any]:
@@ -192,12 +198,20 @@ def build(values: Mapping[str, Any]) -> Config:
     extras["rows"] = tuple(extras["rows"])
   if "paper" in extras:
     extras["paper"] = dict(extras["paper"])
+  task = values.get("task", ADDED_LATER["task"])
+  model = dict((section("model") or {}).items())
+  # The task and the architecture before the model section's own checks: a config whose stack is
+  # not its task's (task=lm, model.architecture=encoder_decoder) is refused for that, not for the
+  # layer counts the other stack would need.
+  arch = model.get("architecture", ModelConfig.architecture)
+  if arch in ARCHITECTURES:  # (another value is named by the model section's check)
+    _check_architecture(task, arch)
   return Config(model=model_from_mapping(section("model")),
                 data=data_config.from_mapping(section("data")),
                 train=train_from_mapping(section("train")),
                 mesh=mesh_from_mapping(section("mesh")),
                 eval=eval_config.from_mapping(section("eval")),
-                task=values.get("task", ADDED_LATER["task"]), **extras)
+                task=task, **extras)
 
 
 def define_config_flag(flag_values: flags.FlagValues, argv: Sequence[str], default=None):

@@ -43,6 +43,7 @@ import jax
 from tfm import logs
 from tfm.config import Config
 from tfm.data import batch_process, bucketing, pipeline, prefetch, sources, vocabulary
+from tfm.decode.text import source_limit
 from tfm.eval.dev_bleu import DevBleu
 from tfm.eval.dev_loss import DevLoss
 from tfm.experiment import Experiment
@@ -265,7 +266,9 @@ def _train(configs: list[Config], held: list[Workdir], log: logs.WorkdirLog, str
       translate = exp.translate_fn(eos_id=tokenizer.eos_id)
       decode = {name: DevBleu(config.data, exp.data_source, tokenizer, translate,
                               batch_size=exp.decode_rows(config.eval.batch_size), split=name,
-                              limit=config.eval.bleu_examples, compounds=config.eval.compounds)
+                              limit=config.eval.bleu_examples, compounds=config.eval.compounds,
+                              max_input_length=source_limit(config.model,
+                                                            config.eval.max_extra_length))
                 for name in eval_sets}
     runs = [runner.Run(w, wr, ck, *_best(tc, w, start, exp.choices.saves == "background", cleanup))
             for w, wr, ck in zip(workdirs, writers, checkpointers)]

@@ -146,6 +146,25 @@ def test_resume_continues_bit_exactly(lm_env, task, cache, hosts):
       other.close()
 
 
+def test_mlm_targets_efficiency_counts_the_masked_pieces(lm_env):
+  """An mlm batch keeps every piece's segmentation and zeroes the targets it does not score: its
+  targets efficiency is the masked pieces over the slots (about data.mask_rate of the packed
+  pieces), not 1.0; its inputs efficiency the pieces over the slots."""
+  cfg, tok = lm_env["cfg"], lm_env["mlm"]
+  it = pipeline.train_iterator(cfg, sources.DataSource.of(cfg), tok, task="mlm")
+  try:
+    batches = _take(it, 6)
+    stats = it.stats()
+  finally:
+    it.close()
+  slots = sum(b["targets"].size for b in batches)
+  masked = sum(int(((b["targets"] != 0) & (b["targets_segmentation"] != 0)).sum()) for b in batches)
+  pieces = sum(int(b["inputs_segmentation"].astype(bool).sum()) for b in batches)
+  assert stats["targets_efficiency"] == pytest.approx(masked / slots)
+  assert stats["inputs_efficiency"] == pytest.approx(pieces / slots)
+  assert 0.05 < stats["targets_efficiency"] < 0.3 < 0.9 < stats["inputs_efficiency"]
+
+
 def test_a_batch_process_resumes_the_inline_stream(lm_env):
   """train.input=process: a BatchProcess of task mlm set to the inline iterator's state after 2
   batches gives its batches 3 and 4, masks included."""
@@ -243,20 +262,24 @@ def test_worker_processes_give_the_same_masked_stream(lm_env):
   assert testlib.same_batches(got, want)
 
 
-def test_an_eval_set_with_no_text_is_refused_in_one_line(lm_env, tmp_path):
-  """A dev file whose first data.eval_max_examples lines are blank or not UTF-8 leaves no token
-  to score: refused when the batches are built (the loop builds them before its first step), not
-  a TypeError at the first evaluation."""
-  (tmp_path / "dev.en").write_bytes(b"\n\xff\xfe\n\nsome words here\n")
-  cfg = lm_env["cfg"].replace(dev_files=str(tmp_path / "dev.{lang}"), eval_max_examples=3)
-  source = sources.DataSource.of(cfg)
-  with pytest.raises(ValueError, match=r"evaluation set 'dev': its first 3 examples "
-                     r"\(data.eval_max_examples\) hold no text"):
-    pipeline.eval_batches(cfg, source, lm_env["lm"], "dev", task="lm")
-  # The fourth line is text: one batch holding its pieces and EOS.
-  (batch,) = pipeline.eval_batches(cfg.replace(eval_max_examples=4), source, lm_env["lm"], "dev",
-                                   task="lm")
+def test_eval_max_examples_counts_texts_and_a_set_without_any_is_refused(lm_env, tmp_path):
+  """data.eval_max_examples counts the texts an evaluation scores, not the lines: a dev file whose
+  first three lines are blank or not UTF-8 has its fourth line as its first text (they counted,
+  and 'the first 3 examples' scored none). A dev file with no text at all leaves no token to
+  score: refused when the batches are built (the loop builds them before its first step), not a
+  TypeError at the first evaluation."""
+  (tmp_path / "dev.en").write_bytes(b"\n\xff\xfe\n\nsome words here\nmore words\n")
+  cfg = lm_env["cfg"].replace(dev_files=str(tmp_path / "dev.{lang}"), eval_max_examples=1)
+  counts = {}
+  (batch,) = pipeline.eval_batches(cfg, sources.DataSource.of(cfg), lm_env["lm"], "dev",
+                                   task="lm", counts=counts)
   assert int(batch["targets_segmentation"].sum()) == len(lm_env["lm"].encode("some words here"))
+  assert counts == {"texts": 1, "skipped": 3}
+  assert pipeline.eval_word_count(cfg, sources.DataSource.of(cfg), "dev") == 3
+  (tmp_path / "dev.en").write_bytes(b"\n\xff\xfe\n\n")
+  with pytest.raises(ValueError, match=r"^evaluation set 'dev': its 3 examples hold no text, each "
+                     r"empty or not UTF-8; expected at least one text to score$"):
+    pipeline.eval_batches(cfg, sources.DataSource.of(cfg), lm_env["lm"], "dev", task="lm")
 
 
 def test_mlm_eval_masks_do_not_depend_on_the_rows(lm_env):
@@ -301,7 +324,7 @@ def test_an_mlm_dev_set_with_no_piece_masked_is_refused(lm_env):
   assert any(((b["targets"] != 0) & (b["targets_segmentation"] != 0)).any() for b in masked)
   DevLoss(cfg, sources.DataSource.of(cfg), tok, None, sharding, task="mlm")
   unmasked = cfg.replace(mask_rate=0.0)
-  with pytest.raises(ValueError, match=r"^evaluation set 'dev': its first 4 examples "
+  with pytest.raises(ValueError, match=r"^evaluation set 'dev': its first 4 texts "
                      r"\(data.eval_max_examples\) leave no target piece to score, no piece masked "
                      r"at data.mask_rate=0.0; expected at least one$"):
     DevLoss(unmasked, sources.DataSource.of(unmasked), tok, None, sharding, task="mlm")

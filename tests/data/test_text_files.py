@@ -109,6 +109,42 @@ def test_tsv_crlf_empty_and_non_utf8_lines(tmp_path, corpus):
   assert (stats["examples_read"], stats["skipped_empty"], stats["skipped_non_utf8"]) == (201, 1, 1)
 
 
+def test_eval_max_examples_counts_the_pairs_that_hold_text(tmp_path, corpus):
+  """data.eval_max_examples=7 over a dev file whose lines 2 and 4 are blank on one side and line 6
+  not UTF-8 on the other: BLEU's pairs and the perplexity's are the first 7 pairs that hold text
+  (lines 1, 3, 5, 7-10), not the 4 good ones among the first 7 lines; the 3 passed over are
+  counted."""
+  import jax  # pylint: disable=import-outside-toplevel
+  from tfm.eval.dev_loss import DevLoss  # pylint: disable=import-outside-toplevel
+  d, pairs = corpus
+  en, xx = [e for e, _ in pairs["dev"]], [x for _, x in pairs["dev"]]
+  en[1] = en[3] = ""
+  _write(d / "dev.en", en)
+  with open(d / "dev.xx", "wb") as f:
+    f.write(b"\n".join(b"caf\xe9" if i == 5 else x.encode() for i, x in enumerate(xx)) + b"\n")
+  cfg = _cfg(tmp_path, d, eval_max_examples=7)
+  source = sources.DataSource.of(cfg)
+  want = [pairs["dev"][i] for i in (0, 2, 4, 6, 7, 8, 9)]
+  assert pipeline.eval_text_pairs(cfg, source, "dev") == want
+  tok = vocabulary.get_tokenizer(cfg, None, source=source)
+  counts = {}
+  batches = pipeline.eval_batches(cfg, source, tok, "dev", counts=counts)
+  assert [tok.decode(s) for b in batches for s in testlib.segments(b, "inputs")] == [
+      e for e, _ in want]
+  assert counts == {"skipped": 3, "kept": 7, "dropped": 0, "truncated": 0}
+  sharding = jax.sharding.SingleDeviceSharding(jax.devices()[0])
+  assert DevLoss(cfg, source, tok, None, sharding).counts == {
+      "pairs": 7, "dropped": 0, "truncated": 0, "skipped": 3}
+  # Sources longer than data.max_length: filtered or cut, and counted either way.
+  short = max(len(tok.encode(e)) for e, _ in want[:3]) - 1
+  long = sum(max(len(tok.encode(e)), len(tok.encode(x))) > short for e, x in want)
+  assert 0 < long < 7
+  for overlong, dropped, truncated in (("filter", long, 0), ("truncate", 0, long)):
+    cut = cfg.replace(max_length=short, tokens_per_batch=64 * 4, overlong=overlong)
+    assert DevLoss(cut, source, tok, None, sharding).counts == {
+        "pairs": 7 - dropped, "dropped": dropped, "truncated": truncated, "skipped": 3}
+
+
 def test_split_pickles_and_host_shards_partition_it(tmp_path, corpus):
   d, pairs = corpus
   split = text_files.TextFileSplit(str(d / "train.{lang}"), "en", "xx", "data.train_files")

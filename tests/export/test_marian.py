@@ -137,6 +137,11 @@ def test_exported_files_compute_tfm_logits(changes):
   difference = np.abs(theirs - ours[..., order])[real].max()
   assert difference < 1e-4, difference
   assert np.abs(ours).max() > 1.0  # logits large enough that the check means something
+  # The tokenizer takes every input the export translates as tfm does (its output, up to the
+  # input + eval.max_extra_length 5 after the start token, within the 1024 positions): not only
+  # data.max_length's 12, the training rows, past which transformers warned on every input.
+  assert json.loads(files["config.json"])["max_position_embeddings"] == 1024
+  assert json.loads(files["tokenizer_config.json"])["model_max_length"] == 1024 - 5 - 1
 
 
 def test_the_files_say_what_marian_reads():
@@ -146,6 +151,8 @@ def test_the_files_say_what_marian_reads():
   assert conf["max_position_embeddings"] == 1024  # model.max_length; 351 positions are needed
   assert marian.model_config(ModelConfig(**TINY, max_length=64), data_max_length=300,
                              max_extra_length=50)["max_position_embeddings"] == 351
+  assert marian.longest_input(cfg, 300, 50) == 1024 - 51  # (a table of 1024 rows)
+  assert marian.longest_input(ModelConfig(**TINY, max_length=64), 300, 50) == 300
   generation = marian.generation_config(cfg, beam_size=4, length_penalty=0.6, data_max_length=300,
                                         max_extra_length=50)
   assert generation["max_length"] == 351 and generation["bad_words_ids"] == [[39]]
@@ -179,6 +186,36 @@ def test_what_marian_cannot_hold_is_refused_by_key(key, changes):
   assert len(found) == 1 and found[0].startswith(f"config key model.{key}: expected "), found
   with pytest.raises(ValueError, match=f"^config key model.{key}: "):
     refusals.check(cfg)
+
+
+def test_a_language_model_is_refused_for_what_it_is():
+  """An lm run (decoder-only) or an mlm run (encoder-only) is refused naming its task and the
+  half of a translation model it lacks, not as a decoder-only model waiting for a future export;
+  through the command, one line before anything is loaded."""
+  lm = refusals.refusals(ModelConfig(**{**TINY, "architecture": "decoder_only",
+                                        "num_encoder_layers": 0}))
+  mlm = refusals.refusals(ModelConfig(**{**TINY, "architecture": "encoder_only",
+                                         "num_decoder_layers": 0}))
+  assert "decoder-only language model (task lm) has no encoder" in lm[0]
+  assert "encoder-only masked language model (task mlm) has no decoder" in mlm[0]
+  for found in (lm, mlm):
+    assert "once tfm has" not in found[0] and "GPT-2" not in found[0]
+  assert "decoder-only" not in mlm[0]
+
+
+def test_an_mlm_workdir_is_refused_in_one_line(tmp_path, capsys):
+  from tfm import cli  # pylint: disable=import-outside-toplevel
+  from tfm.train import checkpoint  # pylint: disable=import-outside-toplevel
+  workdir = tmp_path / "run"
+  workdir.mkdir()
+  checkpoint.write_config(workdir, load_config("configs/mlm_quickstart.py").to_dict())
+  assert cli.main(["tfm", "export", f"--workdir={workdir}", f"--out={tmp_path / 'out'}"]) == 1
+  assert capsys.readouterr().err.strip().splitlines() == [
+      "tfm export: error: config key model.architecture: expected 'encoder_decoder' "
+      "(MarianMTModel translates with an encoder and a decoder; an encoder-only masked language "
+      "model (task mlm) has no decoder, and tfm exports language models to no transformers "
+      "class) to export to MarianMTModel, got 'encoder_only'"]
+  assert sorted(os.listdir(tmp_path)) == ["run"]
 
 
 def test_what_marian_holds_is_not_refused():

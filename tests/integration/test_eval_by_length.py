@@ -1,6 +1,9 @@
-"""`tfm eval --length_buckets`: dev perplexity and BLEU by source length, beyond the training
-lengths, checked against a per-sentence computation of its own."""
+"""Sources longer than the training rows: `tfm eval --length_buckets` (dev perplexity and BLEU by
+source length, checked against a per-sentence computation of its own), and `tfm translate` and
+`tfm eval`, which decode every source whole where the positions allow it and say what each figure
+scored, left out or cut."""
 
+import glob
 import json
 import math
 
@@ -103,14 +106,119 @@ def test_one_bucket_over_the_training_lengths_is_the_plain_evaluation(trained):
   assert math.isclose(bucket["perplexity"], _perplexity(t, short), rel_tol=2e-4)
 
 
+def _source_ids(t, text):
+  return t.tokenizer.encode(text)
+
+
+def test_translate_decodes_a_source_longer_than_the_training_rows_whole(trained, tmp_path,
+                                                                       capsys):
+  """Three dev sources of 17-32 pieces (training rows of 16): `tfm translate` prints what the
+  run's search gives for the whole sources, a batch of them as the command batches them (sorted
+  by length, padded to 32), decoded here through the search directly; nothing is counted as
+  refused or cut."""
+  t = load_trained(trained)
+  pairs = pipeline.eval_text_pairs(t.config.data, t.experiment.data_source, "dev")
+  chosen = [s for s, _ in pairs if 16 < len(_source_ids(t, s)) <= 32][:3]
+  assert len(chosen) == 3, "the fake dev set needs sources longer than training's"
+  (tmp_path / "in.txt").write_text("".join(f"{s}\n" for s in chosen), encoding="utf-8")
+  assert cli.main(["tfm", "translate", f"--workdir={trained}", f"--input={tmp_path}/in.txt"]) == 0
+  out = capsys.readouterr()
+  order = sorted(range(3), key=lambda i: len(_source_ids(t, chosen[i])))
+  inputs = np.zeros((3, 32), np.int32)  # a batch of the 3 lines (eval.batch_size 4 or fewer)
+  for row, i in enumerate(order):
+    ids = _source_ids(t, chosen[i])
+    inputs[row, :len(ids)] = ids
+  translate = t.experiment.translate_fn(eos_id=t.tokenizer.eos_id)
+  tokens, _ = translate(t.params, inputs, jax.random.PRNGKey(0))
+  want = [None] * 3
+  for row, i in enumerate(order):
+    want[i] = t.tokenizer.decode([int(x) for x in np.asarray(tokens)[row] if x])
+  assert out.out.splitlines() == want
+  assert "not translated" not in out.err and "cut to" not in out.err
+
+
+def test_eval_says_what_bleu_and_perplexity_each_scored(trained, capsys):
+  """data.max_length=16 with data.overlong=filter: BLEU translates all 8 dev pairs whole, the
+  perplexity reads the pairs whose two sides fit 16 pieces; the result counts both (from the
+  tokenizer here) and its note says it, on the console too."""
+  assert cli.main(["tfm", "eval", f"--workdir={trained}", "--average=1",
+                   "--out", f"{trained}/counts.json"]) == 0
+  printed = capsys.readouterr().out
+  result = json.load(open(f"{trained}/counts.json"))
+  t = load_trained(trained, average=1)
+  lengths = _lengths(t)
+  fit = sum(len(source) <= 16 and len(target) <= 16 for _, source, target in lengths)
+  assert 0 < fit < len(lengths) == 8  # the fake dev set's
+  assert (result["sentences"], result["sentences_dropped"], result["sentences_truncated"]) == (
+      8, 0, 0)
+  assert (result["perplexity_pairs"], result["perplexity_dropped"],
+          result["perplexity_truncated"], result["examples_skipped"]) == (fit, 8 - fit, 0, 0)
+  assert result["target_tokens"] == sum(len(target) for _, source, target in lengths
+                                        if len(source) <= 16 and len(target) <= 16)
+  assert result["note"] == (f"perplexity over {fit} of 8 pairs, {8 - fit} longer than "
+                            "data.max_length=16 left out (data.overlong='filter')")
+  assert f"note: {result['note']}" in printed
+
+
+@pytest.fixture(scope="module")
+def learned(experiment_module, tmp_path_factory):
+  """A learned position table of 27 rows (data.max_length 16, eval.max_extra_length 5)."""
+  workdir = tmp_path_factory.mktemp("learned")
+  run_train(experiment_module(*TRAIN, "model.positions=learned", "model.max_length=27",
+                              "train.steps=2"), workdir)
+  return workdir
+
+
 @pytest.mark.long
-def test_a_learned_table_too_short_says_so(experiment_module, tmp_path):
+def test_a_learned_table_refuses_a_longer_source_or_cuts_it_when_asked(learned, tmp_path, capsys):
+  """The table holds sources of up to 27 - 5 = 22 pieces: `tfm translate` leaves a longer line
+  untranslated (an empty line) and says which, or with --truncate cuts it and says so; `tfm eval`
+  scores BLEU without those pairs and counts them, or with --truncate cuts them (its own file)."""
+  t = load_trained(str(learned), average=1)
+  lengths = _lengths(t)
+  longer = sum(n > 22 for n, _, _ in lengths)
+  assert 0 < longer < len(lengths)
+  text = " ".join(["word"] * 40)
+  assert len(t.tokenizer.encode(text)) > 22
+  (tmp_path / "in.txt").write_text(f"in the beginning\n{text}\n", encoding="utf-8")
+  assert cli.main(["tfm", "translate", f"--workdir={learned}", f"--input={tmp_path}/in.txt"]) == 0
+  out = capsys.readouterr()
+  assert len(out.out.splitlines()) == 2 and out.out.splitlines()[1] == ""
+  assert ("; 1 not translated, printed empty (line 2: a source longer than the 22 pieces the "
+          "learned position table holds, model.max_length 27 - max_extra_length 5; --truncate "
+          "cuts a source to them)") in out.err
+  assert cli.main(["tfm", "translate", f"--workdir={learned}", f"--input={tmp_path}/in.txt",
+                   "--truncate"]) == 0
+  out = capsys.readouterr()
+  assert "; 1 cut to 22 pieces by --truncate (line 2)" in out.err
+  inputs = np.zeros((2, 22), np.int32)  # both lines, sorted by length, padded to the cut's 22
+  for row, ids in enumerate([t.tokenizer.encode("in the beginning"),
+                             t.tokenizer.encode(text)[:21] + [1]]):
+    inputs[row, :len(ids)] = ids
+  tokens, _ = t.experiment.translate_fn(eos_id=1)(t.params, inputs, jax.random.PRNGKey(0))
+  assert out.out.splitlines()[1] == t.tokenizer.decode(
+      [int(x) for x in np.asarray(tokens)[1] if x])
+  assert cli.main(["tfm", "eval", f"--workdir={learned}", "--average=1",
+                   "--out", f"{tmp_path}/e.json"]) == 0
+  result = json.load(open(f"{tmp_path}/e.json"))
+  assert (result["sentences"], result["sentences_dropped"], result["sentences_truncated"]) == (
+      len(lengths) - longer, longer, 0)
+  assert result["note"].startswith(f"BLEU over {len(lengths) - longer} of {len(lengths)} pairs, "
+                                   f"{longer} not translated: a source longer than the 22 pieces")
+  assert cli.main(["tfm", "eval", f"--workdir={learned}", "--average=1", "--truncate"]) == 0
+  (path,) = glob.glob(f"{learned}/eval_dev_*_truncate.json")
+  result = json.load(open(path))
+  assert (result["sentences"], result["sentences_dropped"], result["sentences_truncated"]) == (
+      len(lengths), 0, longer)
+
+
+@pytest.mark.long
+def test_a_learned_table_too_short_says_so(learned):
   """A learned position table of 27 rows (data.max_length 16, eval.max_extra_length 5): sources of
   17-40 pieces have no rows, and that bucket says why while the others are scored. The check is the
   decode's: with --max_extra_length=8 (16 + 8 fits the table) sources of 17-21 pieces would
   decode past row 27, so that bucket gets no BLEU, though the run's own 5 would have fitted."""
-  run_train(experiment_module(*TRAIN, "model.positions=learned", "model.max_length=27",
-                              "train.steps=2"), tmp_path)
+  tmp_path = learned
   assert cli.main(["tfm", "eval", f"--workdir={tmp_path}", "--average=1",
                    "--length_buckets=16,40", "--out", f"{tmp_path}/e.json"]) == 0
   short, long = json.load(open(f"{tmp_path}/e.json"))["by_length"]

@@ -147,14 +147,14 @@ def test_a_sweep_of_lm_and_mlm_runs_reports_perplexities_without_bleu(corpus, tm
 
 def test_an_eval_set_with_no_text_stops_training_with_nothing_written(experiment_module,
                                                                       tmp_path):
-  """A dev file whose first data.eval_max_examples lines are blank: one ValueError naming the set,
-  before a checkpoint directory or config.json exists (the eval batches are built first)."""
+  """A dev file whose lines are all blank or not UTF-8: one ValueError naming the set, before a
+  checkpoint directory or config.json exists (the eval batches are built first)."""
   (tmp_path / "train.en").write_text("".join(f"line {i} of some text here\n" for i in range(200)))
-  (tmp_path / "dev.en").write_bytes(b"\n\n\xff\nwords at last\n")
+  (tmp_path / "dev.en").write_bytes(b"\n\n\xff\n")
   config = _config(experiment_module, "lm", "data.dataset=text",
                    f"data.train_files={tmp_path}/train.{{lang}}",
                    f"data.dev_files={tmp_path}/dev.{{lang}}", "data.eval_max_examples=3")
-  with pytest.raises(ValueError, match="evaluation set 'dev': its first 3 examples"):
+  with pytest.raises(ValueError, match="evaluation set 'dev': its 3 examples hold no text"):
     run_train(config, tmp_path / "run")
   assert not (tmp_path / "run" / "checkpoints").exists()
   assert not (tmp_path / "run" / "config.json").exists()

@@ -146,8 +146,8 @@ def test_adamw_is_adam_with_a_default_decay():
 
 def test_a_resume_with_another_optimizer_names_the_key(tiny_setup, tmp_path):
   """A checkpoint of an Adam run resumed by a run with train.optimizer='adafactor' (or Adafactor's
-  momentum turned on or off): one line naming the key, not 'another model config?', and the
-  checkpoint kept; adam and adamw hold the same state."""
+  momentum turned on or off): one line naming the key, not 'another model config?' nor a
+  damaged checkpoint, and the checkpoints kept; adam and adamw hold the same state."""
   import dataclasses  # pylint: disable=import-outside-toplevel
   from tests.train import helpers  # pylint: disable=import-outside-toplevel
   from tfm.experiment import Experiment  # pylint: disable=import-outside-toplevel
@@ -161,13 +161,17 @@ def test_a_resume_with_another_optimizer_names_the_key(tiny_setup, tmp_path):
     return Experiment(config, model=tiny_setup.model, devices=jax.devices()[:1]).abstract_state
 
   checkpointer = ckpt_lib.Checkpointer(tmp_path, keep=2)
+  checkpointer.save(1, tiny_setup.initial)
   checkpointer.save(2, tiny_setup.initial)
   checkpointer.wait()
-  with pytest.raises(ckpt_lib.CheckpointError, match=r"config key train\.optimizer: the checkpoint "
+  # The config's cause alone, at once: not "no checkpoint can be restored (steps [2, 1]); the
+  # latest fails with: ValueError: ...", which reads as damage, after trying the older one.
+  with pytest.raises(ckpt_lib.ResumeRefused, match=r"^config key train\.optimizer: the checkpoint "
                      r"holds the optimizer state of 'adam' .* this run's optimizer is 'adafactor': "
-                     r"a run resumes with the optimizer it was trained with"):
+                     r"a run resumes with the optimizer it was trained with; to change it, start a "
+                     r"new run from this one \(train.init_from, a fresh optimizer\)$"):
     checkpointer.restore(abstract(optimizer="adafactor"))
-  assert checkpointer.all_steps() == [2]
+  assert checkpointer.all_steps() == [1, 2]
   _, _, step = checkpointer.restore(abstract(optimizer="adamw"))
   checkpointer.close()
   assert step == 2

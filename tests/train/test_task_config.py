@@ -31,6 +31,27 @@ def test_a_task_refuses_another_architecture(task, model, message):
   assert str(error.value) == message
 
 
+@pytest.mark.parametrize("config, overrides, message", [
+    ("configs/lm_quickstart.py", ["model.architecture=encoder_decoder"],
+     "config keys task='lm' and model.architecture='encoder_decoder': lm needs 'decoder_only'"),
+    ("configs/mlm_quickstart.py", ["model.architecture=encoder_decoder"],
+     "config keys task='mlm' and model.architecture='encoder_decoder': mlm needs 'encoder_only'"),
+    ("configs/quickstart.py", ["model.architecture=encoder_only"],
+     "config keys task='translate' and model.architecture='encoder_only': translate needs "
+     "'encoder_decoder'"),
+    ("configs/lm_quickstart.py", ["model.architecture=decoders"],
+     "config key model.architecture: expected one of ('encoder_decoder', 'decoder_only', "
+     "'encoder_only'), got 'decoders'"),
+])
+def test_a_task_on_another_stack_is_refused_for_that_first(config, overrides, message):
+  """The lm config (no encoder layers) with model.architecture=encoder_decoder is refused for its
+  task and architecture, as docs/lm.md says, not for num_encoder_layers, the encoder-decoder's
+  own check that ran first; an architecture that is no architecture is named as such."""
+  with pytest.raises(ValueError) as error:
+    config_lib.load_config(config, overrides)
+  assert str(error.value) == message
+
+
 @pytest.mark.parametrize("task, model", [("lm", DECODER), ("mlm", ENCODER)])
 def test_a_language_model_needs_its_text_key_and_has_no_dev_bleu(task, model):
   with pytest.raises(ValueError, match=rf"^config keys task='{task}' and data.text_key=None: "

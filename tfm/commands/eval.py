@@ -20,12 +20,19 @@ size and length for every alpha other than the run's own, which is the constant 
 search) and written, and a table shows the figures per point. With length buckets (the flag, else
 eval.length_buckets) a result also holds `by_length`: perplexity and both BLEUs of every pair of
 the set in each bucket of source length, beyond data.max_length too (tfm/eval/by_length.py).
+What each figure covers is in the result: BLEU translates every source whole where the model's
+positions allow it (all but a learned table, whose model.max_length rows hold sources of
+model.max_length - max_extra_length pieces: a longer one is left out, or cut with --truncate,
+which names the file ..._truncate.json), perplexity reads the pairs data.overlong keeps at
+data.max_length, as in training; sentences, sentences_dropped, sentences_truncated,
+perplexity_pairs, perplexity_dropped, perplexity_truncated and examples_skipped (empty or not
+UTF-8) count them, and a `note` says in words what any figure left out or cut.
 A language model's run (task 'lm' or 'mlm') has no translations: its evaluation is the dev loss,
 the set's texts as one stream cut into rows of data.max_length (tfm/eval/dev_loss.py): perplexity
 per piece, accuracy, and for lm the per-word perplexity (exp(NLL sum / whitespace words)); for mlm
 perplexity and accuracy over the masked positions (masked with a fixed seed, the same every
-evaluation). Decoding and BLEU flags (--beam_size, --length_penalty, --max_extra_length, --limit,
---length_buckets) are refused there. --context_lengths=256,512 (lm only) also scores the set at
+evaluation); texts and texts_skipped count what it read. Decoding and BLEU flags (--beam_size,
+--length_penalty, --max_extra_length, --limit, --length_buckets, --truncate) are refused there. --context_lengths=256,512 (lm only) also scores the set at
 each context length, every piece once in rows of that many (a model trained on rows of
 data.max_length, asked to extrapolate where its positions allow: learned positions stop at
 model.max_length), and names the file ..._ctx256-512.json.
@@ -76,6 +83,10 @@ def define_flags(fv: flags.FlagValues):
                     flag_values=fv)
   flags.DEFINE_list("max_extra_length", None, "override eval.max_extra_length (outputs of at most "
                     f"input length + this many tokens): {GRID_HELP}", flag_values=fv)
+  flags.DEFINE_boolean("truncate", False, "with a learned position table: cut a source longer "
+                       "than it holds (model.max_length - max_extra_length pieces) to that length "
+                       "and score its pair, instead of leaving the pair out of BLEU (counted "
+                       "either way); names the file ..._truncate.json", flag_values=fv)
   flags.DEFINE_list("context_lengths", None, "an lm run only: also score the set in rows of each "
                     "of these many pieces (e.g. 256,512,1024), every piece once: perplexity per "
                     "piece and per word at each context length (default: the run's "
@@ -121,6 +132,7 @@ def run(fv: flags.FlagValues, config):
   # pylint: disable=import-outside-toplevel
   import jax
   import numpy as np
+  from tfm.decode.text import source_limit
   from tfm.eval import decoding
   from tfm.eval.dev_bleu import DevBleu
   from tfm.eval.dev_loss import DevLoss
@@ -161,12 +173,18 @@ def run(fv: flags.FlagValues, config):
                            split=name, row_multiple=exp.batch_shards) for name in names}
   for name in names:
     losses = scorers[name](t.params)
-    bleu = DevBleu(c.data, exp.data_source, t.tokenizer, None,
-                   batch_size=exp.decode_rows(c.eval.batch_size), split=name,
-                   limit=fv.limit or 0, compounds=c.eval.compounds)
+    counts = scorers[name].counts
+    bleus = {}  # a DevBleu for each longest source the points decode (learned positions)
     searched, rows = {}, []
     for point in points:
       search = point.same_search()
+      longest = source_limit(c.model, point.max_extra_length)
+      if longest not in bleus:
+        bleus[longest] = DevBleu(c.data, exp.data_source, t.tokenizer, None,
+                                 batch_size=exp.decode_rows(c.eval.batch_size), split=name,
+                                 limit=fv.limit or 0, compounds=c.eval.compounds,
+                                 max_input_length=longest, truncate=fv.truncate)
+      bleu = bleus[longest]
       if search not in searched:  # greedy search once, whatever alpha
         progress = Counter(f"[eval] {name}: decoding" + (
             f" (beam {point.beam_size}, alpha {point.length_penalty:g}, extra "
@@ -188,10 +206,15 @@ def run(fv: flags.FlagValues, config):
                     **_checkpoint_keys(t),
                     **searched[search], perplexity=losses["perplexity"], nll=losses["nll"],
                     loss=losses["loss"], target_tokens=losses["tokens"],
+                    perplexity_pairs=counts["pairs"], perplexity_dropped=counts["dropped"],
+                    perplexity_truncated=counts["truncated"], examples_skipped=counts["skipped"],
                     beam_size=point.beam_size, length_penalty=point.length_penalty,
                     max_extra_length=point.max_extra_length,
                     train_source_tokens=tokens("real_inputs"),
                     train_target_tokens=tokens("real_targets"))
+      note = scored_note(result, c, longest)
+      if note:
+        result["note"] = note
       if edges:
         result.update(_by_length(t, exp.translate_fn(
             beam_size=point.beam_size, length_penalty=point.length_penalty,
@@ -199,8 +222,7 @@ def run(fv: flags.FlagValues, config):
             point.max_extra_length))
       path = fv.out or epath.Path(fv.workdir) / result_name(
           name, t.steps, fv.limit or 0, point.suffix(configured), best=t.best is not None,
-          ema=t.checkpoint == "ema",
-          buckets=edges)
+          ema=t.checkpoint == "ema", buckets=edges, truncate=fv.truncate)
       if len(points) == 1:
         _print(result)
       saved = jax.process_index() == 0 and save(
@@ -213,6 +235,8 @@ def run(fv: flags.FlagValues, config):
       what = {"best": "best checkpoint", "ema": "EMA at checkpoint"}.get(t.checkpoint, "checkpoints")
       print(f"{name} {what} {t.steps}, perplexity "
             f"{losses['perplexity']:.4f}, {len(bleu.pairs)} sentences (* the run's own settings):")
+      for note in dict.fromkeys(r["note"] for r in rows if "note" in r):
+        print(f"note: {note}")
       print(table(rows, configured))
       if jax.process_index() == 0:
         print("written: " + ", ".join(os.path.basename(r["path"]) for r in rows if r["path"]))
@@ -220,7 +244,7 @@ def run(fv: flags.FlagValues, config):
 
 
 TRANSLATION_FLAGS = ("beam_size", "length_penalty", "max_extra_length", "limit",
-                     "length_buckets")
+                     "length_buckets", "truncate")
 
 
 def _context_lengths(fv: flags.FlagValues, config) -> tuple[int, ...]:
@@ -281,7 +305,12 @@ def _evaluate_texts(fv: flags.FlagValues, names: list[str], contexts: tuple[int,
                   accuracy=losses["accuracy"], target_tokens=losses["tokens"],
                   **({"word_perplexity": losses["word_perplexity"], "words": losses["words"]}
                      if "words" in losses else {}),
+                  texts=scorers[name].counts["texts"],
+                  texts_skipped=scorers[name].counts["skipped"],
                   context_length=c.data.max_length, train_target_tokens=tokens)
+    if result["texts_skipped"]:
+      result["note"] = (f"{result['texts_skipped']} example{'s' * (result['texts_skipped'] > 1)}"
+                        " of the set skipped, empty or not UTF-8")
     if contexts:
       result["context_lengths"] = [
           dict(context_length=length, perplexity=f["perplexity"], nll=f["nll"],
@@ -296,6 +325,34 @@ def _evaluate_texts(fv: flags.FlagValues, names: list[str], contexts: tuple[int,
       print(f"{'written':>22}: {path}")
       written.append(path)
   _record(fv.workdir, written)
+
+
+def scored_note(result: dict, config, longest: int | None) -> str:
+  """One line saying what a translation result's figures leave out or cut, '' when nothing: BLEU's
+  pairs not translated (a source past a learned position table's `longest` pieces) or cut
+  (--truncate), perplexity's pairs longer than data.max_length (filtered or cut, data.overlong),
+  and the examples of the set neither reads (empty or not UTF-8)."""
+  parts, d = [], config.data
+  dropped, cut = result["sentences_dropped"], result["sentences_truncated"]
+  table = (f"the {longest} pieces the learned position table holds (model.max_length "
+           f"{config.model.max_length} - max_extra_length {result['max_extra_length']})")
+  if dropped:
+    parts.append(f"BLEU over {result['sentences']} of {result['sentences'] + dropped} pairs, "
+                 f"{dropped} not translated: a source longer than {table} (--truncate cuts it)")
+  if cut:
+    parts.append(f"BLEU with {cut} source{'s' * (cut > 1)} cut to {table} (--truncate)")
+  pairs, dropped, cut = (result["perplexity_pairs"], result["perplexity_dropped"],
+                         result["perplexity_truncated"])
+  if dropped:
+    parts.append(f"perplexity over {pairs} of {pairs + dropped} pairs, {dropped} longer than "
+                 f"data.max_length={d.max_length} left out (data.overlong='filter')")
+  if cut:
+    parts.append(f"perplexity with {cut} pair{'s' * (cut > 1)} cut to data.max_length="
+                 f"{d.max_length} (data.overlong='truncate')")
+  skipped = result["examples_skipped"]
+  if skipped:
+    parts.append(f"{skipped} example{'s' * (skipped > 1)} of the set skipped, empty or not UTF-8")
+  return "; ".join(parts)
 
 
 def _checkpoint_keys(t) -> dict:

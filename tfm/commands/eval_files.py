@@ -15,19 +15,21 @@ EMA_RESULT = re.compile(r"eval_(?P<split>[A-Za-z0-9][A-Za-z0-9_.-]*?)_ema(?P<ste
 
 def result_name(split: str, steps: list[int], limit: int, suffix: str = "",
                 best: bool = False, buckets: tuple[int, ...] = (), ema: bool = False,
-                contexts: tuple[int, ...] = ()) -> str:
+                contexts: tuple[int, ...] = (), truncate: bool = False) -> str:
   """The file `tfm eval` writes for checkpoints `steps` averaged and BLEU over `limit` pairs.
   suffix: the decoding settings where they are not the run's own (Decoding.suffix); best: the
   run's best checkpoint (train.best_metric), eval_<split>_best<step>..., and ema: the EMA of the
   parameters at the last checkpoint (train.ema_decay), eval_<split>_ema<step>..., apart from the
   series' (RESULT, which the sweep reads, matches only the latter); buckets: the length buckets'
   edges; contexts: an lm's context lengths (--context_lengths or eval.context_lengths:
-  _ctx<L1-L2..>)."""
+  _ctx<L1-L2..>); truncate: --truncate's sources cut to a learned position table, _truncate
+  (neither RESULT nor EMA_RESULT matches it: a sweep reads the sources as the model takes them)."""
   checkpoints = (f"best{steps[-1]}" if best else f"ema{steps[-1]}" if ema
                  else f"{steps[-1]}_avg{len(steps)}")
   return (f"eval_{split}_{checkpoints}" + (f"_first{limit}" if limit else "") + suffix
           + (f"_len{'-'.join(map(str, buckets))}" if buckets else "")
-          + (f"_ctx{'-'.join(map(str, contexts))}" if contexts else "") + ".json")
+          + (f"_ctx{'-'.join(map(str, contexts))}" if contexts else "")
+          + ("_truncate" if truncate else "") + ".json")
 
 
 def buckets_named(name: str) -> tuple[int, ...]:

@@ -9,6 +9,11 @@ overriding them), or samples one translation per line with --sample --temperatur
 --score reads `SOURCE<TAB>TARGET` lines and prints, a line each, `LOGP<TAB>TOKENS<TAB>SCORE`: the
 model's log P(TARGET | SOURCE), teacher-forced, the target's tokens (its EOS included) and log P
 over the length penalty, the score beam search gives that target.
+Every source is translated whole wherever the model's positions allow it (all but a learned
+table). A learned table (model.max_length rows) holds sources of up to model.max_length -
+max_extra_length pieces; a longer line is not translated (an empty line is printed for it, no
+hypotheses with --n_best, an empty line with --score) unless --truncate cuts it to that length.
+The last stderr line counts the lines refused or cut, and names them.
 """
 
 from __future__ import annotations
@@ -36,6 +41,10 @@ def define_flags(fv: flags.FlagValues):
                        "(N <= the beam size)", lower_bound=1, flag_values=fv)
   flags.DEFINE_boolean("score", False, "score given translations: read SOURCE<TAB>TARGET lines, "
                        "print LOGP<TAB>TOKENS<TAB>SCORE", flag_values=fv)
+  flags.DEFINE_boolean("truncate", False, "with a learned position table: cut a source longer "
+                       "than it holds (model.max_length - max_extra_length pieces; --score: "
+                       "model.max_length) to that length instead of leaving its line "
+                       "untranslated (counted on stderr either way)", flag_values=fv)
   flags.DEFINE_boolean("sample", False, "sample instead of searching", flag_values=fv)
   flags.DEFINE_float("temperature", 1.0, "with --sample: softmax temperature (> 0)", flag_values=fv)
   flags.DEFINE_integer("top_k", 0, "with --sample: keep the K most likely tokens (0 = all)",
@@ -73,7 +82,8 @@ def run(fv: flags.FlagValues, config):
   _check_flags(fv)
   # pylint: disable=import-outside-toplevel
   from tfm.decode.beam import length_penalty
-  from tfm.decode.text import n_best_texts, score_texts, translate_texts
+  from tfm.decode.text import (n_best_texts, score_texts, source_limit, table_rows,
+                               translate_texts)
   from tfm.eval import decoding
   from tfm.eval.restore import load_trained, read_workdir_config
 
@@ -107,30 +117,68 @@ def run(fv: flags.FlagValues, config):
   rows = exp.decode_rows(min(e.batch_size, max(len(lines), 1)))
   if fv.score:
     alpha = e.length_penalty if fv.length_penalty is None else fv.length_penalty
-    for logp, tokens in score_texts(exp.score_fn(), t.params, t.tokenizer, pairs,
-                                    batch_size=rows, max_input_length=t.config.data.max_length):
+    scored, stats = score_texts(exp.score_fn(), t.params, t.tokenizer, pairs, batch_size=rows,
+                                max_length=table_rows(t.config.model), truncate=fv.truncate)
+    for pair in scored:
+      if pair is None:
+        print()
+        continue
+      logp, tokens = pair
       print(f"{logp:.6f}\t{tokens}\t{logp / float(length_penalty(tokens, alpha)):.6f}")
-    print(f"tfm translate: scored {len(pairs)} pairs", file=sys.stderr)
+    print(f"tfm translate: scored {len(pairs) - len(stats['refused'])} pairs"
+          + _counted(stats, table_rows(t.config.model), "a source or a target", t.config,
+                   done="scored"),
+          file=sys.stderr)
     return
   if fv.sample:
+    extra = e.max_extra_length
     translate = exp.translate_fn(temperature=fv.temperature, top_k=fv.top_k, top_p=fv.top_p,
                                  eos_id=t.tokenizer.eos_id)
   else:
     (point,) = decoding.points(e, fv.beam_size, fv.length_penalty, fv.max_extra_length)
     decoding.check_lengths(t.config, [point])
+    extra = point.max_extra_length
     translate = exp.translate_fn(beam_size=point.beam_size, length_penalty=point.length_penalty,
                                  max_extra_length=point.max_extra_length, n_best=fv.n_best,
                                  eos_id=t.tokenizer.eos_id)
+  limit = source_limit(t.config.model, extra)
   if fv.n_best is not None:
     hypotheses, stats = n_best_texts(translate, t.params, t.tokenizer, lines, batch_size=rows,
-                                     max_input_length=t.config.data.max_length)
+                                     max_input_length=limit, truncate=fv.truncate)
     for number, best in enumerate(hypotheses):
       for text, score in best:
         print(f"{number}\t{score:.6f}\t{text}")
   else:
     outputs, stats = translate_texts(translate, t.params, t.tokenizer, lines, batch_size=rows,
-                                     max_input_length=t.config.data.max_length, seed=fv.seed)
+                                     max_input_length=limit, truncate=fv.truncate, seed=fv.seed)
     for line in outputs:
       print(line)
-  print(f"tfm translate: {len(lines)} lines, {stats['tokens_per_s']:.1f} output tokens/s",
+  print(f"tfm translate: {len(lines)} lines, {stats['tokens_per_s']:.1f} output tokens/s"
+        + _counted(stats, limit, "a source", t.config, extra,
+                   shown="printed empty" if fv.n_best is None else "no hypotheses printed"),
         file=sys.stderr)
+
+
+def _lines(indices: list[int]) -> str:
+  """Input line numbers (from 1) of `indices`, the first five and how many more."""
+  shown = ", ".join(str(i + 1) for i in indices[:5])
+  return shown + (f" and {len(indices) - 5} more" if len(indices) > 5 else "")
+
+
+def _counted(stats: dict, limit: int | None, what: str, config, extra: int | None = None,
+             done: str = "translated", shown: str = "printed empty") -> str:
+  """'' when no line was refused or cut, else how many were, which and why (the end of the stderr
+  line)."""
+  refused, truncated = stats["refused"], stats["truncated"]
+  parts = []
+  table = f"model.max_length {config.model.max_length}" + (
+      f" - max_extra_length {extra}" if extra is not None else "")
+  if refused:
+    parts.append(f"{len(refused)} not {done}, {shown} (line{'s' * (len(refused) > 1)} "
+                 f"{_lines(refused)}: {what} longer than the {limit} pieces the learned position "
+                 f"table holds, {table}" + ("" if truncated else "; --truncate cuts a source to "
+                                            "them") + ")")
+  if truncated:
+    parts.append(f"{len(truncated)} cut to {limit} pieces by --truncate (line"
+                 f"{'s' * (len(truncated) > 1)} {_lines(truncated)})")
+  return "".join("; " + part for part in parts)

@@ -128,7 +128,8 @@ class DataConfig:
   num_workers: int = 0  # worker processes producing encoded chunks; 0 = in-process threads
   cache: bool = False  # True: tokenize the train split once into a token cache, read ids back
   cache_dir: str | None = None  # token caches; None = <data_dir or TFDS default>/tfm_cache
-  eval_max_examples: int | None = None  # dev/test subset size; None = the whole split
+  eval_max_examples: int | None = None  # dev/test subset size: the first N examples that hold
+  # text (blank and non-UTF-8 ones skipped, not counted); None = the whole split
   # dataset='text': a string ('dir/train.{lang}' or 'dir/train.tsv') or a mapping ({'en': path,
   # 'es': path}, or {'tsv': path, 'columns': 'en,es'}); typed `object` so that the command line
   # takes a Python literal (a mapping) as well as a plain string.

@@ -85,12 +85,17 @@ class PackedBatcher:
 
 
 class Efficiency:
-  """Running fraction of real (non-pad) token slots in emitted batches, per side."""
+  """Running fraction of the token slots of emitted batches that hold what the step uses, per
+  side: inputs, the real (non-pad) pieces; targets, the pieces the loss scores (targets != 0 in
+  a segment: every real piece of a translation or lm batch, the masked ones alone of an mlm
+  batch, whose other targets are 0). real_targets counts every real target-side piece."""
 
   def __init__(self, state: dict | None = None):
     state = state or {}
     self.real_inputs = int(state.get("real_inputs", 0))
     self.real_targets = int(state.get("real_targets", 0))
+    # (a state written before this count: every real target scored, as in translation and lm)
+    self.scored_targets = int(state.get("scored_targets", self.real_targets))
     self.slots_inputs = int(state.get("slots_inputs", 0))
     self.slots_targets = int(state.get("slots_targets", 0))
     self.batches = int(state.get("batches", 0))
@@ -98,20 +103,24 @@ class Efficiency:
   def update(self, batch: dict[str, np.ndarray]) -> None:
     self.real_inputs += int(np.count_nonzero(batch["inputs_segmentation"]))
     self.real_targets += int(np.count_nonzero(batch["targets_segmentation"]))
+    self.scored_targets += int(np.count_nonzero((batch["targets"] != 0)
+                                                & (batch["targets_segmentation"] != 0)))
     self.slots_inputs += batch["inputs_segmentation"].size
     self.slots_targets += batch["targets_segmentation"].size
     self.batches += 1
 
   def state(self) -> dict[str, int]:
     return {"real_inputs": self.real_inputs, "real_targets": self.real_targets,
-            "slots_inputs": self.slots_inputs, "slots_targets": self.slots_targets,
-            "batches": self.batches}
+            "scored_targets": self.scored_targets, "slots_inputs": self.slots_inputs,
+            "slots_targets": self.slots_targets, "batches": self.batches}
 
   def summary(self) -> dict[str, float]:
-    """inputs/targets efficiency = real tokens / token slots (0.0 before any batch)."""
+    """inputs efficiency = real input pieces / slots, targets efficiency = scored targets / slots
+    (0.0 before any batch)."""
     return {
         "inputs_efficiency": self.real_inputs / self.slots_inputs if self.slots_inputs else 0.0,
-        "targets_efficiency": self.real_targets / self.slots_targets if self.slots_targets else 0.0,
+        "targets_efficiency": (self.scored_targets / self.slots_targets if self.slots_targets
+                               else 0.0),
         "batches": self.batches, "real_input_tokens": self.real_inputs,
         "real_target_tokens": self.real_targets,
     }

@@ -234,17 +234,56 @@ def _train_cursor(cfg: DataConfig, source: sources.DataSource, tokenizer, proces
                                    mixture.Streams(streams))
 
 
+class FirstUsable:
+  """The first `limit` examples of a split (all when None) whose every text is UTF-8 and not empty,
+  in split order: what data.eval_max_examples counts (the first N texts or pairs an evaluation
+  scores, not the first N lines whatever they hold). A data source (len, [i]) for HostShard.
+  skipped: the examples passed over to find them (empty or not UTF-8), read while looking."""
+
+  READ = 256  # examples read at a time (a batched read where the split has one)
+
+  def __init__(self, split, limit: int | None):
+    self.split, self.indices, self.skipped = split, [], 0
+    batched = getattr(split, "_getitems", None)
+    for first in range(0, len(split), self.READ):
+      if limit is not None and len(self.indices) == limit:
+        break
+      positions = list(range(first, min(first + self.READ, len(split))))
+      for i, example in zip(positions, batched(positions) if batched
+                            else [split[i] for i in positions]):
+        if limit is not None and len(self.indices) == limit:
+          break
+        if all(examples_lib.decode_text(value)[1] == examples_lib.OK for value in example):
+          self.indices.append(i)
+        else:
+          self.skipped += 1
+
+  def __len__(self) -> int:
+    return len(self.indices)
+
+  def __getitem__(self, position: int):
+    return self.split[self.indices[int(position)]]
+
+  def _getitems(self, positions) -> list:
+    indices = [self.indices[int(i)] for i in positions]
+    batched = getattr(self.split, "_getitems", None)
+    return batched(indices) if batched else [self.split[i] for i in indices]
+
+
 def eval_batches(cfg: DataConfig, source: sources.DataSource, tokenizer, split: str = "dev", *,
                  process_index: int = 0, process_count: int = 1, row_multiple: int = 1,
-                 task: str = "translate", context_length: int | None = None
-                 ) -> list[dict[str, Any]]:
+                 task: str = "translate", context_length: int | None = None,
+                 counts: dict | None = None) -> list[dict[str, Any]]:
   """This host's share of `split` ('dev', 'test' or an evaluation set of data.eval_sets; its first
-  data.eval_max_examples examples) as unpacked, padded [rows, max_length] batches in dataset
-  order, rows = batching.host_rows (tokens_per_batch // max_length rounded up to a multiple of the
-  hosts and of row_multiple, the batch shards) // hosts.
+  data.eval_max_examples examples that hold text, FirstUsable) as unpacked, padded [rows,
+  max_length] batches in dataset order, rows = batching.host_rows (tokens_per_batch // max_length
+  rounded up to a multiple of the hosts and of row_multiple, the batch shards) // hosts.
 
   Over-long examples follow data.overlong. Every host returns the same number of batches
   (padded with all-zero batches), so collective eval steps stay in lockstep.
+  counts: filled with what was scored, where given: 'skipped' (examples passed over, empty or
+  not UTF-8: the whole split's, the same on every host), and this host's 'kept', 'dropped'
+  (longer than data.max_length, filtered) and 'truncated' (cut to it).
 
   Tasks lm and mlm: `stream_eval_batches` (rows of context_length, None = data.max_length).
   """
@@ -252,20 +291,24 @@ def eval_batches(cfg: DataConfig, source: sources.DataSource, tokenizer, split: 
   if task != "translate":
     return stream_eval_batches(cfg, source, tokenizer, split, process_index=process_index,
                                process_count=process_count, row_multiple=row_multiple,
-                               task=task, context_length=context_length)
+                               task=task, context_length=context_length, counts=counts)
   if context_length is not None:
     raise ValueError(f"context_length={context_length}: scoring at other context lengths is "
                      "for task 'lm' or 'mlm'; translation batches have rows of data.max_length")
   rows = batching.host_rows(cfg, process_count, row_multiple)
-  pairs = source.open(split)
-  host = sources.HostShard(pairs, process_index, process_count, cfg.eval_max_examples)
+  pairs = FirstUsable(source.open(split), cfg.eval_max_examples)
+  host = sources.HostShard(pairs, process_index, process_count)
   ds = grain.MapDataset.source(host).map(
       examples_lib.EncodePair(tokenizer, cfg.max_length, cfg.overlong))
   # Host 0's shard is the longest: every host pads to its number of batches.
-  longest = sources.HostShard(pairs, 0, process_count, cfg.eval_max_examples)
+  longest = sources.HostShard(pairs, 0, process_count)
   num_batches = math.ceil(len(longest) / rows)
   counters = examples_lib.Counters()
   kept = [example for example in ds if counters.count(example)]
+  if counts is not None:
+    values = counters.values
+    counts.update(skipped=pairs.skipped, kept=values["examples_kept"],
+                  dropped=values["filtered_overlong"], truncated=values["truncated"])
   batches = [batching.pad_examples(kept[i:i + rows], rows, cfg.max_length)
              for i in range(0, len(kept), rows)]
   while len(batches) < num_batches:
@@ -276,30 +319,28 @@ def eval_batches(cfg: DataConfig, source: sources.DataSource, tokenizer, split: 
 def eval_text_pairs(cfg: DataConfig, source: sources.DataSource,
                     split: str = "dev") -> list[tuple[str, str]]:
   """(source, target) strings of `split` in dataset order for BLEU: the first
-  data.eval_max_examples pairs, minus empty or non-UTF-8 ones (all hosts get the same list)."""
+  data.eval_max_examples pairs that hold text, FirstUsable (all hosts get the same list)."""
   if cfg.text_key is not None:
     raise ValueError(f"data.text_key={cfg.text_key!r}: a monolingual split has no translation "
                      "pairs to score with BLEU (tasks lm and mlm report perplexity)")
-  first = sources.HostShard(source.open(split), 0, 1, cfg.eval_max_examples)
-  pairs = []
-  for i in range(len(first)):
-    decoded = [examples_lib.decode_text(value) for value in first[i]]
-    if all(status == examples_lib.OK for _, status in decoded):
-      pairs.append((decoded[0][0], decoded[1][0]))
-  return pairs
+  first = FirstUsable(source.open(split), cfg.eval_max_examples)
+  return [tuple(examples_lib.decode_text(value)[0] for value in first[i])
+          for i in range(len(first))]
 
 
-def _eval_texts(cfg: DataConfig, source: sources.DataSource, split: str):
-  """The first data.eval_max_examples examples of a monolingual split, in dataset order."""
-  return sources.HostShard(source.open(split), 0, 1, cfg.eval_max_examples)
+def _eval_texts(cfg: DataConfig, source: sources.DataSource, split: str) -> FirstUsable:
+  """The first data.eval_max_examples examples of a monolingual split that hold text, in dataset
+  order."""
+  return FirstUsable(source.open(split), cfg.eval_max_examples)
 
 
 def stream_eval_batches(cfg: DataConfig, source: sources.DataSource, tokenizer, split: str = "dev",
                         *, process_index: int = 0, process_count: int = 1, row_multiple: int = 1,
-                        task: str = "lm", context_length: int | None = None
-                        ) -> list[dict[str, Any]]:
+                        task: str = "lm", context_length: int | None = None,
+                        counts: dict | None = None) -> list[dict[str, Any]]:
   """This host's eval batches of a monolingual split (tasks lm, mlm): the split's first
-  data.eval_max_examples examples in dataset order, each ending with EOS, concatenated and cut
+  data.eval_max_examples examples that hold text (FirstUsable) in dataset order, each ending with
+  EOS, concatenated and cut
   into rows of context_length (None = data.max_length), so every token is scored exactly once.
 
   Global batch b holds rows [b * R, (b + 1) * R) of the stream, R = tokens_per_batch //
@@ -310,8 +351,9 @@ def stream_eval_batches(cfg: DataConfig, source: sources.DataSource, tokenizer, 
   once, as one row, with masking.EVAL_SEED, before it is cut: the same masked tokens in every run
   and every evaluation, whatever the rows a batch has (tokens_per_batch, context_length, the hosts
   and batch shards it is rounded up for). Empty and non-UTF-8 examples are skipped (as in
-  training); a set left with no text at all is refused (ValueError naming it), before any
-  evaluation runs.
+  training); a set with no text at all is refused (ValueError naming it), before any evaluation
+  runs. counts: filled with 'texts' (scored whole, every host's) and 'skipped' (empty or not
+  UTF-8), where given.
   """
   length = cfg.max_length if context_length is None else context_length
   if not isinstance(length, int) or isinstance(length, bool) or length < 1:
@@ -321,13 +363,12 @@ def stream_eval_batches(cfg: DataConfig, source: sources.DataSource, tokenizer, 
   host_rows = rows // process_count
   encode = examples_lib.EncodePair(tokenizer, None, cfg.overlong)
   texts = _eval_texts(cfg, source, split)
-  ids = [example["targets"] for example in map(encode, (texts[i] for i in range(len(texts))))
-         if int(example["status"]) == examples_lib.OK]
+  ids = [encode(texts[i])["targets"] for i in range(len(texts))]  # every one OK: FirstUsable's
   if not ids:  # nothing to score: a perplexity of no tokens is no figure (and 0 / 0)
-    first = ("examples" if cfg.eval_max_examples is None
-             else f"first {cfg.eval_max_examples} examples (data.eval_max_examples)")
-    raise ValueError(f"evaluation set {split!r}: its {first} hold no text, each empty or not "
-                     "UTF-8; expected at least one text to score")
+    raise ValueError(f"evaluation set {split!r}: its {texts.skipped} examples hold no text, each "
+                     "empty or not UTF-8; expected at least one text to score")
+  if counts is not None:
+    counts.update(texts=len(ids), skipped=texts.skipped)
   tokens = np.concatenate(ids).astype(np.int32)
   masked = None
   if task == "mlm":  # the whole stream at once, as one row: the masks do not depend on the rows
@@ -350,7 +391,7 @@ def stream_eval_batches(cfg: DataConfig, source: sources.DataSource, tokenizer, 
 def eval_word_count(cfg: DataConfig, source: sources.DataSource, split: str = "dev", *,
                     task: str = "lm") -> int:
   """Whitespace-separated words of the texts eval_batches scores (the split's first
-  data.eval_max_examples examples, empty and non-UTF-8 ones skipped), all hosts together: the
+  data.eval_max_examples examples that hold text), all hosts together: the
   denominator of per-word perplexity, exp(sum of the tokens' NLL, EOS included / words)."""
   check_task(cfg, task)
   if task == "translate":

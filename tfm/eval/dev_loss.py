@@ -35,18 +35,22 @@ class DevLoss:
   (Experiment.batch_shards), which every batch's rows must split over. task: config.task;
   context_length: lm and mlm's rows (None: data.max_length; `tfm eval --context_lengths` scores
   others).
+  counts: what the figures cover, every host's: translate {'pairs' scored, 'dropped' (longer than
+  data.max_length, data.overlong='filter'), 'truncated' (cut to it, 'truncate'), 'skipped'
+  (empty or not UTF-8)}; lm and mlm {'texts' scored whole, 'skipped'}.
   """
 
   def __init__(self, data: DataConfig, source: DataSource, tokenizer, eval_step, sharding,
                split: str = "dev", row_multiple: int = 1, task: str = "translate",
                context_length: int | None = None):
     self.eval_step = eval_step
+    counts = {}
     host_batches = pipeline.eval_batches(data, source, tokenizer, split,
                                          process_index=jax.process_index(),
                                          process_count=jax.process_count(),
                                          row_multiple=row_multiple, task=task,
-                                         context_length=context_length)
-    _check_scored(data, split, task, host_batches)
+                                         context_length=context_length, counts=counts)
+    self.counts = _check_scored(data, split, task, host_batches, counts)
     self.batches = [prefetch.to_device(b, sharding) for b in host_batches]
     # Every host's words: the NLL sums the eval step returns are the global batch's.
     self.words = (pipeline.eval_word_count(data, source, split, task=task) if task == "lm"
@@ -60,22 +64,32 @@ class DevLoss:
     return with_words(figures, float(totals["nll"]), self.words)
 
 
-def _check_scored(data: DataConfig, split: str, task: str, host_batches) -> None:
-  """Raises ValueError in one line, on every host, when no host's batches hold a target to score:
-  a perplexity of no tokens is exp(0 / 0), which the sums would print as tokens 0, perplexity 1.0.
-  (lm sets with no text are refused by pipeline.eval_batches, naming the texts.)"""
+def _check_scored(data: DataConfig, split: str, task: str, host_batches, counts: dict) -> dict:
+  """The counts of what every host's batches score (eval_batches' `counts`, summed over the hosts
+  where they are a host's own). Raises ValueError in one line, on every host, when no host's
+  batches hold a target to score: a perplexity of no tokens is exp(0 / 0), which the sums would
+  print as tokens 0, perplexity 1.0. (lm sets with no text are refused by pipeline.eval_batches,
+  naming the texts.)"""
   # The loss's weights (tfm/train/loss.py target_weights): an mlm batch keeps every piece's
   # segmentation and zeroes the targets of the pieces not masked.
   targets = sum(int(np.count_nonzero((b["targets"] != 0) & (b["targets_segmentation"] != 0)))
                 for b in host_batches)
+  own = ("kept", "dropped", "truncated") if task == "translate" else ()
+  values = np.array([targets] + [counts[k] for k in own], np.int64)
   if jax.process_count() > 1:  # every host must agree to raise: the evaluations are collective
-    targets = int(np.sum(multihost_utils.process_allgather(np.int64(targets))))
-  if targets:
-    return
-  first = ("examples" if data.eval_max_examples is None
-           else f"first {data.eval_max_examples} examples (data.eval_max_examples)")
-  why = {"translate": f"each pair empty, not UTF-8 or longer than data.max_length="
-                      f"{data.max_length} (data.overlong={data.overlong!r}; 'truncate' keeps it)",
+    values = np.sum(multihost_utils.process_allgather(values), axis=0)
+  out = ({"pairs": int(values[1]), "dropped": int(values[2]), "truncated": int(values[3]),
+          "skipped": counts["skipped"]} if own else dict(counts))
+  if values[0]:
+    return out
+  what = "pairs" if task == "translate" else "texts"
+  first = (what if data.eval_max_examples is None
+           else f"first {data.eval_max_examples} {what} (data.eval_max_examples)")
+  if task == "translate" and not out["pairs"] + out["dropped"]:
+    raise ValueError(f"evaluation set {split!r}: its {out['skipped']} examples hold no pair, "
+                     "each side empty or not UTF-8; expected at least one pair to score")
+  why = {"translate": f"each longer than data.max_length={data.max_length} "
+                      f"(data.overlong={data.overlong!r}; 'truncate' keeps it)",
          "mlm": f"no piece masked at data.mask_rate={data.mask_rate}"}.get(task, "no text")
   raise ValueError(f"evaluation set {split!r}: its {first} leave no target piece to score, "
                    f"{why}; expected at least one")

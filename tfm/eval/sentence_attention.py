@@ -1,7 +1,8 @@
 """What a trained model attends to for one sentence (the paper's figures 3-5).
 
 The sentence is translated as `tfm translate` does (the Experiment's beam search, or greedy with
-beam_size 1); then one teacher-forced forward pass over source + translation returns the model's own
+beam_size 1), whole (a sentence longer than a learned position table holds is refused, naming the
+table); then one teacher-forced forward pass over source + translation returns the model's own
 attention weights (Experiment.attention_weights_fn). Queries and keys carry SentencePiece pieces:
   encoder   queries and keys: the source pieces (ending in '</s>')
   decoder   queries: the translation pieces, each row the position that predicts that piece;
@@ -17,7 +18,7 @@ import dataclasses
 import jax
 import numpy as np
 
-from tfm.data.examples import fit_length
+from tfm.decode.text import source_limit
 from tfm.eval.restore import Trained
 
 START = "<s>"  # the label of the decoder's start token (id 0, the pad id)
@@ -43,7 +44,13 @@ def sentence_attention(trained: Trained, text: str, beam_size: int | None = None
   """Translates `text` with the workdir's model (beam_size: None = eval.beam_size, 1 = greedy) and
   returns the attention weights of every layer and head over source and translation."""
   exp, tokenizer = trained.experiment, trained.tokenizer
-  source, _ = fit_length(tokenizer.encode(text), trained.config.data.max_length, "truncate")
+  source = tokenizer.encode(text)
+  model, extra = trained.config.model, trained.config.eval.max_extra_length
+  limit = source_limit(model, extra)
+  if limit is not None and len(source) > limit:
+    raise ValueError(f"--text: {len(source)} pieces, longer than the {limit} the learned position "
+                     f"table holds (model.max_length {model.max_length} - eval.max_extra_length "
+                     f"{extra}); expected a shorter sentence")
   rows = exp.decode_rows(1)  # one sentence, padded with empty rows to split over the batch shards
   inputs = np.zeros((rows, len(source)), np.int32)
   inputs[0] = source

@@ -28,8 +28,10 @@ The export is the same function as the tfm model, written in Marian's layout:
 - LayerNorm epsilon: Marian's is 1e-5, fixed in its code (nn.LayerNorm's default); a tfm model
   of another model.norm_epsilon (the default is 1e-6) exports to a function that differs by that
   much (`EPSILON`; docs/export.md measures it).
-- Positions from 0 in both; max_position_embeddings (the size of Marian's table) covers the run's
-  longest input plus eval.max_extra_length, and at least model.max_length.
+- Positions from 0 in both; max_position_embeddings (the size of Marian's table, computed at load)
+  covers data.max_length + eval.max_extra_length + 1 and at least model.max_length; the tokenizer's
+  model_max_length is the longest input whose output, as tfm limits it, fits that table
+  (`longest_input`). tfm's sinusoids take any length: only longer inputs translate differently.
 
 Only numpy, safetensors and json here: exporting needs neither torch nor transformers.
 """
@@ -149,6 +151,14 @@ def max_positions(cfg: ModelConfig, data_max_length: int, max_extra_length: int)
   return max(cfg.max_length, data_max_length + max_extra_length + 1)
 
 
+def longest_input(cfg: ModelConfig, data_max_length: int, max_extra_length: int) -> int:
+  """The longest input (pieces, EOS included) the export translates as tfm does: its output of up
+  to input + max_extra_length tokens, after the start token, within Marian's position table
+  (max_positions) -- the tokenizer's model_max_length. tfm itself (sinusoids) takes any length;
+  data.max_length, the training rows, is no limit on what it translates."""
+  return max_positions(cfg, data_max_length, max_extra_length) - max_extra_length - 1
+
+
 def model_config(cfg: ModelConfig, *, data_max_length: int, max_extra_length: int) -> dict:
   """config.json: MarianConfig's fields for `cfg` (its refusals checked: tfm/export/refusals.py)."""
   tied = cfg.tie_embeddings
@@ -207,8 +217,8 @@ def vocabulary(pieces: list[str], vocab_size: int) -> dict[str, int]:
 def tokenizer_config(pieces: list[str], *, source_lang: str, target_lang: str,
                      max_length: int) -> dict:
   """tokenizer_config.json for MarianTokenizer: one shared SentencePiece model (source.spm and
-  target.spm are the same file), inputs cut at data.max_length tokens (EOS included) when asked
-  to truncate, pad, EOS and UNK named by the pieces of tfm ids 0, 1 and 2, no other special
+  target.spm are the same file), model_max_length `max_length` (`longest_input`: inputs are cut
+  there, EOS included, only when asked to truncate, and longer ones are warned about), pad, EOS and UNK named by the pieces of tfm ids 0, 1 and 2, no other special
   tokens. split_special_tokens: a text holding a special token's piece ("</s>", "<unk>",
   "<pad>") is SentencePiece's to split, as tfm's Tokenizer.encode does (transformers' default
   cuts such a text out as the special token's id before SentencePiece sees it: a verse quoting
@@ -243,7 +253,7 @@ def export_files(config, params: Mapping[str, Any], spm_model: bytes, pieces: li
       "vocab.json": text(vocabulary(pieces, cfg.vocab_size)),
       "tokenizer_config.json": text(tokenizer_config(
           pieces, source_lang=data.source_lang, target_lang=data.target_lang,
-          max_length=data.max_length)),
+          max_length=longest_input(cfg, **lengths))),
       "tfm_export.json": text(record),
   }
 

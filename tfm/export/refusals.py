@@ -5,9 +5,9 @@ MarianMTModel (transformers' modeling_marian.py) is the paper's encoder-decoder:
 embeddings scaled by sqrt(d_model), multi-head attention with d_model / heads wide heads, a
 two-layer feed-forward with one activation, a bias on every Linear. Keys and what becomes of them:
 
-  architecture         encoder_decoder exports; decoder_only and encoder_only are refused (a
-                       decoder-only model's export is GPT-2's class, for when the language-model
-                       families land)
+  architecture         encoder_decoder exports; decoder_only (task lm) and encoder_only (task
+                       mlm) are refused: a language model is no translation model, and tfm
+                       exports none to transformers' language-model classes
   norm                 post exports; pre is refused (Marian has no pre-LN layers nor final norm)
   positions            sinusoidal exports; learned is refused (the class recomputes its sinusoid
                        table at load and leaves it out of save_pretrained, so a trained table would
@@ -45,9 +45,11 @@ def refusals(cfg: ModelConfig) -> list[str]:
     out.append(f"config key model.{key}: expected {expected} to export to MarianMTModel, got {got!r}")
 
   if cfg.architecture != "encoder_decoder":
-    refuse("architecture", "'encoder_decoder' (MarianMTModel is an encoder-decoder; decoder-only "
-           "models will export to GPT-2's class once tfm has its language-model families)",
-           cfg.architecture)
+    kind = {"decoder_only": "a decoder-only language model (task lm) has no encoder",
+            "encoder_only": "an encoder-only masked language model (task mlm) has no decoder"}
+    refuse("architecture", f"'encoder_decoder' (MarianMTModel translates with an encoder and a "
+           f"decoder; {kind.get(cfg.architecture, 'this stack is not one')}, and tfm exports "
+           "language models to no transformers class)", cfg.architecture)
   if cfg.norm != "post":
     refuse("norm", "'post' (MarianMTModel's layers are LayerNorm(x + Sublayer(x)))", cfg.norm)
   if cfg.positions != "sinusoidal":

@@ -306,24 +306,28 @@ def check_shapes(state_dir: epath.Path, target: Any, prefix: str = "") -> None:
   """Raises ValueError naming the first array of `target` (ShapeDtypeStructs; prefix: where it
   sits in the saved tree, 'params/' for the parameters alone) that the checkpoint at state_dir
   does not hold with that shape. Read from the checkpoint's metadata before Orbax reads any array:
-  Orbax's failed reads of mismatched arrays leave tasks whose errors reach stderr later."""
+  Orbax's failed reads of mismatched arrays leave tasks whose errors reach stderr later.
+  A whole state's optimizer or EMA kept otherwise than this run's config says (train.optimizer,
+  train.adafactor_momentum, train.ema_decay; an older tfm's optax numbering) raises ResumeRefused:
+  the config's cause, named alone, which no older checkpoint of the run would resolve (not
+  damage to fall back from)."""
   saved = saved_shapes(state_dir)
   wanted = _shapes(target)
   if (any(k.startswith("opt_state/adam/") for k in wanted)
       and any(re.match(r"opt_state/\d+/", k) for k in saved)):
-    raise ValueError(f"{state_dir} holds the optimizer state as optax.chain numbered it "
-                     "(opt_state/0/...), as older tfm versions wrote it; this tfm keys it by part "
-                     "(opt_state/adam/...) and cannot resume it: its parameters still evaluate "
-                     "(tfm eval), or train into a new --workdir")
+    raise ResumeRefused(f"{state_dir} holds the optimizer state as optax.chain numbered it "
+                        "(opt_state/0/...), as older tfm versions wrote it; this tfm keys it by "
+                        "part (opt_state/adam/...) and cannot resume it: its parameters still "
+                        "evaluate (tfm eval), or train into a new --workdir")
   differs = optimizer_difference(saved, wanted) if not prefix else None
   if differs:
-    raise ValueError(f"{differs}: a run resumes with the optimizer it was trained with; to "
-                     "change it, start a new run from this one (train.init_from, a fresh "
-                     "optimizer)")
+    raise ResumeRefused(f"{differs}: a run resumes with the optimizer it was trained with; to "
+                        "change it, start a new run from this one (train.init_from, a fresh "
+                        "optimizer)")
   differs = ema_difference(saved, wanted) if not prefix else None
   if differs:
-    raise ValueError(f"config key train.ema_decay: {state_dir} {differs}; to change it, start a "
-                     "new run from this one (train.init_from)")
+    raise ResumeRefused(f"config key train.ema_decay: {state_dir} {differs}; to change it, "
+                        "start a new run from this one (train.init_from)")
   for name, shape in wanted.items():
     held = saved.get(prefix + name)
     if held != shape:
