@@ -4,9 +4,8 @@ Position handling is chosen once per stack: sinusoidal and learned encodings are
 embeddings; alibi and relative biases are computed once per stack and added to every layer's
 self-attention logits (relative: one [buckets, heads] table a stack, T5's, bidirectional in the
 encoder and causal in the decoder; encoder-decoder attention gets no bias); rope is applied inside
-self-attention. The layers run as a loop or as one
-scan (model.scan_layers; tfm/model/layer_stack.py), each rematerialised by model.remat
-(tfm/model/remat.py).
+self-attention. The layers run as a loop or as one scan (model.scan_layers;
+tfm/model/layer_stack.py), each rematerialised by model.remat (tfm/model/remat.py).
 """
 
 from __future__ import annotations
