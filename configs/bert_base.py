@@ -1,25 +1,39 @@
 """BERT-base (Devlin et al. 2019): an encoder-only masked language model (config.task='mlm'),
-110M parameters published, as tfm builds it.
+110M parameters published, as tfm builds it: 109,514,298 parameters, transformers'
+BertForMaskedLM of bert-base-uncased's configuration exactly (tests/model/test_lm_params.py,
+component by component).
 
 Architecture (the paper's section 3 and its released bert_config.json): 12 layers, d_model 768,
 12 heads of 64, d_ff 3072, GELU, post-norm (the paper's "Add & Norm", LayerNorm epsilon 1e-12), a
-learned table of 512 positions, a 30,522-piece vocabulary, the token embedding tied to the output
-projection, biases on every projection, dropout 0.1 on the residuals, the embeddings and the
-attention weights. Masking is BERT's (data.mask_rate 0.15; of the selected tokens 80% <mask>, 10%
-a random piece, 10% unchanged: the data section's defaults).
+learned table of 512 positions, a 30,522-piece vocabulary, biases on every projection, dropout 0.1
+on the residuals, the embeddings and the attention weights; and BERT's own parts, each a model.*
+key:
+  token_types=2      the token-type (segment) table, 2 x 768 (type_vocab_size 2). tfm trains one
+                     text a row, no sentence pairs: every token is type 0, and row 1 is kept, as
+                     BERT's layout has it, untrained
+  embedding_norm     a LayerNorm of the summed embeddings (tokens + positions + type), before
+                     their dropout, 2 x 768
+  mlm_head           the masked-LM head: a 768 x 768 dense layer with a bias, GELU and a LayerNorm
+                     (590,592 + 1,536), then the output projection, tied to the token embedding,
+                     plus a 30,522 output bias
+Masking is BERT's (data.mask_rate 0.15; of the selected tokens 80% <mask>, 10% a random piece, 10%
+unchanged: the data section's defaults).
 
-The published total, 109,482,240, is BERT's encoder with its embeddings and its pooler; tfm's
-count is smaller by exactly three parts BERT has and tfm does not build: the token-type (segment)
-embeddings, 2 x 768 = 1,536 (for next-sentence pairs, which tfm does not train); the LayerNorm of
-the summed embeddings, 2 x 768 = 1,536; and the pooler, a 768 x 768 dense layer with a bias on the
-first token, 590,592 (for next-sentence prediction and classification). BERT's MLM head (a
-768 x 768 dense layer, GELU, a LayerNorm and a 30,522 output bias: 622,650 more) is not in the
-published total either; tfm's logits are the tied embedding's products alone. Every difference is
-checked in tests/model/test_lm_params.py and listed in docs/lm.md.
+    tokens 30,522 x 768 + positions 512 x 768 + token types 2 x 768 + embedding LayerNorm 2 x 768
+                                                                   23,837,184
+    12 layers of 7,087,872                                         85,054,464
+    MLM head: transform 590,592 + LayerNorm 1,536 + bias 30,522       622,650
+    total                                                         109,514,298
+
+The published total, 109,482,240 (the paper's "110M"), is BERT's encoder with its embeddings and
+its pooler (a 768 x 768 dense layer with a bias on the first token, 590,592, for next-sentence
+prediction, which tfm does not train) and without the MLM head: 109,514,298 - 622,650 + 590,592.
 
 What tfm does not reproduce: the WordPiece vocabulary (tfm trains a SentencePiece BPE of the same
 size, with <mask> at id 3), next-sentence prediction and the segment pairs it needs, BERT's
-initialisation (truncated N(0, 0.02)), its unscaled embeddings (tfm multiplies by sqrt(d_model)).
+initialisation (truncated N(0, 0.02)), its unscaled embeddings (tfm multiplies by sqrt(d_model)),
+and the exact GELU (tfm's is the tanh approximation, as BERT's released code; transformers' BERT
+computes the erf form). None changes the count.
 
 Data: BERT trained on BooksCorpus (800M words, no longer distributed) and English Wikipedia
 (2,500M words). Here English Wikipedia alone, TFDS's `wikipedia/20230601.en` (its `text` feature
@@ -49,6 +63,7 @@ def get_config():
       norm="post", norm_epsilon=1e-12,  # BERT's LayerNorm epsilon
       positions="learned", max_length=CONTEXT,
       ffn="gelu", tie_embeddings=True, use_bias=True,
+      token_types=2, embedding_norm=True, mlm_head=True,  # BERT's own parts, see above
       dropout_rate=0.1, attention_dropout_rate=0.1,  # BERT's hidden and attention dropout
       dtype="bfloat16")  # compute dtype on accelerators; parameters stay float32
   c.data.update(

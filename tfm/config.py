@@ -36,7 +36,10 @@ SECTIONS = ("model", "data", "train", "mesh", "eval")
 # Keys added after runs were written and published, with the value every earlier run had: a saved
 # config.json without one reads as that value (a resume), and a sweep's fingerprint leaves the key
 # out at that value, so runs published before it keep matching (tfm/sweep/publish.py).
-ADDED_LATER = {"model.matmul_precision": "default", "eval.length_buckets": (),
+ADDED_LATER = {"model.matmul_precision": "default", "model.norm_kind": "layer",
+               "model.share_embeddings": False, "model.token_types": 0,
+               "model.embedding_norm": False, "model.mlm_head": False,
+               "eval.length_buckets": (),
                "eval.context_lengths": (),
                "data.train_files": None, "data.dev_files": None, "data.test_files": None,
                "data.eval_sets": None, "data.mixture": None, "data.mixture_weights": None,

@@ -179,6 +179,10 @@ def test_the_files_say_what_marian_reads():
     ("d_k", dict(d_k=4, d_v=4)),
     ("d_v", dict(d_v=4)),
     ("ffn", dict(ffn="swiglu")),
+    ("ffn", dict(ffn="gated_gelu")),
+    ("norm_kind", dict(norm_kind="rms")),
+    ("share_embeddings", dict(tie_embeddings=False, share_embeddings=True)),
+    ("embedding_norm", dict(embedding_norm=True)),
 ])
 def test_what_marian_cannot_hold_is_refused_by_key(key, changes):
   cfg = ModelConfig(**{**TINY, **changes})

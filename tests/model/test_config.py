@@ -24,6 +24,17 @@ CASES = [
     (dict(scan_layers="yes"), "model.scan_layers"),
     (dict(remat="selective"), "model.remat"),
     (dict(layer_norm_grad="manual"), "model.layer_norm_grad"),
+    (dict(norm_kind="batch"), "model.norm_kind"),
+    (dict(norm_kind="rms", layer_norm_grad="written"), "model.layer_norm_grad"),
+    (dict(share_embeddings=True), "model.share_embeddings"),  # tied already: one table
+    (dict(share_embeddings=True, tie_embeddings=False, architecture="decoder_only",
+          num_encoder_layers=0), "model.share_embeddings"),
+    (dict(share_embeddings=1, tie_embeddings=False), "model.share_embeddings"),
+    (dict(token_types=2), "model.token_types"),  # encoder_decoder: BERT's are encoder-only
+    (dict(token_types=-1, architecture="encoder_only"), "model.token_types"),
+    (dict(token_types=1.5, architecture="encoder_only"), "model.token_types"),
+    (dict(embedding_norm="yes"), "model.embedding_norm"),
+    (dict(mlm_head=True, architecture="decoder_only", num_encoder_layers=0), "model.mlm_head"),
 ]
 
 
@@ -81,3 +92,19 @@ def test_length_buckets_are_checked_and_a_learned_table_covers_the_last():
                                        r"buckets' last edge \+ eval\.max_extra_length = 306"):
     load_config("configs/table3_mini.py:E", ["eval.length_buckets=(128,256)"])
   assert load_config("configs/table3_mini.py:E", ["eval.length_buckets=(64,128)"])
+
+
+def test_later_parts_are_off_by_default_and_read_so_from_older_configs():
+  """The keys of T5's and BERT's parts default to the model before them (every existing config
+  builds the same parameters), and a config.json written before them reads them so: they are in
+  ADDED_LATER at their defaults, so sweeps' fingerprints and resumes are unchanged."""
+  from tfm import config as config_lib  # pylint: disable=import-outside-toplevel
+  default = ModelConfig()
+  for key in ("norm_kind", "share_embeddings", "token_types", "embedding_norm", "mlm_head"):
+    assert config_lib.ADDED_LATER[f"model.{key}"] == getattr(default, key), key
+  assert (default.norm_kind, default.ffn, default.token_types) == ("layer", "relu", 0)
+  assert not (default.share_embeddings or default.embedding_norm or default.mlm_head)
+  older = load_config("configs/quickstart.py").to_dict()
+  for key in ("norm_kind", "share_embeddings", "token_types", "embedding_norm", "mlm_head"):
+    del older["model"][key]
+  assert config_lib.build(older).model == load_config("configs/quickstart.py").model

@@ -13,7 +13,8 @@ VARIANTS = {
     "learned": dict(positions="learned"),
     "rope": dict(positions="rope"),
     "alibi": dict(positions="alibi"),
-    "relative": dict(positions="relative"),
+    "relative_t5": dict(positions="relative", norm="pre", norm_kind="rms", ffn="gated_gelu",
+                        use_bias=False, tie_embeddings=False, share_embeddings=True),  # T5's parts
     "none": dict(positions="none"),
     "gqa_pre_ln": dict(num_kv_heads=2, norm="pre", ffn="swiglu"),
     "mqa": dict(num_kv_heads=1, ffn="gelu"),

@@ -16,11 +16,15 @@ from tfm.model.transformer import Transformer
 VARIANTS = {
     "paper": {},
     "pre_ln_relative": dict(norm="pre", positions="relative", num_encoder_layers=3,
-                            num_decoder_layers=3),
+                            num_decoder_layers=3, norm_kind="rms", ffn="gated_gelu",
+                            use_bias=False, tie_embeddings=False,
+                            share_embeddings=True),  # T5's parts
     "learned_untied": dict(positions="learned", tie_embeddings=False),
     "rope_gqa": dict(positions="rope", num_kv_heads=2, ffn="swiglu"),
     "alibi_decoder_only": dict(positions="alibi", architecture="decoder_only"),
-    "relative_encoder_only": dict(positions="relative", architecture="encoder_only", norm="pre"),
+    "relative_encoder_only": dict(positions="relative", architecture="encoder_only", norm="pre",
+                                  token_types=2, embedding_norm=True,
+                                  mlm_head=True),  # BERT's parts
 }
 
 

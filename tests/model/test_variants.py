@@ -21,6 +21,11 @@ VARIANTS = [
     dict(attention_dropout_rate=0.2, ffn_dropout_rate=0.2, dropout_rate=0.3),
     dict(dtype="bfloat16"), dict(remat="full"), dict(remat="dots", norm="pre"),
     dict(d_k=4, d_v=12),
+    # T5's parts and BERT's (tests/model/test_t5_parts.py, test_bert_parts.py)
+    dict(norm="pre", norm_kind="rms", ffn="gated_gelu", use_bias=False, positions="relative",
+         tie_embeddings=False, share_embeddings=True),
+    dict(architecture="encoder_only", positions="learned", ffn="gelu", token_types=2,
+         embedding_norm=True, mlm_head=True),
 ]
 
 

@@ -22,10 +22,10 @@ def matmul_weights(cfg: ModelConfig):
   flat = jax.tree_util.tree_flatten_with_path(nn.meta.unbox(variables["params"]))[0]
   for path, leaf in flat:
     name = jax.tree_util.keystr(path)
-    if not name.endswith("['kernel']") and "embedding" not in name:
-      continue
-    if "embedding" in name:
-      groups["output"] += leaf.size  # tied: the pre-softmax projection
+    if not name.endswith("['kernel']") and "['token_embedding']" not in name:
+      continue  # untied input tables are looked up, not multiplied
+    if "['token_embedding']" in name or "['logits']" in name:
+      groups["output"] += leaf.size  # the pre-softmax projection, tied or not
     elif "cross_attention" in name and ("['key']" in name or "['value']" in name):
       groups["cross_kv"] += leaf.size
     elif name.startswith("['encoder']"):
@@ -40,6 +40,8 @@ CFG = dict(vocab_size=50, d_model=16, d_ff=24, num_heads=4, num_kv_heads=2, d_k=
 
 
 @pytest.mark.parametrize("changes", [{}, dict(ffn="swiglu", num_kv_heads=None),
+                                     dict(ffn="gated_gelu", tie_embeddings=False,
+                                          share_embeddings=True),
                                      dict(architecture="decoder_only", num_encoder_layers=0)])
 def test_matmul_flops_match_the_models_weights(changes):
   cfg = ModelConfig(**{**CFG, **changes})
@@ -51,6 +53,16 @@ def test_matmul_flops_match_the_models_weights(changes):
       + cfg.num_decoder_layers * t * s * (cfg.architecture == "encoder_decoder"))
   assert forward_flops(cfg, s, t) == linear + quadratic
   assert train_flops(cfg, s, t) == 3 * (linear + quadratic)
+
+
+def test_the_mlm_heads_transform_is_one_more_matrix_over_the_tokens():
+  cfg = dict(CFG, architecture="encoder_only", num_decoder_layers=0)
+  head = ModelConfig(**cfg, mlm_head=True)
+  tokens = jnp.ones((1, 4), jnp.int32)
+  kernel = jax.eval_shape(lambda: Transformer(head).init(jax.random.PRNGKey(0), tokens, None))[
+      "params"]["mlm_head"]["transform"]["kernel"].value
+  assert kernel.shape == (16, 16)
+  assert forward_flops(head, 7, 0) - forward_flops(ModelConfig(**cfg), 7, 0) == 2 * 16 * 16 * 7
 
 
 def test_decoder_only_is_6n_plus_12_lnhd_per_token():

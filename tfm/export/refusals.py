@@ -9,17 +9,22 @@ two-layer feed-forward with one activation, a bias on every Linear. Keys and wha
                        mlm) are refused: a language model is no translation model, and tfm
                        exports none to transformers' language-model classes
   norm                 post exports; pre is refused (Marian has no pre-LN layers nor final norm)
+  norm_kind            layer exports; rms is refused (Marian's norms are LayerNorms)
   positions            sinusoidal exports; learned is refused (the class recomputes its sinusoid
                        table at load and leaves it out of save_pretrained, so a trained table would
                        not survive), rope, alibi, relative and none are refused
   num_kv_heads         None or num_heads exports; fewer key/value heads (GQA, MQA) are refused
   d_k, d_v             must be d_model / num_heads (Marian's head width); otherwise refused
   ffn                  relu -> "relu", gelu -> "gelu_new" (flax's gelu is the tanh approximation,
-                       as gelu_new is); swiglu is refused (Marian's feed-forward has one input
-                       projection)
+                       as gelu_new is); swiglu and gated_gelu are refused (Marian's feed-forward
+                       has one input projection)
   tie_embeddings       True -> one shared matrix (share_encoder_decoder_embeddings and
                        tie_word_embeddings); False -> three matrices, both flags False
+  share_embeddings     False exports; True (one input table, the output untied) is refused: its
+                       export is not written yet
   use_bias             False exports with zero biases (the same function)
+  embedding_norm       False exports; True is refused (MarianMTModel has no norm of the embeddings)
+  token_types, mlm_head: BERT's, encoder-only models' (refused by architecture)
   norm_epsilon         Marian's LayerNorms use 1e-5 whatever the config says: exported anyway,
                        the difference stated (docs/export.md measures it)
   vocab_size, d_model, d_ff, num_heads, num_encoder_layers, num_decoder_layers: carried over
@@ -32,7 +37,7 @@ two-layer feed-forward with one activation, a bias on every Linear. Keys and wha
 
 from __future__ import annotations
 
-from tfm.model.config import ModelConfig
+from tfm.model.config import GATED_FFNS, ModelConfig
 
 
 def refusals(cfg: ModelConfig) -> list[str]:
@@ -52,6 +57,9 @@ def refusals(cfg: ModelConfig) -> list[str]:
            "language models to no transformers class)", cfg.architecture)
   if cfg.norm != "post":
     refuse("norm", "'post' (MarianMTModel's layers are LayerNorm(x + Sublayer(x)))", cfg.norm)
+  if cfg.norm_kind != "layer":
+    refuse("norm_kind", "'layer' (MarianMTModel's norms are LayerNorms, with a bias)",
+           cfg.norm_kind)
   if cfg.positions != "sinusoidal":
     why = ("MarianMTModel recomputes its sinusoid table at load and leaves it out of "
            "save_pretrained, so a trained table would not survive" if cfg.positions == "learned"
@@ -66,9 +74,15 @@ def refusals(cfg: ModelConfig) -> list[str]:
            "(MarianMTModel's head width)", cfg.d_k)
   elif cfg.d_v != width:
     refuse("d_v", f"model.d_model / model.num_heads = {width} (MarianMTModel's head width)", cfg.d_v)
-  if cfg.ffn == "swiglu":
+  if cfg.ffn in GATED_FFNS:
     refuse("ffn", "'relu' or 'gelu' (MarianMTModel's feed-forward has one input projection)",
            cfg.ffn)
+  if cfg.share_embeddings:
+    refuse("share_embeddings", "False (an export of one shared input table with an untied output "
+           "is not written yet)", cfg.share_embeddings)
+  if cfg.embedding_norm:
+    refuse("embedding_norm", "False (MarianMTModel has no norm of the embeddings)",
+           cfg.embedding_norm)
   return out
 
 

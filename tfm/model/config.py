@@ -15,9 +15,11 @@ import jax.numpy as jnp
 from tfm import sections
 
 ARCHITECTURES = ("encoder_decoder", "decoder_only", "encoder_only")
-NORMS = ("post", "pre")
+NORMS = ("post", "pre")  # where the norm stands (model.norm); model.norm_kind says which norm
+NORM_KINDS = ("layer", "rms")  # LayerNorm (tfm/model/layer_norm.py) or RMS norm (rms_norm.py)
 POSITIONS = ("sinusoidal", "learned", "rope", "alibi", "relative", "none")
-FFNS = ("relu", "gelu", "swiglu")
+FFNS = ("relu", "gelu", "swiglu", "gated_gelu")
+GATED_FFNS = ("swiglu", "gated_gelu")  # two input projections, one through the activation
 ATTENTION_IMPLS = ("auto", "einsum", "xla", "cudnn")
 DTYPES = ("float32", "bfloat16")  # no float16: it would need loss scaling, which tfm has not
 REMAT = ("none", "full", "dots", "offload")  # policies: tfm/model/remat.py
@@ -35,6 +37,14 @@ class ModelConfig:
 
   d_k and d_v are independent of d_model / num_heads (Table 3 rows A, B, C change them separately).
   num_kv_heads: None = num_heads (multi-head), 1 = multi-query, otherwise grouped-query.
+
+  Parts of later models, off by default (configs/t5_small.py and configs/bert_base.py use them):
+  norm_kind 'rms' (T5's RMS norm: a scale, no mean, no bias), ffn 'gated_gelu' (T5 v1.1's),
+  share_embeddings (with tie_embeddings=False: one input table for the encoder and the decoder, the
+  output projection its own, T5 v1.1's layout), token_types (BERT's token-type embeddings, rows of
+  a table; every token reads row 0), embedding_norm (a norm of the summed embeddings, BERT's),
+  mlm_head (BERT's masked-LM head: a dense layer, GELU and a norm before the output projection, and
+  a bias on the logits). T5's relative bias is positions='relative' (one table a stack).
   """
 
   vocab_size: int = 37000
@@ -48,6 +58,7 @@ class ModelConfig:
   num_decoder_layers: int = 6
   architecture: str = "encoder_decoder"
   norm: str = "post"
+  norm_kind: str = "layer"  # 'layer' (LayerNorm) or 'rms' (RMS norm: scale only); every norm
   norm_epsilon: float = 1e-6
   positions: str = "sinusoidal"
   max_length: int = 1024  # size of the learned position table
@@ -56,7 +67,11 @@ class ModelConfig:
   relative_max_distance: int = 128
   ffn: str = "relu"
   tie_embeddings: bool = True
+  share_embeddings: bool = False  # untied: one input table for both stacks (T5 v1.1)
   use_bias: bool = True
+  token_types: int = 0  # rows of a token-type table added to the embeddings (BERT: 2); 0: none
+  embedding_norm: bool = False  # a norm of the summed embeddings, before their dropout (BERT)
+  mlm_head: bool = False  # BERT's masked-LM head: dense, GELU, norm, then logits + a bias
   dropout_rate: float = 0.1  # residual and embedding dropout (P_drop)
   attention_dropout_rate: float = 0.0
   ffn_dropout_rate: float = 0.0
@@ -107,7 +122,8 @@ def validate(cfg: ModelConfig) -> None:
     value = getattr(cfg, key)
     if not sections.is_int(value) or value < 0:
       _fail(key, "a non-negative integer", value)
-  for key, allowed in (("architecture", ARCHITECTURES), ("norm", NORMS), ("positions", POSITIONS),
+  for key, allowed in (("architecture", ARCHITECTURES), ("norm", NORMS), ("norm_kind", NORM_KINDS),
+                       ("positions", POSITIONS),
                        ("ffn", FFNS), ("attention_impl", ATTENTION_IMPLS), ("dtype", DTYPES),
                        ("remat", REMAT), ("layer_norm_grad", LAYER_NORM_GRADS),
                        ("matmul_precision", MATMUL_PRECISIONS)):
@@ -147,9 +163,27 @@ def validate(cfg: ModelConfig) -> None:
   for key in ("relative_buckets", "relative_max_distance"):
     if not sections.is_int(getattr(cfg, key)):
       _fail(key, "an integer", getattr(cfg, key))
-  for key in ("tie_embeddings", "use_bias", "scan_layers"):
+  for key in ("tie_embeddings", "share_embeddings", "use_bias", "embedding_norm", "mlm_head",
+              "scan_layers"):
     if not isinstance(getattr(cfg, key), bool):
       _fail(key, "True or False", getattr(cfg, key))
+  if not sections.is_int(cfg.token_types) or cfg.token_types < 0:
+    _fail("token_types", "a non-negative integer (0: no token-type embeddings)", cfg.token_types)
+  if cfg.share_embeddings and cfg.tie_embeddings:
+    _fail("share_embeddings", "False with model.tie_embeddings=True (tied embeddings are one table "
+          "already; untie them to share the inputs' alone)", cfg.share_embeddings)
+  if cfg.share_embeddings and cfg.architecture != "encoder_decoder":
+    _fail("share_embeddings", "False unless model.architecture='encoder_decoder' (one stack has no "
+          "other stack to share its embeddings with)", cfg.share_embeddings)
+  if cfg.token_types and cfg.architecture != "encoder_only":
+    _fail("token_types", "0 unless model.architecture='encoder_only' (BERT's token types mark its "
+          "input's segments)", cfg.token_types)
+  if cfg.mlm_head and cfg.architecture != "encoder_only":
+    _fail("mlm_head", "False unless model.architecture='encoder_only' (BERT's masked-LM head)",
+          cfg.mlm_head)
+  if cfg.norm_kind == "rms" and cfg.layer_norm_grad == "written":
+    _fail("layer_norm_grad", "'auto' or 'autodiff' with model.norm_kind='rms' (the written "
+          "backward pass is LayerNorm's; RMS norm's is JAX's derivative)", cfg.layer_norm_grad)
   # positions.relative_buckets divides by log(max_distance / exact), exact = buckets // 2 (one
   # direction) or buckets // 4 (both): it must be >= 1 and below max_distance.
   if cfg.relative_buckets < 4 or cfg.relative_max_distance <= cfg.relative_buckets // 2:

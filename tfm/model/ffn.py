@@ -1,7 +1,13 @@
 """Position-wise feed-forward network (section 3.3): FFN(x) = max(0, x W1 + b1) W2 + b2.
 
-Variants: GELU in place of ReLU, and SwiGLU (Shazeer 2020): (Swish(x W) * x V) W2, whose two input
-projections share the `mlp` axis. Optional dropout on the hidden activation (off in the paper).
+Variants: GELU in place of ReLU, and two gated forms (Shazeer 2020, "GLU Variants Improve
+Transformer"), whose two input projections share the `mlp` axis:
+  swiglu      (Swish(x W) * x V) W2
+  gated_gelu  (GELU(x W) * x V) W2     (T5 v1.1's FFN; no biases there: model.use_bias=False)
+GELU is flax's nn.gelu, the tanh approximation 0.5 x (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3))),
+in both 'gelu' and 'gated_gelu': T5 v1.1's (Mesh TensorFlow's gelu; transformers' T5 maps
+'gated-gelu' to its gelu_new, the same formula) and GPT-2's. W is the parameter 'wi_gate' (through
+the activation), V 'wi', W2 'wo'. Optional dropout on the hidden activation (off in the paper).
 """
 
 from __future__ import annotations
@@ -21,7 +27,8 @@ def _dense(features, names, dtype, use_bias, name):
 class FeedForward(nn.Module):
   """x [batch, length, d_model] -> [batch, length, d_model] through a d_ff hidden layer.
 
-  activation: 'relu' (the paper), 'gelu' or 'swiglu'; dropout_rate on the hidden activation.
+  activation: 'relu' (the paper), 'gelu', 'swiglu' or 'gated_gelu'; dropout_rate on the hidden
+  activation.
   """
 
   d_ff: int
@@ -33,8 +40,9 @@ class FeedForward(nn.Module):
   @nn.compact
   def __call__(self, x: jax.Array, train: bool = False) -> jax.Array:
     dense = lambda features, names, name: _dense(features, names, self.dtype, self.use_bias, name)
-    if self.activation == "swiglu":
-      hidden = nn.silu(dense(self.d_ff, ("embed", "mlp"), "wi_gate")(x))
+    if self.activation in ("swiglu", "gated_gelu"):
+      gate = nn.silu if self.activation == "swiglu" else nn.gelu
+      hidden = gate(dense(self.d_ff, ("embed", "mlp"), "wi_gate")(x))
       hidden = hidden * dense(self.d_ff, ("embed", "mlp"), "wi")(x)
     else:
       activation = nn.relu if self.activation == "relu" else nn.gelu

@@ -2,6 +2,7 @@
 
 post-LN: x = LayerNorm(x + Dropout(Sublayer(x)))      (the paper's "Add & Norm")
 pre-LN:  x = x + Dropout(Sublayer(LayerNorm(x)))       (stacks then end in a final LayerNorm)
+Every norm of a model is a LayerNorm or, with model.norm_kind='rms', an RMS norm (T5's).
 """
 
 from __future__ import annotations
@@ -14,12 +15,14 @@ from tfm.model.config import ModelConfig
 from tfm.model.dropout import Dropout
 from tfm.model.ffn import FeedForward
 from tfm.model.layer_norm import LayerNorm
+from tfm.model.rms_norm import RMSNorm
 
 
 def residual(x, sublayer, norm, *, dropout_rate: float, pre_norm: bool, train: bool):
   """One sub-layer with residual dropout, the residual connection and LayerNorm (post or pre).
 
-  x [b, l, d_model]; sublayer: a callable [b, l, d_model] -> [b, l, d_model]; norm: a LayerNorm.
+  x [b, l, d_model]; sublayer: a callable [b, l, d_model] -> [b, l, d_model]; norm: a LayerNorm
+  or an RMS norm.
   """
   dropout = lambda y: Dropout(dropout_rate)(y, deterministic=not train)
   if pre_norm:
@@ -38,9 +41,12 @@ def feed_forward(cfg: ModelConfig) -> FeedForward:
   return FeedForward(cfg.d_ff, cfg.ffn, cfg.dtype, cfg.use_bias, cfg.ffn_dropout_rate, name="ffn")
 
 
-def norm(cfg: ModelConfig, name: str) -> LayerNorm:
-  """LayerNorm over d_model (tfm/model/layer_norm.py), statistics in float32, its backward pass
-  model.layer_norm_grad."""
+def norm(cfg: ModelConfig, name: str) -> LayerNorm | RMSNorm:
+  """The model's norm over d_model, statistics in float32, epsilon model.norm_epsilon: LayerNorm
+  (tfm/model/layer_norm.py; its backward pass model.layer_norm_grad) or, with
+  model.norm_kind='rms', RMS norm (tfm/model/rms_norm.py)."""
+  if cfg.norm_kind == "rms":
+    return RMSNorm(cfg.norm_epsilon, cfg.dtype, name=name)
   return LayerNorm(cfg.norm_epsilon, cfg.dtype, cfg.layer_norm_grad, name=name)
 
 

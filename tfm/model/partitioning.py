@@ -12,6 +12,7 @@ Parameter axes:
   kv          per-head feature dim (d_k, d_v) mlp        d_ff
   position    learned position table rows     relpos     relative-position buckets
   layers      the stacked layers of a scanned stack (model.scan_layers; tfm/model/layer_stack.py)
+  (None)      the rows of the token-type table (model.token_types, a handful): never split
 Activation axes:
   act_batch, act_length, act_embed, act_heads, act_kv_heads, act_kv, act_mlp, act_vocab
 """

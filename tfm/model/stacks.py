@@ -2,9 +2,10 @@
 
 Position handling is chosen once per stack: sinusoidal and learned encodings are added to the scaled
 embeddings; alibi and relative biases are computed once per stack and added to every layer's
-self-attention logits; rope is applied inside self-attention. The layers run as a loop or as one
-scan (model.scan_layers; tfm/model/layer_stack.py), each rematerialised by model.remat
-(tfm/model/remat.py).
+self-attention logits (relative: one [buckets, heads] table a stack, T5's, bidirectional in the
+encoder and causal in the decoder; encoder-decoder attention gets no bias); rope is applied inside
+self-attention. The layers run as a loop or as one scan (model.scan_layers;
+tfm/model/layer_stack.py), each rematerialised by model.remat (tfm/model/remat.py).
 """
 
 from __future__ import annotations
@@ -25,9 +26,14 @@ from tfm.model.remat import remat
 
 
 class _Inputs(nn.Module):
-  """Embedding + absolute positions + dropout, and the stack-level attention bias.
+  """Embedding + absolute positions (+ token type, norm) + dropout, and the stack-level attention
+  bias.
 
   tokens, positions [b, l] -> x [b, l, d_model], bias [b, h, l, k] or None (k = k_positions' length).
+  With model.token_types > 0 a [token_types, d_model] table 'token_type_embedding' (BERT's segment
+  embeddings) is added; tfm reads one segment an example (no sentence pairs), so every token is of
+  type 0 and adds row 0 (the other rows are BERT's layout, untrained). With model.embedding_norm
+  the sum goes through a norm ('embedding_norm') before the dropout, as BERT's embeddings do.
   """
 
   cfg: ModelConfig
@@ -42,6 +48,14 @@ class _Inputs(nn.Module):
       x = x + sinusoids(positions, cfg.d_model).astype(x.dtype)
     elif cfg.positions == "learned":
       x = x + LearnedPositions(cfg.max_length, cfg.d_model, name="positions")(positions).astype(x.dtype)
+    if cfg.token_types:
+      # rows: a handful, never split (no logical name); N(0, 0.02) as the learned positions
+      types = self.param("token_type_embedding", P.with_axes(nn.initializers.normal(0.02),
+                                                             (None, "embed")),
+                         (cfg.token_types, cfg.d_model), jnp.float32)
+      x = x + types[0].astype(x.dtype)  # type 0 at every token
+    if cfg.embedding_norm:
+      x = norm(cfg, "embedding_norm")(x)
     x = Dropout(cfg.dropout_rate)(x, deterministic=not train)
     bias = None
     if cfg.positions == "alibi":

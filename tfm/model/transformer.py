@@ -1,5 +1,11 @@
 """The Transformer (section 3): encoder-decoder as in the paper, or decoder-only / encoder-only.
 
+Embeddings: one table for the source, the target and the output projection (model.tie_embeddings,
+'token_embedding'); untied, a table for each stack's input ('source_embedding', 'target_embedding')
+and the output projection 'logits' in the decoder, or with model.share_embeddings one input table
+for both stacks ('shared_embedding', T5 v1.1's layout) and 'logits'. An encoder-only model's logits
+may pass through BERT's masked-LM head first (model.mlm_head, tfm/model/mlm_head.py).
+
 Token conventions: pad = 0 (also the decoder's start token), eos = 1. Batches may be packed: several
 examples per row, told apart by segment ids (1, 2, ... per example, 0 on padding) with positions that
 restart at 0 for each example. Unpacked batches may omit segmentation and positions; packed ones
@@ -27,6 +33,7 @@ from tfm.model import partitioning as P
 from tfm.model.config import ModelConfig
 from tfm.model.dense import vocab_projection
 from tfm.model.embedding import Embed
+from tfm.model.mlm_head import MlmHead
 from tfm.model.stacks import Decoder, Encoder
 
 
@@ -63,6 +70,9 @@ class Transformer(nn.Module):
     if cfg.tie_embeddings:
       shared = make("token_embedding")
       source, target, output = shared, shared, shared
+    elif cfg.share_embeddings:  # T5 v1.1: one input table for both stacks, the output its own
+      shared = make("shared_embedding")
+      source, target, output = shared, shared, None
     else:
       source = make("source_embedding") if cfg.has_encoder else None
       target = make("target_embedding") if cfg.has_decoder else None
@@ -74,6 +84,8 @@ class Transformer(nn.Module):
     if cfg.architecture == "encoder_only":
       self.output = output if output is not None else vocab_projection(cfg.vocab_size,
                                                                        cfg.compute_dtype)
+      if cfg.mlm_head:
+        self.mlm_head = MlmHead(cfg, name="mlm_head")
 
   def encode(self, inputs, inputs_segmentation=None, inputs_positions=None, *,
              train: bool = False):
@@ -102,7 +114,8 @@ class Transformer(nn.Module):
       inputs_segmentation = masks.segments_from_tokens(inputs)
     encoded = self.encode(inputs, inputs_segmentation, inputs_positions, train=train)
     if arch == "encoder_only":
-      logits = self.output.attend(encoded) if self.cfg.tie_embeddings else self.output(encoded)
+      project = self.output.attend if self.cfg.tie_embeddings else self.output
+      logits = self.mlm_head(encoded, project) if self.cfg.mlm_head else project(encoded)
       return P.constrain(logits.astype(jnp.float32), P.BLV)
     return self.decode(encoded, targets, inputs_segmentation, targets_segmentation, targets_positions,
                        train=train)

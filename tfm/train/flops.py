@@ -6,7 +6,8 @@ Counted per example (a source row of S tokens and a target row of T tokens), for
   * matmuls: 6 x (weights a token passes through) x tokens. Encoder weights see S tokens; decoder
     weights see T tokens, except the encoder-decoder attention's key and value projections, which
     project the S encoder outputs in each decoder layer. The pre-softmax projection (tied or not) is
-    counted; embedding lookups, biases, LayerNorm, softmax and the loss are not.
+    counted (and BERT's masked-LM head's d_model x d_model transform, model.mlm_head); embedding
+    lookups, biases, norms, softmax and the loss are not.
   * attention products, per layer and head: scores Q K^T cost 2 x queries x keys x d_k, the weighted
     sum of values 2 x queries x keys x d_v (d_k and d_v may differ, Table 3 row B), times 3 for the
     backward pass -- 6 x n x n x h x (d_k + d_v) for self-attention over n tokens, which is the familiar
@@ -23,7 +24,7 @@ from __future__ import annotations
 
 import jax
 
-from tfm.model.config import ModelConfig
+from tfm.model.config import GATED_FFNS, ModelConfig
 from tfm.train.tpu_chips import chip_by_device_kind
 
 # Dense bf16 peak FLOP/s per GPU (vendor figures, without sparsity); TPU chips are in
@@ -66,7 +67,7 @@ def _attention_weights(cfg: ModelConfig) -> tuple[int, int]:
 
 
 def _ffn_weights(cfg: ModelConfig) -> int:
-  return (3 if cfg.ffn == "swiglu" else 2) * cfg.d_model * cfg.d_ff
+  return (3 if cfg.ffn in GATED_FFNS else 2) * cfg.d_model * cfg.d_ff
 
 
 def _attention_products(cfg: ModelConfig, queries: int, keys: int) -> int:
@@ -89,7 +90,7 @@ def forward_flops(cfg: ModelConfig, source_length: int, target_length: int,
     s = source_length
     flops += cfg.num_encoder_layers * (2 * (qo + kv + ffn) * s + _attention_products(cfg, s, s))
     if cfg.architecture == "encoder_only":
-      flops += 2 * output * s
+      flops += 2 * (output + cfg.d_model * cfg.d_model * cfg.mlm_head) * s  # the head's transform
   if cfg.has_decoder:
     t = target_length
     self_products = _attention_products(cfg, t, t) // (2 if exclude_masked else 1)
