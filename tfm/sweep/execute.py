@@ -207,6 +207,17 @@ class Job:
         [sys.executable, "-m", "tfm.cli", *argv], stdout=self.log, stderr=subprocess.STDOUT,
         env={**env, **self.share.env, "PYTHONUNBUFFERED": "1"})
 
+  def _ended(self, code: int) -> None:
+    """The child's end in its log (`=== TIME tfm PHASE exit CODE`: where a run's seconds went,
+    experiments/gpu/run_seconds.py), the log closed; a stack's training output into every
+    member's log."""
+    if self.log.closed:
+      return
+    self.log.write(f"=== {time.strftime('%Y-%m-%d %H:%M:%S')} tfm {self.phase} exit {code}\n")
+    self.log.close()
+    if self.phase == "train":
+      self._share_train_log()
+
   def _share_train_log(self) -> None:
     """A stack's training output, written to its first run's log, into every other run's."""
     if len(self.runs) == 1:
@@ -254,10 +265,8 @@ class Job:
     code = self.proc.poll()
     if code is None:
       return
-    self.log.close()
+    self._ended(code)
     k = len(self.results)  # the run being evaluated (the train phase: all of them)
-    if self.phase == "train":
-      self._share_train_log()
     if code in (-signal.SIGTERM, 128 + signal.SIGTERM):  # a TERM to the group: a preemption
       self._finish_rest("stopped", f"tfm {self.phase} was stopped by SIGTERM; run the sweep "
                         "again to resume it")
@@ -306,10 +315,12 @@ class Job:
     stop, ok (as poll would have had it); the others keep no result, and the next sweep resumes
     them."""
     k = len(self.results)
-    if self.done or self.phase == "evaluated" or self.proc.returncode != 0:
+    if self.done or self.phase == "evaluated":
+      return []
+    self._ended(self.proc.returncode)
+    if self.proc.returncode != 0:
       return []
     if self.phase == "eval_ema" or (self.phase == "eval" and not self._keeps_ema(k)):
-      self.log.close()
       self.results.append(self._finish(k, "ok", None))
     return self.results[k:]
 
