@@ -1,4 +1,4 @@
-"""The GPU queue's planner (experiments/gpu/queue.py): which jobs a call starts, and when, so that
+"""The GPU queue's planner (experiments/gpu_queue.py): which jobs a call starts, and when, so that
 nothing is started that is predicted to end after the deadline.
 
 A job's predicted seconds are three parts (experiments/gpu/seconds.py): `before` (its processes'
@@ -12,8 +12,8 @@ has ended.
 The rules, applied to the jobs in the queue's order (the most wanted first):
   * A job is taken when the simulated call with it, and with every job taken before it, still ends
     every job (the running ones too) by the horizon (the deadline less the stop's seconds). A job
-    that does not fit is left for a later call, and the jobs after it are tried: small jobs pack
-    around a long one.
+    that does not fit is tried as its parts (a stack as its runs, each on its own), else left for
+    a later call, and the jobs after it are tried: small jobs pack around a long one.
   * An exclusive job (a timing, which needs the GPU alone) runs with nothing beside it; the taken
     exclusive jobs run first in the call, before the slots fill (none waits for the slots to
     drain).
@@ -48,6 +48,7 @@ class Job:
   cost: Cost
   exclusive: bool = False  # needs the GPU alone
   first: bool = False  # starts only at the start of a call's slots
+  split: tuple["Job", ...] = ()  # where it does not fit: these parts, each on its own (a stack's runs)
 
 
 @dataclasses.dataclass
@@ -139,12 +140,21 @@ def plan(queue: Sequence[Job], running: Sequence[Running], horizon: float, slots
   late = {id(s.job) for s in simulate(running, [], slots, concurrency, started) if s.end > horizon}
   taken: list[Job] = []
   best: list[Slot] = []
-  for job in queue:
+
+  def take(job: Job) -> bool:
+    nonlocal best
     if job.cost.alone > horizon:
-      continue
+      return False
     trial = simulate(running, arrange(taken + [job]), slots, concurrency, started)
     if all(s.end <= horizon for s in trial if id(s.job) not in late):
       taken.append(job)
       best = trial
+      return True
+    return False
+
+  for job in queue:
+    if not take(job):
+      for part in job.split:
+        take(part)
   names = {id(j) for j in taken}
   return sorted((s for s in best if id(s.job) in names), key=lambda s: s.start)

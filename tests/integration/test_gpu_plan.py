@@ -139,3 +139,14 @@ def test_a_running_job_already_late_does_not_stop_others_from_starting():
   # beside 'next', on_time does 50 of its 90 s in 60 s and ends at 100: past a horizon of 95
   assert plan([job("next", 50)], [on_time], 95, 2, slow) == []
   assert [s.job.name for s in plan([job("next", 50)], [on_time], 100, 2, slow)] == ["next"]
+
+
+def test_a_stack_that_does_not_fit_runs_as_its_runs():
+  """A row's two seeds as one stack (one start and compile for both, 250 s) do not fit in 200 s;
+  its runs (130 s each) do, one in each slot, each started once, and the next job after them."""
+  parts = (job("r-s0", 130), job("r-s1", 130))
+  stack = Job("r-s0,r-s1", Cost(0.0, 250.0, 0.0), split=parts)
+  started = drive([stack, job("next", 60)], Fake(), slots=2, horizon=200)
+  assert [(s.job.name, s.start) for s in started] == [("r-s0", 0.0), ("r-s1", 0.0),
+                                                       ("next", pytest.approx(130.0, abs=0.6))]
+  assert [s.job.name for s in plan([stack], [], 300, 2, flat)] == ["r-s0,r-s1"]

@@ -53,7 +53,7 @@ def define_flags(fv: flags.FlagValues):
                     flag_values=fv)
   flags.DEFINE_list("runs", None, "only these runs of the sweep, by name (ROW-sI; a grid point's "
                     "as the sweep names it): its other runs are neither trained nor taken (a GPU "
-                    "queue's job, experiments/gpu/queue.py)", flag_values=fv)
+                    "queue's job, experiments/gpu_queue.py)", flag_values=fv)
   flags.DEFINE_multi_string("grid", [], "SECTION.KEY=V1,V2,...: runs for every value (several "
                             "--grid flags: every combination)", flag_values=fv)
   flags.DEFINE_integer("seeds", 1, "runs per row and grid point, with seeds 0..N-1 (train.seed "
