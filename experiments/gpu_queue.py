@@ -104,6 +104,7 @@ flags.DEFINE_string("platform_choices", str(ROOT / "tfm" / "train" / "platform_c
 
 STOP_SAFETY_S = 15  # beyond the table's stop seconds: the jobs' SIGTERM saves, the packing
 PLAN_MARGIN_S = 5  # planned jobs end this much before the stop
+SLACK = 0.05  # a table job is planned 5% longer than the table predicts (none with --quick)
 POLL_S = 2.0
 FAILED_FIRST = 3  # jobs failed before any ended well: a broken setup, the queue stops starting
 CHOICES_LINE = re.compile(r"^GPU_MEASURED: dict\[str, str\] = \{.*?\}", re.M)
@@ -316,7 +317,8 @@ def on_node(out: Path) -> int:
   for p in tables.values():
     p.runs = [dataclasses.replace(r, resumes_from=reached.get((p.table.name, r.name), 0))
               for r in p.runs]
-    got, w = queue_jobs.table_jobs(p.runs, seconds, FLAGS.quick)
+    got, w = queue_jobs.table_jobs(p.runs, seconds, FLAGS.quick,
+                                     0.0 if FLAGS.quick else SLACK)
     jobs += got
     works.update(w)
   timing_names = [n for n in queue_jobs.TIMINGS if n in FLAGS.jobs]
@@ -332,13 +334,14 @@ def on_node(out: Path) -> int:
   say(f"{len(jobs)} jobs wait; the plan takes {len(first)} "
       f"({', '.join(s.job.name for s in first) or 'none'}); set up in {setup:.0f} s")
 
+  cache = root / "jax_cache"
   ended = {"ok": 0, "failed": 0}
   try:  # the forms job times Table 3 v3's base as its runs train: its bundle, its kernels
     forms_overrides = (bundle_data(queue_jobs.TABLES[0], bundle_of(queue_jobs.TABLES[0].bundle))
-                       + (queue_jobs.QUICK if FLAGS.quick else []) + candidate.overrides())
+                       + (queue_jobs.QUICK if FLAGS.quick else []) + candidate.overrides()
+                       + [f"train.compilation_cache_dir={cache}"])  # a form's repeat: loaded
   except ValueError:
     forms_overrides = []
-  cache = root / "jax_cache"
   timing_out = {}
 
   def launch(job: plan_lib.Job) -> Launched:
@@ -466,12 +469,13 @@ def write_choices(path: Path, chosen: dict[str, str]) -> bool:
 
 
 def stack_factors(numbers: dict) -> dict[str, list[float]]:
-  """stack/K from the stacks job's figures: a stack's step over the solo step's."""
+  """stack/K from the stacks job's figures: a stack's step over the solo step's (K > 1: a run
+  alone trains as no stack)."""
   solo = numbers.get("solo", {}).get("step_ms")
   if not solo:
     return {}
   return {f"stack/{k}": [round(v["step_ms"] / solo, 4)] for k, v in numbers.get("stacks", {}).items()
-          if v.get("step_ms")}
+          if v.get("step_ms") and int(k) > 1}
 
 
 def import_call(source: Path) -> int:
@@ -614,20 +618,22 @@ def prepare() -> int:
   jobs: list[plan_lib.Job] = []
   reached: dict[str, Path] = {}  # the job families the call may reach, and their bundles
   tables: dict[str, Prepared] = {}
-  for table in queue_jobs.TABLES:
+  resumes: dict[tuple[str, str], int] = {}
+  for table in queue_jobs.TABLES:  # each table's bundle once the call has room for its jobs
     if table.name not in FLAGS.jobs:
       continue
     bundle = bundle_of(table.bundle)
     if not bundle_fresh(table.config, table.first_row, bundle):
       build_bundle(table.config, table.first_row, bundle)
     tables[table.name] = p = prepare_table(table, candidate)
-  resumes = carried_resumes(tables)
-  for name, p in tables.items():
-    p.runs = [dataclasses.replace(r, resumes_from=resumes.get((name, r.name), 0)) for r in p.runs]
-    got, _ = queue_jobs.table_jobs(p.runs, seconds, FLAGS.quick)
+    resumes.update(carried_resumes({table.name: p}))
+    p.runs = [dataclasses.replace(r, resumes_from=resumes.get((table.name, r.name), 0))
+              for r in p.runs]
+    got, _ = queue_jobs.table_jobs(p.runs, seconds, FLAGS.quick,
+                                     0.0 if FLAGS.quick else SLACK)
     jobs += got
     if got:
-      reached[name] = bundle_of(p.table.bundle)
+      reached[table.name] = bundle
     if len(plan_lib.plan(jobs, [], horizon, slots, seconds.concurrency)) < len(jobs):
       break  # the call is full before the next table
   else:

@@ -107,12 +107,12 @@ def table_runs(table: Table, overrides: list[str], eval_limit: int | None, rows:
   return out
 
 
-def table_jobs(runs: list[RunInfo], seconds: Seconds, quick: bool
+def table_jobs(runs: list[RunInfo], seconds: Seconds, quick: bool, slack: float = 0.0
                ) -> tuple[list[plan_lib.Job], dict[str, Work]]:
   """The unpublished runs as jobs, in `runs`' order: a row's seeds at one step (fresh, or resuming
   from one) as one stack, split into its runs where it does not fit. Big (3x base's steps, the longest) is a
-  `first` job: it starts only at a call's start. Returns the jobs and each job's (and part's)
-  work, by its name."""
+  `first` job: it starts only at a call's start. slack: each job's predicted seconds taken this
+  much longer (0.05: 5%). Returns the jobs and each job's (and part's) work, by its name."""
   out, works, by_row = [], {}, {}
   for r in runs:
     if not r.published:
@@ -124,6 +124,7 @@ def table_jobs(runs: list[RunInfo], seconds: Seconds, quick: bool
       steps = group[0].steps - group[0].resumes_from
       cost = seconds.train_cost(table.name, steps, group[0].eval_every, group[0].flops_ratio,
                                 len(group))
+      cost = plan_lib.Cost(*(part * (1 + slack) for part in dataclasses.astuple(cost)))
       return plan_lib.Job(f"{table.name}:{','.join(r.name for r in group)}", cost,
                           first=row == "big" and not quick)
 

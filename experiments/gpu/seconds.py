@@ -76,8 +76,9 @@ class Seconds:
     return v1 + (v1 - v0) * (n - n1) / (n1 - n0)
 
   def stack(self, k: int) -> float:
-    """stack/K where measured, else K (no faster than the runs one after the other)."""
-    return dict(self._series("stack")).get(k, float(k))
+    """stack/K where measured, else K (no faster than the runs one after the other); 1 for one run
+    (which trains alone, no stack)."""
+    return 1.0 if k == 1 else dict(self._series("stack")).get(k, float(k))
 
   def train_cost(self, config: str, steps: int, eval_every: int, flops_ratio: float,
                  members: int, evaluates: bool = True) -> Cost:
