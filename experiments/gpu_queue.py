@@ -389,7 +389,8 @@ def on_node(out: Path) -> int:
       if published_fingerprint(p.publish / r.name) == r.fingerprint and (name, r.name) not in (
           published_before):
         published_now.add((name, r.name))
-        run_files += [(f, f"{name}/{r.name}/{f.name}") for f in sorted((p.publish / r.name).iterdir())]
+        run_files += [(f, f"{name}/{r.name}/{f.name}")
+                      for f in sorted((p.publish / r.name).iterdir())]
     vocab = p.publish / "vocab"
     if vocab.is_dir():
       run_files += [(f, f"{name}/vocab/{f.name}") for f in sorted(vocab.iterdir()) if f.is_file()]
@@ -456,7 +457,7 @@ def on_node(out: Path) -> int:
 # Here: the import.
 
 def write_choices(path: Path, chosen: dict[str, str]) -> bool:
-  """The forms' choice as platform_choices.py's GPU_MEASURED line; False where it is that already."""
+  """The forms' choice as platform_choices.py's GPU_MEASURED line; False where it says so already."""
   text = path.read_text()
   line = f"GPU_MEASURED: dict[str, str] = {json.dumps(dict(sorted(chosen.items())))}"
   if not CHOICES_LINE.search(text):
@@ -474,7 +475,8 @@ def stack_factors(numbers: dict) -> dict[str, list[float]]:
   solo = numbers.get("solo", {}).get("step_ms")
   if not solo:
     return {}
-  return {f"stack/{k}": [round(v["step_ms"] / solo, 4)] for k, v in numbers.get("stacks", {}).items()
+  stacks = numbers.get("stacks", {})
+  return {f"stack/{k}": [round(v["step_ms"] / solo, 4)] for k, v in stacks.items()
           if v.get("step_ms") and int(k) > 1}
 
 
@@ -499,10 +501,9 @@ def import_call(source: Path) -> int:
     publish = results / folder.name
     taken = merge_runs(folder, publish)
     share = sum(j["share_s"] for j in record.get("jobs", []) if j.get("table") == folder.name)
+    mine = [r for r in record.get("published", []) if r.startswith(folder.name + "/")]
     add_call(publish, {"device": record.get("device"), "started": record.get("started"),
-                       "seconds": round(share, 1), "published": [
-                           r for r in record.get("published", []) if r.startswith(folder.name + "/")]},
-             sha)
+                       "seconds": round(share, 1), "published": mine}, sha)
     rebuild_report(publish)
     print(f"[import] {taken} runs into {publish}", flush=True)
   shutil.rmtree(staging, ignore_errors=True)
@@ -523,8 +524,8 @@ def import_call(source: Path) -> int:
         Path(FLAGS.platform_choices), numbers["chosen"]):
       print(f"[import] the GPU's auto forms: {numbers['chosen']} in {FLAGS.platform_choices}")
   kept_path.write_text(json.dumps(kept, indent=1, sort_keys=True) + "\n")
-  lines = ["# The GPU queue's timing jobs (experiments/gpu_queue.py), the latest figures of each", "",
-           "| job | result |", "|---|---|"]
+  lines = ["# The GPU queue's timing jobs (experiments/gpu_queue.py), the latest figures of each",
+           "", "| job | result |", "|---|---|"]
   lines += [row for name in queue_jobs.TIMINGS for row in kept["rows"].get(name, [])]
   (queue_dir / "table.md").write_text("\n".join(lines) + "\n")
   add_call(queue_dir, {k: v for k, v in record.items() if k != "measured"}, sha, "calls.jsonl")
@@ -636,23 +637,24 @@ def prepare() -> int:
       reached[table.name] = bundle
     if len(plan_lib.plan(jobs, [], horizon, slots, seconds.concurrency)) < len(jobs):
       break  # the call is full before the next table
-  else:
+  else:  # every table fits: the timing jobs the plan takes, each with its bundle
     timing_rows = Path(FLAGS.results).resolve() / "gpu" / "queue" / "rows.json"
     got, _ = queue_jobs.timing_jobs([n for n in queue_jobs.TIMINGS if n in FLAGS.jobs], seconds,
                                     timing_rows)
+    jobs += got
+    taken = {s.job.name for s in plan_lib.plan(jobs, [], horizon, slots, seconds.concurrency)}
     for job in got:
-      jobs.append(job)
+      if job.name not in taken:
+        continue
       name = job.name.split(":", 1)[1]
       bundle = queue_jobs.TIMINGS[name] or "bundle_table3"  # the wheels, at least
-      config = {"bundle_table3": ("configs/table3_v3.py", "base"),
-                "bundle": ("configs/bible_base.py", None)}[bundle]
       if not (bundle_of(bundle) / "manifest.json").exists():
-        if config[1] is None:
-          say(f"building {bundle_of(bundle)} (make_bundle.py, configs/bible_base.py's corpus)")
+        if bundle == "bundle":  # configs/bible_base.py's corpus, make_bundle.py's default
+          say(f"building {bundle_of(bundle)} (make_bundle.py: configs/bible_base.py)")
           subprocess.run([sys.executable, "experiments/gpu/make_bundle.py",
                           f"--out={bundle_of(bundle)}"], cwd=ROOT, check=True)
         else:
-          build_bundle(*config, bundle_of(bundle))
+          build_bundle("configs/table3_v3.py", "base", bundle_of(bundle))
       reached[name] = bundle_of(bundle)
   planned = plan_lib.plan(jobs, [], horizon, slots, seconds.concurrency)
   for bundle in set(reached.values()):
@@ -678,9 +680,15 @@ def prepare() -> int:
     print(f"[prepare] over the {carry.CARRY_BYTES / 2**20:.0f} MiB a call may send: fewer "
           "folders, or the carry left out (its runs restart)", file=sys.stderr)
     return 1
-  deadline = f" --deadline={FLAGS.deadline:g}" if FLAGS.deadline != 9.5 else ""
+  options = "".join(
+      f" --{name}={value}" for name, value, default in (
+          ("deadline", f"{FLAGS.deadline:g}", "9.5"), ("slots", FLAGS.slots, None),
+          ("jobs", ",".join(FLAGS.jobs), ",".join(queue_jobs.FAMILIES)),
+          ("rows", ",".join(FLAGS.rows or []), ""), ("set", ",".join(FLAGS.set), ""))
+      if value not in (default, None))
+  options += " --quick" if FLAGS.quick else ""
   print("[prepare] the call:")
-  print(f'run(command="python3 experiments/gpu_queue.py --out=$OUT{deadline}", '
+  print(f'run(command="python3 experiments/gpu_queue.py --out=$OUT{options}", '
         f"carry={json.dumps(paths)}, timeout_s=600)")
   print("[prepare] then here, with the returned files' folder (files_at):")
   print(".venv/bin/python experiments/gpu_queue.py --import_from=FILES_AT")

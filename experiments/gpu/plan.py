@@ -48,7 +48,7 @@ class Job:
   cost: Cost
   exclusive: bool = False  # needs the GPU alone
   first: bool = False  # starts only at the start of a call's slots
-  split: tuple["Job", ...] = ()  # where it does not fit: these parts, each on its own (a stack's runs)
+  split: tuple["Job", ...] = ()  # where it does not fit: these parts, each alone (a stack's runs)
 
 
 @dataclasses.dataclass

@@ -110,8 +110,8 @@ def table_runs(table: Table, overrides: list[str], eval_limit: int | None, rows:
 def table_jobs(runs: list[RunInfo], seconds: Seconds, quick: bool, slack: float = 0.0
                ) -> tuple[list[plan_lib.Job], dict[str, Work]]:
   """The unpublished runs as jobs, in `runs`' order: a row's seeds at one step (fresh, or resuming
-  from one) as one stack, split into its runs where it does not fit. Big (3x base's steps, the longest) is a
-  `first` job: it starts only at a call's start. slack: each job's predicted seconds taken this
+  from one) as one stack, split into its runs where it does not fit. Big (3x base's steps, the
+  longest) is a `first` job: it starts only at a call's start. slack: each job's predicted seconds taken this
   much longer (0.05: 5%). Returns the jobs and each job's (and part's) work, by its name."""
   out, works, by_row = [], {}, {}
   for r in runs:

@@ -123,7 +123,8 @@ def test_a_call_stopped_at_its_deadline_is_imported_and_the_next_call_finishes_i
                     f"--seconds={here / 'seconds.json'}", f"--results={here / 'results'}",
                     f"--carry_dir={here / 'carry'}")
   assert prepared.returncode == 0, prepared.stdout[-3000:] + prepared.stderr[-3000:]
-  call = re.search(r'^run\(command="python3 experiments/gpu_queue.py --out=\$OUT", '
+  call = re.search(r'^run\(command="python3 experiments/gpu_queue.py --out=\$OUT --slots=1 '
+                   rf'--jobs=table3_v3 --rows=C1 --set=train.steps={STEPS} --quick", '
                    r"carry=(\[.*\]), timeout_s=600\)$", prepared.stdout, re.M)
   assert call, prepared.stdout
   assert json.loads(call.group(1)) == sorted([str(here / "bundles" / "bundle_table3"),

@@ -59,7 +59,8 @@ def test_a_call_refines_the_table_once():
   assert (s["a"], s["b"], s.stack(2)) == (pytest.approx(12.25), 4.0, 1.2)  # the estimate replaced
   assert s.entries["a"]["n"] == 4 and s.entries["b"]["source"] == "1 from the call"
   before = json.dumps(s.data, sort_keys=True)
-  assert not s.refine({"a": [100.0]}, "call1", "the call") and json.dumps(s.data, sort_keys=True) == before
+  assert not s.refine({"a": [100.0]}, "call1", "the call")
+  assert json.dumps(s.data, sort_keys=True) == before
 
 
 def stopped(name, saved, mib):
@@ -67,7 +68,8 @@ def stopped(name, saved, mib):
 
 
 def test_the_carry_takes_the_runs_that_save_the_most_seconds_a_byte():
-  runs = [stopped("a", 60.0, 20), stopped("b", 50.0, 10), stopped("c", 0.0, 1), stopped("d", 80.0, 30)]
+  runs = [stopped("a", 60.0, 20), stopped("b", 50.0, 10), stopped("c", 0.0, 1),
+          stopped("d", 80.0, 30)]
   resumed, restarted = carry.choose(runs, 35 * 2**20)
   assert [s.name for s in resumed] == ["b", "a"]  # 5 s a MiB, 3, then d's 2.7 does not fit
   assert dict(restarted) == {"c": "nothing reached to resume",
@@ -87,7 +89,8 @@ def test_the_forms_rule_takes_a_form_only_beyond_the_two_auto_runs_spread():
 
 def test_the_import_writes_the_gpus_forms_once(tmp_path):
   path = tmp_path / "platform_choices.py"
-  path.write_text('CPU = {}\nGPU_MEASURED: dict[str, str] = {}  # written by the import\nAUTO = {}\n')
+  path.write_text("CPU = {}\nGPU_MEASURED: dict[str, str] = {}  # written by the import\n"
+                  "AUTO = {}\n")
   chosen = {"input": "process", "guard": "branch", "dropout_prng": "threefry"}
   assert gpu_queue.write_choices(path, chosen)
   assert ('GPU_MEASURED: dict[str, str] = {"dropout_prng": "threefry", "guard": "branch", '

@@ -156,7 +156,8 @@ def test_a_term_during_the_second_members_evaluation_keeps_the_first_published(t
   published = []
 
   def eval_child(k, job):
-    job.proc = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(30)" if k else "pass"])
+    child = "import time; time.sleep(30)" if k else "pass"
+    job.proc = subprocess.Popen([sys.executable, "-c", child])
     if k == 1:
       os.kill(os.getpid(), signal.SIGTERM)  # the sweep's own TERM, as a deadline sends it
 

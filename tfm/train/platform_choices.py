@@ -43,7 +43,7 @@ DROPOUT_PRNGS = ("threefry", "rbg")
 KEYS = {"input": INPUTS, "saves": SAVES, "guard": GUARDS, "dropout_prng": DROPOUT_PRNGS}
 
 CPU = {"input": "inline", "saves": "background", "guard": "branch", "dropout_prng": "threefry"}
-GPU_MEASURED: dict[str, str] = {}  # written by experiments/gpu_queue.py --import_from (the forms job)
+GPU_MEASURED: dict[str, str] = {}  # written by experiments/gpu_queue.py --import_from (forms)
 AUTO = {"cpu": CPU, "tpu": dict(CPU), "gpu": {**CPU, **GPU_MEASURED}}
 
 
