@@ -96,3 +96,25 @@ def test_the_import_writes_the_gpus_forms_once(tmp_path):
   assert ('GPU_MEASURED: dict[str, str] = {"dropout_prng": "threefry", "guard": "branch", '
           '"input": "process"}  # written by the import\n') in path.read_text()
   assert not gpu_queue.write_choices(path, chosen)
+
+
+def _published(folder, fingerprint, ppl):
+  folder.mkdir(parents=True)
+  (folder / "sweep_result.json").write_text(json.dumps(
+      {"status": "ok", "fingerprint": fingerprint, "dev_ppl": ppl}))
+  (folder / "sweep.log").write_text(f"ppl {ppl}\n")
+
+
+def test_an_import_keeps_a_run_of_its_fingerprint_and_replaces_one_of_another(tmp_path):
+  """The import over published runs: the same fingerprint (a later call took the run) is kept as
+  it is, another fingerprint (trained under another config) replaced, a new run added."""
+  from experiments.gpu.published import merge_runs  # pylint: disable=import-outside-toplevel
+  publish, staging = tmp_path / "published", tmp_path / "staging"
+  _published(publish / "base-s0", "a" * 64, 7.0)
+  _published(publish / "D1-s0", "b" * 64, 9.0)
+  _published(staging / "base-s0", "a" * 64, 7.5)
+  _published(staging / "D1-s0", "c" * 64, 9.5)
+  _published(staging / "D2-s0", "d" * 64, 8.0)
+  assert merge_runs(staging, publish) == 2
+  ppl = lambda name: json.loads((publish / name / "sweep_result.json").read_text())["dev_ppl"]
+  assert (ppl("base-s0"), ppl("D1-s0"), ppl("D2-s0")) == (7.0, 9.5, 8.0)
