@@ -1,5 +1,6 @@
-"""The published runs of experiments/gpu/table3.py: which are finished, and the import of a GPU
-node's OUT into the results here (--import_from).
+"""The published runs of experiments/gpu/table3.py and experiments/gpu_queue.py: which are
+finished, and the import of a GPU node's OUT into the results here (--import_from; the queue uses
+merge_runs, add_call and rebuild_report for each of its tables).
 
 The import unpacks runs.tar.gz into the published runs (a run published before with the same
 fingerprint is kept, one of another fingerprint replaced: it was trained under another config),
