@@ -7,7 +7,7 @@ offline Bible corpus (English WEB -> Spanish 1909), with every encoding of tfm/m
 
   --config=configs/positions.py               every row (tfm sweep, tfm params)
   --config=configs/positions.py:rope          one row
-  python3 experiments/gpu/table3.py --config=configs/positions.py   the table on one GPU
+  python3 experiments/gpu_queue.py            the table on a GPU, after Table 3 v3 (docs/gpu.md)
 
 The protocol, fixed before any run; no encoding is tuned on its own:
   * Model: Table 3 v3's base (configs/table3_v3.py: N=3, d_model 128, d_ff 512, 8 heads of d_k 16,

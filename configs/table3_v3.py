@@ -7,7 +7,8 @@ in configs/table3_mini.py (widths / 8). Base becomes N=3, d_model=128, d_ff=512,
 
   --config=configs/table3_v3.py          every row (tfm sweep, tfm params)
   --config=configs/table3_v3.py:C5       one row
-  python3 experiments/gpu/table3.py      the whole table on one GPU (docs/table3.md)
+  python3 experiments/gpu_queue.py      the table on a GPU, with the other jobs that wait for one
+                                         (docs/gpu.md; experiments/gpu/table3.py: alone)
 
 The protocol, fixed before any run; no row is tuned on its own:
   * Widths / 4, so the A and B rows' d_k runs 4-128 (16 at base) instead of widths / 8's 2-64,
@@ -30,8 +31,8 @@ The protocol, fixed before any run; no row is tuned on its own:
     for all 40 runs: 5.0 ms a base step against 11.7 ms in full float32 with Triton's products,
     train loss at steps 250 and 500 within 0.003 of full float32's, where the rule allowed half
     the seeds' spread, 0.020 and 0.011 (experiments/results/gpu/2026-11-27_h200_kernels).
-    experiments/gpu/table3.py sets both; a run's precision is in its fingerprint. On a CPU the
-    products are float32 whatever the key says.
+    experiments/gpu_queue.py and experiments/gpu/table3.py set both; a run's precision is in its
+    fingerprint. On a CPU the products are float32 whatever the key says.
 """
 
 from configs import table3, table3_mini

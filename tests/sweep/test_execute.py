@@ -3,8 +3,11 @@ recorded as stopped, not evaluated, and run again by the next sweep. The childre
 (`python -c`); the checkpoints are directories named by step, as Orbax lists them."""
 
 import os
+import signal
 import subprocess
 import sys
+
+import pytest
 
 from tfm.sweep import execute, stacking
 from tfm.sweep.result import RunResult
@@ -98,3 +101,98 @@ def test_a_stack_of_one_is_the_runs_own_train_command(tmp_path):
   argv = stack_train_argv([run], str(tmp_path))
   assert argv == run.train_argv(str(tmp_path / run.name))
   assert not any(a.startswith(("--seeds", "--members")) for a in argv)
+
+
+def _stack_sweep(root, eval_child, on_result):
+  """A stack of two seeds through run_all with stand-in children: training reaches its last step;
+  eval_child(k, job) starts member k's evaluation (it writes `evaluated` in the member's workdir,
+  which the stand-in describe reads as saved figures)."""
+  steps = 4
+  runs = [Run("configs/table3_mini.py", "base", (), seed) for seed in (0, 1)]
+
+  def launch(self, phase, argv, k):
+    self.phase = phase
+    self.log = open(os.path.join(self.workdirs[k], execute.LOG), "a", encoding="utf-8")
+    if phase == "train":
+      for w in self.workdirs:
+        os.makedirs(os.path.join(w, "checkpoints", str(steps)), exist_ok=True)
+      self.proc = subprocess.Popen([sys.executable, "-c", "pass"])
+    else:
+      open(os.path.join(self.workdirs[k], "evaluated"), "w", encoding="utf-8").close()
+      eval_child(k, self)
+
+  def describe(run, workdir, wall_s):
+    saved = os.path.exists(os.path.join(workdir, "evaluated"))
+    return RunResult(name=run.name, group=run.group, row=run.row, seed=run.seed, index=run.seed,
+                     steps=steps, wall_s=wall_s, dev_ppl=7.0 if saved else None)
+
+  original, poll = execute.Job._launch, execute.POLL_SECONDS
+  execute.Job._launch, execute.POLL_SECONDS = launch, 0.02
+  try:
+    return execute.run_all(runs, str(root), shares=execute.device_shares(1), vocab_dir=None,
+                           eval_limit_of=lambda r: 8, steps_of=lambda r: steps,
+                           describe=describe, stream=open(os.devnull, "w", encoding="utf-8"),
+                           on_result=on_result, stack=True)
+  finally:
+    execute.Job._launch, execute.POLL_SECONDS = original, poll
+
+
+def test_a_stacks_first_member_is_published_before_the_second_is_evaluated(tmp_path):
+  published, seen_at_second_eval = [], []
+
+  def eval_child(k, job):
+    if k == 1:
+      seen_at_second_eval.extend(published)
+    job.proc = subprocess.Popen([sys.executable, "-c", "pass"])
+
+  results = _stack_sweep(tmp_path, eval_child, lambda r: published.append(r.name))
+  assert seen_at_second_eval == ["base-s0"]
+  assert published == ["base-s0", "base-s1"] and all(r.ok for r in results)
+
+
+def test_a_term_during_the_second_members_evaluation_keeps_the_first_published(tmp_path):
+  """The deadline's SIGTERM while member 1 is evaluated: member 0, evaluated before it, is published
+  and finished; member 1 gets no result (the next sweep evaluates it)."""
+  published = []
+
+  def eval_child(k, job):
+    child = "import time; time.sleep(30)" if k else "pass"
+    job.proc = subprocess.Popen([sys.executable, "-c", child])
+    if k == 1:
+      os.kill(os.getpid(), signal.SIGTERM)  # the sweep's own TERM, as a deadline sends it
+
+  with pytest.raises(KeyboardInterrupt):
+    _stack_sweep(tmp_path, eval_child, lambda r: published.append(r.name))
+  assert published == ["base-s0"]
+  assert execute.is_finished(str(tmp_path / "base-s0"), 4)
+  assert execute.read_result(str(tmp_path / "base-s1")) is None
+
+
+def test_an_evaluation_that_ended_just_before_the_term_is_published(tmp_path):
+  """Member 0's evaluation has exited (0) when the TERM comes, before the sweep polled it: the stop
+  keeps it, ok, and starts no evaluation of member 1."""
+  published, evaluated = [], []
+
+  def eval_child(k, job):
+    evaluated.append(k)
+    job.proc = subprocess.Popen([sys.executable, "-c", "pass"])
+    job.proc.wait()
+    os.kill(os.getpid(), signal.SIGTERM)
+
+  with pytest.raises(KeyboardInterrupt):
+    _stack_sweep(tmp_path, eval_child, lambda r: published.append(r.name))
+  assert published == ["base-s0"] and evaluated == [0]
+  assert execute.read_result(str(tmp_path / "base-s0")).status == "ok"
+
+
+def test_runs_picks_runs_of_the_sweep_by_name(tmp_path, capsys):
+  """--runs: only the named runs (a GPU queue's job); a name the sweep does not have is refused."""
+  from tfm import cli  # pylint: disable=import-outside-toplevel
+  assert cli.main(["tfm", "sweep", "--config=configs/table3_mini.py", f"--root={tmp_path}",
+                   "--rows=base,A1", "--seeds=2", "--runs=A1-s1,base-s0", "--dry_run"]) == 0
+  out = capsys.readouterr().out
+  assert [line.split()[1] for line in out.splitlines() if line.startswith("# ")] == [
+      "base-s0", "A1-s1"]
+  assert cli.main(["tfm", "sweep", "--config=configs/table3_mini.py", f"--root={tmp_path}",
+                   "--rows=base", "--runs=A1-s0", "--dry_run"]) != 0
+  assert "--runs: A1-s0 not among this sweep's runs (base-s0)" in capsys.readouterr().err

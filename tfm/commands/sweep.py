@@ -6,6 +6,7 @@
   tfm sweep --report --root=DIR        # rebuild results.jsonl, table.md and the figure
   tfm sweep ... --dry_run              # print each run's commands (e.g. one per TPU slice)
   tfm sweep ... --seeds=4 --stack      # each group's seeds trained at once, as one program
+  tfm sweep ... --runs=D4-s1,E-s0      # only these runs of the sweep
   tfm sweep ... --slurm [--sbatch_args="--partition=gpu --gpus-per-task=1 --time=8:00:00"]
   tfm sweep --status --root=DIR        # each run of a --slurm sweep: done / running / queued / failed
 
@@ -50,6 +51,9 @@ def define_flags(fv: flags.FlagValues):
                       flag_values=fv)
   flags.DEFINE_list("rows", None, "rows of a table config to run (default: every row)",
                     flag_values=fv)
+  flags.DEFINE_list("runs", None, "only these runs of the sweep, by name (ROW-sI; a grid point's "
+                    "as the sweep names it): its other runs are neither trained nor taken (a GPU "
+                    "queue's job, experiments/gpu_queue.py)", flag_values=fv)
   flags.DEFINE_multi_string("grid", [], "SECTION.KEY=V1,V2,...: runs for every value (several "
                             "--grid flags: every combination)", flag_values=fv)
   flags.DEFINE_integer("seeds", 1, "runs per row and grid point, with seeds 0..N-1 (train.seed "
@@ -112,6 +116,12 @@ def _runs(fv: flags.FlagValues, config: config_lib.Config) -> list[Run]:
   except ValueError as e:
     raise UsageError(str(e)) from None
   runs = expand(path, rows, grid, fv.seeds, _command_overrides(fv))
+  if fv.runs is not None:
+    unknown = sorted(set(fv.runs) - {r.name for r in runs})
+    if unknown:
+      raise UsageError(f"--runs: {', '.join(unknown)} not among this sweep's runs "
+                       f"({', '.join(r.name for r in runs)})")
+    runs = [r for r in runs if r.name in fv.runs]
   return sorted(runs, key=lambda r: r.seed) if fv.order == "seeds" else runs
 
 
@@ -283,6 +293,7 @@ def _task_argv(fv: flags.FlagValues, root: str) -> list[str]:
   argv += [f"--config.{o}" for o in _command_overrides(fv)] + [f"--root={root}"]
   argv += [f"--rows={','.join(fv.rows)}"] if fv.rows else []
   argv += [f"--grid={g}" for g in fv.grid] + [f"--seeds={fv.seeds}"]
+  argv += [f"--runs={','.join(fv.runs)}"] if fv.runs is not None else []  # --run_index counts these
   argv += [f"--order={fv.order}"] if fv.order != "rows" else []  # --run_index counts in this order
   return argv + ([f"--eval_limit={fv.eval_limit}"] if fv.eval_limit is not None else [])
 

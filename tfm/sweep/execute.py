@@ -13,8 +13,10 @@ Device shares (--parallel K): on a host with G >= K GPUs each run sees G / K of 
 (TFM_CPUS, applied by tfm.cli before JAX starts; XLA's thread pool follows the affinity). A TPU
 VM's chips belong to one process, so there it is one row per slice (docs/table3.md).
 
-SIGINT / SIGTERM stop the children with SIGTERM (each saves its current step) and end the sweep;
-rerunning the same command resumes.
+A stack's members are evaluated one after the other, and each run's result is handed on (to
+--publish) the moment its evaluation is on disk, before the next member's evaluation starts.
+SIGINT / SIGTERM stop the children with SIGTERM (each saves its current step) and end the sweep; a
+member whose evaluation had ended is kept, and rerunning the same command resumes the rest.
 """
 
 from __future__ import annotations
@@ -50,6 +52,7 @@ TRACKER_KEYS = ("train.trackers", "train.mlflow_tracking_uri", "train.tracker_ex
 MACHINE_KEYS = ("data.data_dir", "data.manual_dir", "data.cache_dir", "data.vocab_dir",
                 "train.compilation_cache_dir") + TRACKER_KEYS
 LOG = "sweep.log"
+POLL_SECONDS = 0.5  # how often the sweep looks at its children
 
 
 @dataclasses.dataclass(frozen=True)
@@ -204,6 +207,17 @@ class Job:
         [sys.executable, "-m", "tfm.cli", *argv], stdout=self.log, stderr=subprocess.STDOUT,
         env={**env, **self.share.env, "PYTHONUNBUFFERED": "1"})
 
+  def _ended(self, code: int) -> None:
+    """The child's end in its log (`=== TIME tfm PHASE exit CODE`: where a run's seconds went,
+    experiments/gpu/run_seconds.py), the log closed; a stack's training output into every
+    member's log."""
+    if self.log.closed:
+      return
+    self.log.write(f"=== {time.strftime('%Y-%m-%d %H:%M:%S')} tfm {self.phase} exit {code}\n")
+    self.log.close()
+    if self.phase == "train":
+      self._share_train_log()
+
   def _share_train_log(self) -> None:
     """A stack's training output, written to its first run's log, into every other run's."""
     if len(self.runs) == 1:
@@ -229,42 +243,57 @@ class Job:
     except (OSError, ValueError, KeyError):
       return False
 
-  def poll(self) -> list[RunResult] | None:
-    """None while running; its runs' results when it is done (ok, failed or stopped)."""
+  @property
+  def done(self) -> bool:
+    """Every run of the job has its result (ok, failed or stopped)."""
+    return len(self.results) == len(self.runs)
+
+  def poll(self) -> list[RunResult]:
+    """The results that ended since the last poll: a stack's members one at a time, each as soon
+    as its evaluation is on disk (so a sweep publishes it then, not when the whole stack ends);
+    [] while nothing ended. `done` says when every run has its result."""
+    ended = len(self.results)
+    self._advance()
+    return self.results[ended:]
+
+  def _advance(self) -> None:
+    if self.done:
+      return
+    if self.phase == "evaluated":  # the last poll returned a member's result: now the next one
+      self._evaluate(len(self.results))
+      return
     code = self.proc.poll()
     if code is None:
-      return None
-    self.log.close()
+      return
+    self._ended(code)
     k = len(self.results)  # the run being evaluated (the train phase: all of them)
-    if self.phase == "train":
-      self._share_train_log()
     if code in (-signal.SIGTERM, 128 + signal.SIGTERM):  # a TERM to the group: a preemption
-      return self._finish_rest("stopped", f"tfm {self.phase} was stopped by SIGTERM; run the "
-                               "sweep again to resume it")
+      self._finish_rest("stopped", f"tfm {self.phase} was stopped by SIGTERM; run the sweep "
+                        "again to resume it")
+      return
     if code != 0:
-      return self._finish_rest("failed", f"tfm {self.phase} exited with {code}: "
-                               f"{last_error_line(os.path.join(self.workdirs[k], LOG))}")
+      self._finish_rest("failed", f"tfm {self.phase} exited with {code}: "
+                        f"{last_error_line(os.path.join(self.workdirs[k], LOG))}")
+      return
     if self.phase == "train":
       reached = min(stacking.reached(w, self.steps) for w in self.workdirs)
       if reached < self.steps:  # `tfm train` exits 0 after a SIGTERM's save too
-        return self._finish_rest("stopped", f"tfm train stopped at step {reached} of "
-                                 f"{self.steps}; run the sweep again to resume it")
+        self._finish_rest("stopped", f"tfm train stopped at step {reached} of {self.steps}; "
+                          "run the sweep again to resume it")
+        return
       self._evaluate(0)
-      return None
+      return
     if self.phase == "eval" and self._keeps_ema(k):  # then its EMA, beside the average
       self._evaluate(k, "ema")
-      return None
+      return
     self.results.append(self._finish(k, "ok", None))
-    if len(self.results) < len(self.runs):
-      self._evaluate(k + 1)
-      return None
-    return self.results
+    self.phase = "evaluated"  # the next member's evaluation starts at the next poll, after the
+    # sweep has published this one
 
-  def _finish_rest(self, status: str, error: str | None) -> list[RunResult]:
-    """Every run without a result yet ends so; returns all of them."""
+  def _finish_rest(self, status: str, error: str | None) -> None:
+    """Every run without a result yet ends so."""
     for k in range(len(self.results), len(self.runs)):
       self.results.append(self._finish(k, status, error))
-    return self.results
 
   def _finish(self, k: int, status: str, error: str | None) -> RunResult:
     result = self.describe(self.runs[k], self.workdirs[k], time.time() - self.start)
@@ -280,6 +309,20 @@ class Job:
   def terminate(self) -> None:
     if self.proc.poll() is None:
       self.proc.send_signal(signal.SIGTERM)
+
+  def harvest(self) -> list[RunResult]:
+    """After terminate() and its child's end: the member whose evaluation had ended well before the
+    stop, ok (as poll would have had it); the others keep no result, and the next sweep resumes
+    them."""
+    k = len(self.results)
+    if self.done or self.phase == "evaluated":
+      return []
+    self._ended(self.proc.returncode)
+    if self.proc.returncode != 0:
+      return []
+    if self.phase == "eval_ema" or (self.phase == "eval" and not self._keeps_ema(k)):
+      self.results.append(self._finish(k, "ok", None))
+    return self.results[k:]
 
 
 def run_all(runs: Sequence[Run], root: str, *, shares: Sequence[Share], vocab_dir: str | None,
@@ -321,12 +364,11 @@ def run_all(runs: Sequence[Run], root: str, *, shares: Sequence[Share], vocab_di
           active[slot] = Job(group, [workdir(r) for r in group], train_argv(group), share,
                              eval_limit_of(group[0]), describe, steps_of(group[0]))
           print(f"[sweep] start {active[slot].name} on {share.name}", file=stream, flush=True)
-      time.sleep(0.5)
+      time.sleep(POLL_SECONDS)
       for slot, job in list(active.items()):
-        ended = job.poll()
-        if ended is None:
-          continue
-        del active[slot]
+        ended = job.poll()  # a stack's members one at a time, each as its evaluation lands
+        if job.done:
+          del active[slot]
         for result in ended:
           results.append(result)
           if on_result is not None:
@@ -347,6 +389,11 @@ def run_all(runs: Sequence[Run], root: str, *, shares: Sequence[Share], vocab_di
       job.terminate()
     for job in active.values():
       job.proc.wait()
+      for result in job.harvest():  # an evaluation that ended just before the stop: kept
+        results.append(result)
+        if on_result is not None:
+          on_result(result)
+        print(f"[sweep] {result.name} ok (evaluated before the stop)", file=stream, flush=True)
     for s, handler in previous.items():
       signal.signal(s, handler)
   if stop:

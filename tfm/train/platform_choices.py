@@ -26,8 +26,10 @@ The figures behind AUTO:
        a chip and an estimated 17.2% MFU with branch and threefry, 1.86 GiB and 15.4% with
        select, 3.33 GiB and 9.6% with rbg: the CPU's forms. input and saves: no TPU figure, the
        CPU's.
-  gpu  no figure yet: experiments/gpu_table.py's `variants` job times select, rbg and the batch
-       process against the CPU's forms; until it has run, the CPU's.
+  gpu  GPU_MEASURED: what the rule of experiments/gpu/forms.py chose from a GPU's figures (select,
+       rbg and the batch process timed against the CPU's forms, the GPU queue's `forms` job;
+       experiments/gpu_queue.py --import_from writes the line); the CPU's for every key it holds
+       none of (until the job has run: all of them).
 """
 
 from __future__ import annotations
@@ -41,7 +43,8 @@ DROPOUT_PRNGS = ("threefry", "rbg")
 KEYS = {"input": INPUTS, "saves": SAVES, "guard": GUARDS, "dropout_prng": DROPOUT_PRNGS}
 
 CPU = {"input": "inline", "saves": "background", "guard": "branch", "dropout_prng": "threefry"}
-AUTO = {"cpu": CPU, "tpu": dict(CPU), "gpu": dict(CPU)}
+GPU_MEASURED: dict[str, str] = {}  # written by experiments/gpu_queue.py --import_from (forms)
+AUTO = {"cpu": CPU, "tpu": dict(CPU), "gpu": {**CPU, **GPU_MEASURED}}
 
 
 @dataclasses.dataclass(frozen=True)
