@@ -31,6 +31,7 @@ from tfm.eval.restore import mesh_here
 from tfm.experiment import Experiment
 from tfm.model.scan_convert import convert_layers
 from tfm.train import checkpoint as ckpt_lib
+from tfm.train import workdir as workdir_lib
 from tfm.train.checkpoint import best as best_lib
 from tfm.train.workdir import Workdir
 
@@ -59,14 +60,31 @@ def _convert_series(workdir, out, steps: list[int], source: Experiment, convert)
   writer.close()
 
 
+def interrupted(out) -> dict | None:
+  """The lock owner of directory `out` when `out` is what a conversion stopped before it finished
+  left (killed: its process on this host gone): no config.json (convert_workdir's last write),
+  nothing but what a conversion writes (its lock, checkpoints/, best/, stopped.json, a vocabulary
+  spm_*.model), and a lock whose process is gone. None otherwise: anything else is no conversion's
+  to remove (nor on several hosts, which do not share one host's view of the lock's process)."""
+  if jax.process_count() > 1:
+    return None
+  names = {p.name for p in epath.Path(out).iterdir()}
+  ours = {workdir_lib.LOCK, "checkpoints", best_lib.BEST, best_lib.STOPPED}
+  if "config.json" in names or workdir_lib.LOCK not in names or any(
+      n not in ours and not (n.startswith("spm_") and n.endswith(".model")) for n in names):
+    return None
+  return workdir_lib.dead_owner(out)
+
+
 def convert_workdir(workdir: str, out: str, scan_layers: bool,
                     config: Config) -> tuple[list[int], str | None]:
   """Writes workdir's checkpoints into the new workdir `out` with model.scan_layers = scan_layers.
 
   config: workdir's own (validated) config. Returns the converted steps and mesh_here's note (None
   when workdir's mesh fits the devices here). Raises ValueError if the layout is already
-  scan_layers, if workdir has no checkpoint, or if out exists and is not empty; on any failure out
-  is left as it was (a new directory is removed again).
+  scan_layers, if workdir has no checkpoint, or if out exists and is not empty (unless it is what
+  a conversion killed before it finished left, `interrupted`: then it is converted again from the
+  start); on any failure out is left as it was (a new directory is removed again).
   """
   if config.model.scan_layers == scan_layers:
     raise ValueError(f"--workdir {workdir}: its checkpoints already have model.scan_layers="
@@ -75,7 +93,12 @@ def convert_workdir(workdir: str, out: str, scan_layers: bool,
   if not steps:
     raise ValueError(f"no checkpoint in {workdir}/checkpoints: nothing to convert")
   if epath.Path(out).exists() and any(epath.Path(out).iterdir()):
-    raise ValueError(f"--out {out}: exists and is not empty; expected a new directory")
+    killed = interrupted(out)
+    if killed is None:
+      raise ValueError(f"--out {out}: exists and is not empty; expected a new directory")
+    log.warning("--out %s: what a tfm convert (pid %s, since %s) left when it was stopped before "
+                "it finished; converting again", out, killed.get("pid"), killed.get("since"))
+    epath.Path(out).rmtree()  # a new directory again: a failure below leaves nothing behind
   here, note = mesh_here(config)
   source, dest = Experiment(here), Experiment(converted_config(here, scan_layers))
   convert = jax.jit(lambda state: convert_layers(state, scan_layers),

@@ -6,6 +6,7 @@ scored, left out or cut."""
 import glob
 import json
 import math
+import types
 
 import jax
 import jax.numpy as jnp
@@ -210,6 +211,20 @@ def test_a_learned_table_refuses_a_longer_source_or_cuts_it_when_asked(learned, 
   result = json.load(open(path))
   assert (result["sentences"], result["sentences_dropped"], result["sentences_truncated"]) == (
       len(lengths), 0, longer)
+
+
+def test_score_with_truncate_is_not_told_to_truncate():
+  """--score --truncate: a pair refused for its target (longer than the table; a target is never
+  cut) is counted without the hint to use --truncate, which was given; without the flag the hint
+  stays."""
+  from tfm.commands.translate import _counted  # pylint: disable=import-outside-toplevel
+  config = types.SimpleNamespace(model=types.SimpleNamespace(max_length=24))
+  stats = dict(refused=[2], truncated=[])
+  given = _counted(stats, 24, "a source or a target", config, done="scored", truncate=True)
+  assert given == ("; 1 not scored, printed empty (line 3: a source or a target longer than the "
+                   "24 pieces the learned position table holds, model.max_length 24)")
+  assert _counted(stats, 24, "a source or a target", config, done="scored").endswith(
+      "model.max_length 24; --truncate cuts a source to them)")
 
 
 @pytest.mark.long

@@ -10,6 +10,8 @@ import json
 import os
 import re
 import shutil
+import socket
+import subprocess
 
 import jax
 import numpy as np
@@ -103,6 +105,27 @@ def test_convert_a_workdir_and_train_on(experiment, tmp_path, capsys):
   assert all(np.array_equal(x, y) for x, y in zip(jax.tree.leaves(moved_params),
              jax.tree.leaves(stack_layers(ckpt_lib.restore_params(
                  a, 6, Experiment(source_config).abstract_params)))))
+
+  # What a conversion killed before it finished left (no config.json, its lock's process gone) is
+  # converted again by the same command; a directory that holds anything else stays refused.
+  killed, other = tmp_path / "killed", tmp_path / "other"
+  (killed / "checkpoints" / "3").mkdir(parents=True)
+  gone = subprocess.Popen(["true"])  # pylint: disable=consider-using-with
+  gone.wait()
+  lock = json.dumps({"pid": gone.pid, "host": socket.gethostname(), "since": "then"})
+  (killed / ".lock").write_text(lock)
+  assert cli.main(["tfm", "convert", "--workdir", a, "--out", str(killed),
+                   "--scan_layers", "true"]) == 0
+  assert ckpt_lib.available_steps(killed) == ckpt_lib.available_steps(a) == [3, 6]
+  assert (killed / "config.json").exists() and not (killed / ".lock").exists()
+  capsys.readouterr()
+  other.mkdir()
+  (other / ".lock").write_text(lock)
+  (other / "notes.txt").write_text("mine")
+  assert cli.main(["tfm", "convert", "--workdir", a, "--out", str(other),
+                   "--scan_layers", "true"]) == 1
+  assert "exists and is not empty" in capsys.readouterr().err
+  assert sorted(p.name for p in other.iterdir()) == [".lock", "notes.txt"]
 
   # Converting to the layout it has, or into a workdir that is in use, is refused in one line.
   assert cli.main(["tfm", "convert", "--workdir", b, "--out", str(tmp_path / "c"),

@@ -321,3 +321,23 @@ def test_the_grid_table_shows_chrf_and_ter_beside_bleu():
   assert "| row | changes | seeds | dev PPL | last fifth | BLEU | tok. BLEU | chrF | TER |" in table
   assert "| 20.0 ± 0.0 | 21.0 ± 0.0 | 41.0 ± 1.4 | 59.0 ± 1.4 |" in table
   assert "| 20.0 | 21.0 | – | – |" in table
+
+
+def test_the_legend_counts_the_pairs_a_learned_table_left_out_of_bleu():
+  """A run whose learned position table is too short for some dev sources scores BLEU over the
+  others (the evaluation's sentences, sentences_dropped): the legend counts the first pairs both
+  runs were given and names the run that scored fewer, not 'the first 1 / 8 dev sentences'."""
+  base = dict(group="g", row=None, index=0, steps=10, status="ok", dev_ppl=5.0, tokenized_bleu=1.0)
+  evaluation = dict(perplexity=5.0, bleu=2.0, checkpoints=[10])
+  learned = RunResult(name="learned-s0", seed=0, **base).with_eval(
+      dict(evaluation, sentences=1, sentences_dropped=7))
+  whole = RunResult(name="sinusoidal-s0", seed=1, **base).with_eval(
+      dict(evaluation, sentences=8, sentences_dropped=0))
+  assert (learned.bleu_sentences, learned.bleu_dropped) == (1, 7)
+  table = report.table_markdown([learned, whole])
+  assert "both BLEUs over the first 8 dev sentences" in table
+  assert "left untranslated: learned-s0 over 1 of 8" in table
+  assert "sinusoidal-s0 over" not in table
+  # An evaluation written before sentences_dropped: its sentences, as before.
+  old = RunResult(name="old-s0", seed=0, **base).with_eval(dict(evaluation, sentences=200))
+  assert "the first 200 dev sentences (dev PPL" in report.table_markdown([old])

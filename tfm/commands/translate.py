@@ -127,7 +127,7 @@ def run(fv: flags.FlagValues, config):
       print(f"{logp:.6f}\t{tokens}\t{logp / float(length_penalty(tokens, alpha)):.6f}")
     print(f"tfm translate: scored {len(pairs) - len(stats['refused'])} pairs"
           + _counted(stats, table_rows(t.config.model), "a source or a target", t.config,
-                   done="scored"),
+                     done="scored", truncate=fv.truncate),
           file=sys.stderr)
     return
   if fv.sample:
@@ -154,7 +154,7 @@ def run(fv: flags.FlagValues, config):
     for line in outputs:
       print(line)
   print(f"tfm translate: {len(lines)} lines, {stats['tokens_per_s']:.1f} output tokens/s"
-        + _counted(stats, limit, "a source", t.config, extra,
+        + _counted(stats, limit, "a source", t.config, extra, truncate=fv.truncate,
                    shown="printed empty" if fv.n_best is None else "no hypotheses printed"),
         file=sys.stderr)
 
@@ -166,9 +166,10 @@ def _lines(indices: list[int]) -> str:
 
 
 def _counted(stats: dict, limit: int | None, what: str, config, extra: int | None = None,
-             done: str = "translated", shown: str = "printed empty") -> str:
+             done: str = "translated", shown: str = "printed empty", truncate: bool = False) -> str:
   """'' when no line was refused or cut, else how many were, which and why (the end of the stderr
-  line)."""
+  line). truncate: --truncate was given (a line it could not help, --score's target longer than
+  the table, is not told to use it)."""
   refused, truncated = stats["refused"], stats["truncated"]
   parts = []
   table = f"model.max_length {config.model.max_length}" + (
@@ -176,7 +177,7 @@ def _counted(stats: dict, limit: int | None, what: str, config, extra: int | Non
   if refused:
     parts.append(f"{len(refused)} not {done}, {shown} (line{'s' * (len(refused) > 1)} "
                  f"{_lines(refused)}: {what} longer than the {limit} pieces the learned position "
-                 f"table holds, {table}" + ("" if truncated else "; --truncate cuts a source to "
+                 f"table holds, {table}" + ("" if truncate else "; --truncate cuts a source to "
                                             "them") + ")")
   if truncated:
     parts.append(f"{len(truncated)} cut to {limit} pieces by --truncate (line"

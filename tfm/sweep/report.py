@@ -49,13 +49,20 @@ def _common(rows: Sequence[compare.Group]) -> dict:
 
 
 def _bleu_sentences(results: Sequence[RunResult]) -> str:
-  """How many dev sentences the runs' BLEU was scored on (`tfm eval --limit`), or '' where their
-  results do not say."""
-  counts = sorted({r.bleu_sentences for r in results if r.bleu_sentences})
+  """How many dev sentences the runs' BLEU covers (`tfm eval --limit`: the first N pairs, those
+  scored and those left out), then the runs whose BLEU left some of them out (a source longer than
+  a learned position table holds: the evaluation's sentences_dropped); '' where their results do
+  not say."""
+  counts = sorted({r.bleu_sentences + (r.bleu_dropped or 0) for r in results if r.bleu_sentences})
   if not counts:
     return ""
+  short = [r for r in results if r.bleu_sentences and r.bleu_dropped]
   return (f"; both BLEUs over the first {' / '.join(map(str, counts))} dev sentences (dev PPL over "
-          "the whole split, or its first data.eval_max_examples where set)")
+          "the whole split, or its first data.eval_max_examples where set)"
+          + ("" if not short else "; fewer where a source is longer than a run's learned position "
+             "table holds (model.max_length - eval.max_extra_length pieces), left untranslated: "
+             + ", ".join(f"{r.name} over {r.bleu_sentences} of {r.bleu_sentences + r.bleu_dropped}"
+                         for r in short)))
 
 
 def _percent(x) -> str:

@@ -3,8 +3,8 @@ as execute, publish, slurm, compare and report read it: one type, so a field has
 
 The dev figures come from the run's `tfm eval` result (tfm/commands/eval.py writes
 eval_dev_<step>_avg<N>[_first<K>].json), whose names are the evaluation's (perplexity, sentences,
-train_target_tokens, checkpoints); `with_eval` is the one place they become the sweep's (dev_ppl,
-bleu_sentences, tokens_seen, trained_steps).
+sentences_dropped, train_target_tokens, checkpoints); `with_eval` is the one place they become the
+sweep's (dev_ppl, bleu_sentences, bleu_dropped, tokens_seen, trained_steps).
 """
 
 from __future__ import annotations
@@ -37,6 +37,9 @@ class RunResult:
   bleu: float | None = None  # sacreBLEU
   tokenized_bleu: float | None = None  # the paper's tokenized BLEU
   bleu_sentences: int | None = None  # dev pairs the BLEUs were scored on
+  # dev pairs of the same first ones left out of the BLEUs: a source longer than a learned
+  # position table holds (the evaluation's sentences_dropped)
+  bleu_dropped: int | None = None
   compounds: str | None = None  # how tokenized BLEU split compounds
   chrf: float | None = None  # sacreBLEU's chrF (tfm/eval/chrf_ter.py)
   ter: float | None = None  # sacreBLEU's TER, lower is better
@@ -74,6 +77,7 @@ class RunResult:
     return dataclasses.replace(
         self, dev_ppl=evaluation["perplexity"], bleu=evaluation.get("bleu"),  # none for lm / mlm
         tokenized_bleu=evaluation.get("tokenized_bleu"), bleu_sentences=evaluation.get("sentences"),
+        bleu_dropped=evaluation.get("sentences_dropped"),  # absent from older results
         word_ppl=evaluation.get("word_perplexity"),
         dev_accuracy=evaluation.get("accuracy") if "task" in evaluation else None,
         chrf=evaluation.get("chrf"), ter=evaluation.get("ter"),  # absent from older results

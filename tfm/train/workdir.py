@@ -56,6 +56,19 @@ def _pid_alive(pid: int) -> bool:
   return True
 
 
+def dead_owner(path) -> dict | None:
+  """The owner ({pid, host, since}) of the lock in directory `path` when it is a process of this
+  host that is gone (killed before it could remove its lock), else None (no lock, a live owner,
+  or another host's, whose processes this host cannot see)."""
+  lock = epath.Path(path) / LOCK
+  if not lock.exists():
+    return None
+  held = Workdir._owner(lock)  # pylint: disable=protected-access
+  if held.get("host") != socket.gethostname() or _pid_alive(int(held.get("pid", -1))):
+    return None
+  return held
+
+
 class Workdir:
   """The lead host's hold on a training workdir (other hosts only check it)."""
 
