@@ -5,6 +5,7 @@ scored, left out or cut."""
 
 import glob
 import json
+import pathlib
 import math
 import types
 
@@ -159,6 +160,12 @@ def test_eval_says_what_bleu_and_perplexity_each_scored(trained, capsys):
   assert result["note"] == (f"perplexity over {fit} of 8 pairs, {8 - fit} longer than "
                             "data.max_length=16 left out (data.overlong='filter')")
   assert f"note: {result['note']}" in printed
+  # --truncate cuts only what a learned table cannot hold: here (sinusoids) it is refused, in one
+  # line, before anything is written (it would write the same figures under another name).
+  assert cli.main(["tfm", "eval", f"--workdir={trained}", "--average=1", "--truncate"]) == 2
+  assert ("--truncate: model.positions='sinusoidal' decodes a source of any length whole"
+          in capsys.readouterr().err)
+  assert not list(pathlib.Path(trained).glob("*truncate*"))
 
 
 @pytest.fixture(scope="module")

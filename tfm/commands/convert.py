@@ -29,10 +29,14 @@ def run(fv: flags.FlagValues, config):
     raise UsageError("--scan_layers is required: true (stack the layers) or false (unroll them)")
   # pylint: disable=import-outside-toplevel
   from tfm.convert import convert_workdir
+  from tfm.train import checkpoint as ckpt_lib
+  from tfm.train.checkpoint import best as best_lib
   from tfm.eval.restore import read_workdir_config
 
   steps, note = convert_workdir(fv.workdir, fv.out, fv.scan_layers == "true",
                                 read_workdir_config(fv.workdir))
   announce_backend(note)
+  best = ckpt_lib.available_steps(best_lib.best_dir(fv.out))
   print(f"tfm convert: {len(steps)} checkpoint(s) {steps} of {fv.workdir} written to {fv.out} with "
-        f"model.scan_layers={fv.scan_layers}")
+        f"model.scan_layers={fv.scan_layers}" + (f", and its best checkpoint (step {best[0]})"
+                                                 if best else ""))

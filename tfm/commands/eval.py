@@ -162,6 +162,9 @@ def run(fv: flags.FlagValues, config):
   t = load_trained(fv.workdir, fv.average, checkpoint=fv.checkpoint)
   announce_backend(t.note)
   exp, c = t.experiment, t.config
+  if fv.truncate and all(source_limit(c.model, p.max_extra_length) is None for p in points):
+    raise UsageError(f"--truncate: model.positions={c.model.positions!r} decodes a source of any "
+                     "length whole, so nothing would be cut; drop --truncate")
   edges = c.eval.length_buckets if edges is None else edges
   decoding.check_lengths(c, points)
   configured = decoding.Decoding.of(c.eval)

@@ -218,8 +218,8 @@ def tokenizer_config(pieces: list[str], *, source_lang: str, target_lang: str,
                      max_length: int) -> dict:
   """tokenizer_config.json for MarianTokenizer: one shared SentencePiece model (source.spm and
   target.spm are the same file), model_max_length `max_length` (`longest_input`: inputs are cut
-  there, EOS included, only when asked to truncate, and longer ones are warned about), pad, EOS and UNK named by the pieces of tfm ids 0, 1 and 2, no other special
-  tokens. split_special_tokens: a text holding a special token's piece ("</s>", "<unk>",
+  there, EOS included, only when asked to truncate, and longer ones are warned about), pad, EOS
+  and UNK named by the pieces of tfm ids 0, 1 and 2, no other special tokens. split_special_tokens: a text holding a special token's piece ("</s>", "<unk>",
   "<pad>") is SentencePiece's to split, as tfm's Tokenizer.encode does (transformers' default
   cuts such a text out as the special token's id before SentencePiece sees it: a verse quoting
   "</s>" would end there)."""
