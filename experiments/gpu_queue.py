@@ -285,6 +285,14 @@ def on_node(out: Path) -> int:
                   "kernels": candidate.record(), "notes": []}
   record["mps"] = ("off: --quick" if FLAGS.quick else "off: --mps=off" if FLAGS.mps == "off"
                    else start_mps(env))
+  told = []  # (signal, when): the call was told to end; its jobs are stopped, OUT written as at
+  # the stop time (a node's timeout TERMs the command: what ended published still comes back)
+
+  def on_term(signum, _frame):
+    if not told:
+      told.append((signal.Signals(signum).name, time.monotonic()))
+  signal.signal(signal.SIGTERM, on_term)
+  signal.signal(signal.SIGINT, on_term)
   say(f"{record['device']}; MPS {record['mps']}; deadline {FLAGS.deadline} min, stop at "
       f"{stop_at - START:.0f} s, {slots} slots")
 
@@ -374,11 +382,17 @@ def on_node(out: Path) -> int:
     started = dispatch.run(jobs, slots=slots, horizon_at=horizon_at, stop_at=stop_at,
                            concurrency=seconds.concurrency, clock=time.monotonic, sleep=time.sleep,
                            launch=launch, poll=poll, halt=halt,
-                           stop=lambda hs: stop_all(hs, deadline_at - 5), poll_s=POLL_S, say=say)
+                           stop=lambda hs: stop_all(hs, min(deadline_at - 5,
+                                                            time.monotonic() + STOP_SAFETY_S)),
+                           poll_s=POLL_S, say=say, stop_now=lambda: bool(told))
   finally:
     if not FLAGS.quick and FLAGS.mps == "auto":
       stop_mps(env)
   stopped_any = any(s.outcome == "stopped" for s in started)
+  if told:
+    record["notes"].append(f"{told[0][0]} at {told[0][1] - START:.0f} s: every job stopped then")
+    say(record["notes"][-1])
+    stop_at = min(stop_at, told[0][1])
 
   # What ended published, and the files that come back.
   published_now, run_files = set(), []
@@ -711,7 +725,10 @@ def main(argv):
       return prepare()
     if not FLAGS.out:
       raise app.UsageError("--out=DIR is required (or --import_from=OUT, or --prepare)")
-    return on_node(Path(FLAGS.out).resolve())
+    out = Path(FLAGS.out).resolve()
+    if out.is_dir() and any(out.iterdir()):  # an earlier call's carry parts would join this one's
+      raise app.UsageError(f"--out={out}: not empty; a call writes its files into an empty folder")
+    return on_node(out)
   except ValueError as e:
     raise app.UsageError(str(e)) from None
 

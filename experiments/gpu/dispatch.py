@@ -48,12 +48,14 @@ def run(queue: Sequence[Job], *, slots: int, horizon_at: float, stop_at: float,
         sleep: Callable[[float], None], launch: Callable[[Job], Any],
         poll: Callable[[Any], str | None], stop: Callable[[list[Any]], None],
         poll_s: float = 2.0, say: Callable[[str], None] = lambda _: None,
-        halt: Callable[[], bool] = lambda: False) -> list[Started]:
+        halt: Callable[[], bool] = lambda: False,
+        stop_now: Callable[[], bool] = lambda: False) -> list[Started]:
   """Works through `queue` until nothing more fits before horizon_at or stop_at comes: at every
   change (a job ended, or first) it plans (experiments/gpu/plan.py) and launches the jobs the plan
   starts now. launch(job) -> handle; poll(handle) -> None while it runs, else 'ok', 'failed' or
   'stopped'; stop(handles): the running jobs at stop_at (they save and end); halt() -> True: start
-  nothing more (a setup that fails every job). Returns every started job, in start order."""
+  nothing more (a setup that fails every job); stop_now() -> True: the stop comes now (the command
+  was told to end). Returns every started job, in start order."""
   pending, started = list(queue), []
   running: list[Started] = []
   packed, changed = False, True
@@ -67,7 +69,7 @@ def run(queue: Sequence[Job], *, slots: int, horizon_at: float, stop_at: float,
         changed = True
         say(f"{s.job.name}: {outcome} after {now - s.start:.0f} s (planned "
             f"{s.planned_end - s.start:.0f} s)")
-    if now >= stop_at:
+    if now >= stop_at or stop_now():
       if running:
         say(f"stop time: stopping {', '.join(s.job.name for s in running)}")
         stop([s.handle for s in running])

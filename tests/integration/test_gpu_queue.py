@@ -9,14 +9,17 @@ import hashlib
 import json
 import re
 import shutil
+import signal
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
 
 from experiments.gpu import carry
 from tests.integration import node
+from tests.integration.conftest import command_lines
 
 pytestmark = pytest.mark.long  # two calls of the queue on tiny runs, imports, a prepare
 
@@ -151,3 +154,39 @@ def test_a_call_stopped_at_its_deadline_is_imported_and_the_next_call_finishes_i
   calls = (here / "results" / "table3_v3" / "gpu_calls.jsonl").read_text().splitlines()
   assert [json.loads(c)["published"] for c in calls] == [[], ["table3_v3/C1-s0", "table3_v3/C1-s1"]]
   assert not (here / "carry").exists()  # the second call took the carry and left nothing
+
+
+def test_a_call_told_to_end_stops_its_jobs_and_returns_what_it_has(node_python, setup):
+  """The node's timeout TERMs the command: its jobs are stopped as at the stop time (the runs save
+  their steps), nothing of the call runs on, and OUT comes back with the record and the carry; an
+  OUT that is not empty is refused (an earlier call's carry parts would join the next's)."""
+  here = setup
+  machine = here / "machine"
+  flags = ["--quick", "--jobs=table3_v3", "--rows=C1", "--slots=1", f"--set=train.steps={STEPS}",
+           f"--bundles={here / 'bundles'}", f"--seconds={here / 'seconds.json'}",
+           f"--results={here / 'results'}", f"--carry_dir={machine / 'carry'}",
+           f"--root={machine / 'root'}", f"--out={machine / 'out'}", "--deadline=4"]
+  queue = subprocess.Popen([node_python, str(QUEUE), *flags], cwd="/", env=node.clean_env(),
+                           stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+  log = machine / "root" / "table3_v3" / "C1-s0" / "sweep.log"
+  deadline = time.monotonic() + 200
+  while not (log.exists() and "[train C1-s0] step" in log.read_text()):
+    assert queue.poll() is None and time.monotonic() < deadline, queue.communicate()[0][-3000:]
+    time.sleep(1)
+  told = time.monotonic()
+  queue.send_signal(signal.SIGTERM)
+  output = queue.communicate(timeout=120)[0]
+  assert queue.returncode == 0, output[-3000:]
+  assert time.monotonic() - told < 60, output[-3000:]  # well before its 4-minute deadline
+  root = str(machine / "root").encode()
+  assert not [argv for _, argv in command_lines() if any(root in a for a in argv)]
+  record = json.loads((machine / "out" / "record.json").read_text())
+  [job] = record["jobs"]
+  assert job["outcome"] == "stopped" and any(n.startswith("SIGTERM at ") for n in record["notes"])
+  resumed = {r["run"]: r["step"] for r in record["carry"]["resumed"]}
+  assert sorted(resumed) == ["table3_v3/C1-s0", "table3_v3/C1-s1"], record["carry"]
+  assert f"SIGTERM: saved step {resumed['table3_v3/C1-s0']}" in log.read_text()
+  assert 0 <= record["measured"]["stop"][0] < 60, record["measured"]  # from the TERM, not the stop
+  assert sum(record["seconds"].values()) == pytest.approx(record["total_s"], rel=0.05), record
+  refused = _queue(node_python, *flags)
+  assert refused.returncode != 0 and "not empty" in refused.stderr.splitlines()[-1], refused.stderr
