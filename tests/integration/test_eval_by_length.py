@@ -189,6 +189,7 @@ def test_a_learned_table_refuses_a_longer_source_or_cuts_it_when_asked(learned, 
   text = " ".join(["word"] * 40)
   assert len(t.tokenizer.encode(text)) > 22
   (tmp_path / "in.txt").write_text(f"in the beginning\n{text}\n", encoding="utf-8")
+  capsys.readouterr()  # load_trained's own line, printed above
   assert cli.main(["tfm", "translate", f"--workdir={learned}", f"--input={tmp_path}/in.txt"]) == 0
   out = capsys.readouterr()
   assert len(out.out.splitlines()) == 2 and out.out.splitlines()[1] == ""
