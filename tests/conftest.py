@@ -5,6 +5,7 @@ one config); the cache turns the repeats into lookups. It lives in a fresh direc
 no test depends on what an earlier session compiled.
 """
 
+import gc
 import os
 import shutil
 import sys
@@ -35,6 +36,21 @@ _FAST_COMPILE = ("--xla_backend_optimization_level=0 --xla_llvm_disable_expensiv
                  "--xla_cpu_use_fusion_emitters=false --xla_cpu_parallel_codegen_split_count=1")
 if "xla_backend_optimization_level" not in os.environ.get("XLA_FLAGS", ""):
   os.environ["XLA_FLAGS"] = (os.environ.get("XLA_FLAGS", "") + " " + _FAST_COMPILE).strip()
+
+# Python's cycle collector: a test process holds millions of objects (jax's and flax's caches and
+# traced programs, tensorflow's and orbax's modules), and a full collection walks them all, ~1 s
+# each on a 2-core machine; with the default thresholds (700, 10, 10) a process running tests/model,
+# decode and train made 39 of them. Young collections every 50,000 allocations instead of 700, and
+# a full one only after 100 of the middle ones: 1 full collection there, 8% less CPU time, the same
+# peak memory (4.2 GB; the garbage of a test dies young, in the young collections).
+gc.set_threshold(50_000, 20, 100)
+
+
+def pytest_collection_finish(session):  # pylint: disable=unused-argument
+  """What the imports and the collection built goes to the collector's permanent generation (never
+  walked again): a full collection walks only what the tests add."""
+  gc.collect()
+  gc.freeze()
 
 
 def pytest_unconfigure(config):  # pylint: disable=unused-argument
