@@ -1,4 +1,5 @@
-"""Test-session settings: CPU only, and a persistent XLA compilation cache shared by the session.
+"""Test-session settings: CPU only, a persistent XLA compilation cache shared by the session, the
+cycle collector's thresholds, and the fast tier's time budget (tests/time_budget.py).
 
 Many tests compile the same step functions (the training loop tests run several short trainings of
 one config); the cache turns the repeats into lookups. It lives in a fresh directory per session, so
@@ -10,8 +11,11 @@ import os
 import shutil
 import sys
 import tempfile
+from pathlib import Path
 
 import pytest
+
+from tests import time_budget
 
 os.environ.setdefault("JAX_PLATFORMS", "cpu")
 # TensorFlow (2.21) and Triton (3.7) each bundle LLVM: a process that has imported tensorflow dies
@@ -77,3 +81,37 @@ def pytest_xdist_make_scheduler(config, log):
   from xdist.scheduler import LoadFileScheduling  # pylint: disable=import-outside-toplevel
   config.option.loadscopereorder = False  # keep the order above, not files sorted by test count
   return LoadFileScheduling(config, log)
+
+
+# (test id, seconds) of every phase of every test this process saw reported: under pytest-xdist the
+# controller sees its workers' reports here too.
+_DURATIONS: list[tuple[str, float]] = []
+_OVER_BUDGET = pytest.StashKey[str]()
+
+
+def pytest_runtest_logreport(report):
+  _DURATIONS.append((report.nodeid, report.duration))
+
+
+def pytest_sessionfinish(session, exitstatus):
+  """The whole fast tier past its budget (tests/time_budget.py) fails the session."""
+  config = session.config
+  if hasattr(config, "workerinput") or exitstatus not in (pytest.ExitCode.OK,
+                                                           pytest.ExitCode.TESTS_FAILED):
+    return
+  budget = time_budget.budget_s(os.environ)
+  narrowed = any(config.getoption(name, default=None) for name in (
+      "deselect", "ignore", "ignore_glob", "lf", "collectonly"))
+  if budget is None or not time_budget.whole_fast_tier(
+      config.option.markexpr, config.option.keyword, config.args, config.invocation_params.dir,
+      Path(__file__).parent, narrowed):
+    return
+  line = time_budget.verdict(_DURATIONS, budget)
+  if line is not None:
+    config.stash[_OVER_BUDGET] = line
+    session.exitstatus = pytest.ExitCode.TESTS_FAILED
+
+
+def pytest_terminal_summary(terminalreporter, config):
+  if _OVER_BUDGET in config.stash:
+    terminalreporter.write_line(config.stash[_OVER_BUDGET], red=True, bold=True)
