@@ -58,3 +58,19 @@ def test_the_budget_applies_in_ci_or_where_set():
 def test_only_the_whole_fast_tier_is_held_to_it(markexpr, keyword, args, where, narrowed, applies):
   assert time_budget.whole_fast_tier(markexpr, keyword, args, where, ROOT / "tests",
                                      narrowed) is applies
+
+
+def test_the_record_gives_each_files_summed_seconds(tmp_path):
+  report = tmp_path / "durations.txt"
+  report.write_text("1185 passed, 4 warnings in 336.90s (0:05:36)\n"
+                    "13.38s call     tests/model/test_remat.py::test_remat_policy[full]\n"
+                    "12.76s setup    tests/integration/test_plots.py::test_progress\n"
+                    "1.10s teardown tests/model/test_remat.py::test_other\n"
+                    "0.50s call     tests/integration/test_plots.py::test_progress\n"
+                    "(10 durations < 0.005s hidden.  Use -vv to show these durations.)\n",
+                    encoding="utf-8")
+  seconds = time_budget.file_seconds(report)
+  assert seconds.keys() == {"tests/model/test_remat.py", "tests/integration/test_plots.py"}
+  assert seconds["tests/model/test_remat.py"] == pytest.approx(14.48)
+  assert seconds["tests/integration/test_plots.py"] == pytest.approx(13.26)
+  assert time_budget.file_seconds(tmp_path / "absent.txt") == {}

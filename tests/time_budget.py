@@ -14,6 +14,7 @@ TFM_CI=1; CI=true also counts) or wherever TFM_TEST_BUDGET_S is set (a number of
 from __future__ import annotations
 
 import collections
+import re
 from pathlib import Path
 from typing import Iterable, Mapping
 
@@ -24,6 +25,10 @@ from typing import Iterable, Mapping
 BUDGET_S = 560.0
 
 FAST_TIER = "not long"
+
+# The fast tier's per-test durations in its last quiet run on the CI machine (`--durations=0`),
+# kept with the record of its time; tests/conftest.py orders the files by them.
+RECORD = Path(__file__).resolve().parent.parent / "experiments/results/test_time/now.txt"
 
 
 def budget_s(environ: Mapping[str, str]) -> float | None:
@@ -72,3 +77,18 @@ def verdict(durations: Iterable[tuple[str, float]], budget: float, slowest: int 
           f"{len(per_test)} tests), over its budget of {budget:g} s (tests/time_budget.py); "
           f"make the slowest cheaper or move them to the long tier: "
           + ", ".join(f"{test} {seconds:.1f} s" for test, seconds in worst))
+
+
+def file_seconds(report: Path) -> dict[str, float]:
+  """{test file, as the report names it: its tests' setup, call and teardown seconds summed} from
+  a pytest --durations report; {} without one."""
+  seconds: dict[str, float] = collections.defaultdict(float)
+  try:
+    lines = report.read_text(encoding="utf-8").splitlines()
+  except OSError:
+    return {}
+  for line in lines:
+    match = re.match(r"([0-9.]+)s (?:setup|call|teardown)\s+([^:\s]+)::", line)
+    if match:
+      seconds[match.group(2)] += float(match.group(1))
+  return dict(seconds)
