@@ -5,7 +5,6 @@ import glob
 import json
 import logging
 import os
-import shutil
 import subprocess
 import sys
 
@@ -14,7 +13,7 @@ import numpy as np
 import orbax.checkpoint as ocp
 import pytest
 
-from tests.integration.conftest import run_train, tiny_flags
+from tests.integration.conftest import copy_of, run_train, tiny_flags
 from tfm import cli
 from tfm import experiment as experiment_lib
 from tfm.train import checkpoint as ckpt_lib
@@ -133,25 +132,10 @@ def _perturb_one_array(workdir, step):
     c.save(path, tree)
 
 
-@pytest.fixture(scope="module")
-def six_steps(experiment_module, tmp_path_factory):
-  """(a workdir of 6 steps, checkpointed at 3 and 6; its final state): the run that the tests below
-  corrupt a copy of and resume, and whose state the resumed run must reach to the bit."""
-  workdir = tmp_path_factory.mktemp("six_steps")
-  state, _ = run_train(experiment_module("train.steps=6"), workdir)
-  return workdir, state
-
-
-def _copy(six_steps, workdir):
-  """A copy of the 6-step run in `workdir` (what training the same config again writes)."""
-  shutil.copytree(six_steps[0], workdir)
-  return six_steps[1]
-
-
 @pytest.mark.slow
 def test_flipped_bits_in_an_array_are_caught_and_training_falls_back_each_time(experiment, tmp_path,
                                                                                 caplog, six_steps):
-  reference = _copy(six_steps, tmp_path / "b")
+  reference = copy_of(six_steps, tmp_path / "b")
   for _ in range(2):  # the same step corrupted twice: each copy is set aside
     _perturb_one_array(tmp_path / "b", 6)
     with caplog.at_level(logging.WARNING):
@@ -167,7 +151,7 @@ def test_flipped_bits_in_an_array_are_caught_and_training_falls_back_each_time(e
 
 def test_flipped_bytes_in_the_files_never_resume_from_garbage(experiment, tmp_path, caplog,
                                                               six_steps):
-  reference = _copy(six_steps, tmp_path / "b")
+  reference = copy_of(six_steps, tmp_path / "b")
   _flip_bytes(tmp_path / "b", 6)
   with caplog.at_level(logging.WARNING):
     state, log = run_train(experiment("train.steps=6"), tmp_path / "b")
@@ -191,7 +175,7 @@ def _rewrite_data_item(workdir, step, change, fix_manifest):
                                                    (True, "KeyError")])
 def test_a_wrong_data_state_falls_back(experiment, tmp_path, caplog, fix_manifest, message,
                                       six_steps):
-  reference = _copy(six_steps, tmp_path / "b")
+  reference = copy_of(six_steps, tmp_path / "b")
   _rewrite_data_item(tmp_path / "b", 6, lambda p: p["hosts"][0].pop("batcher"), fix_manifest)
   with caplog.at_level(logging.WARNING):
     state, log = run_train(experiment("train.steps=6"), tmp_path / "b")
