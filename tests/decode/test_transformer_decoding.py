@@ -85,20 +85,48 @@ def test_beam_invariant_leaves_kept_once_per_example_change_nothing():
   np.testing.assert_allclose(full_scores, fast_scores, rtol=1e-6, atol=1e-6)
 
 
-@pytest.mark.parametrize("search", [dict(beam_size=3), dict(beam_size=1),
-                                    dict(temperature=0.9, top_k=6)], ids=["beam", "greedy", "sample"])
+SEARCHES = [dict(beam_size=3), dict(beam_size=1), dict(temperature=0.9, top_k=6)]
+SEARCH_IDS = ["beam", "greedy", "sample"]
+RNG = jax.random.PRNGKey(5)
+
+
+@functools.lru_cache(maxsize=None)
+def _unrolled_translation(search: tuple) -> tuple:
+  """(tokens, scores) of make_translate_fn's `search` (sorted (name, value) pairs) on the unrolled
+  model, 8 positions past the input, key RNG, one cache: the reference of the scanned model's
+  decodes and of the growing cache's (computed once for both)."""
+  model, params, inputs = _model()
+  return make_translate_fn(model, max_extra_length=8, **dict(search))(params, inputs, RNG)
+
+
+@pytest.mark.parametrize("search", SEARCHES, ids=SEARCH_IDS)
 def test_scanned_model_decodes_like_the_unrolled_one(search):
   """model.scan_layers: the same parameters, stacked, give the same outputs (the cache is stacked
   behind the batch, so beam search tiles and reorders it as it does the unrolled model's)."""
   model, params, inputs = _model()
   scanned = Transformer(dataclasses.replace(model.cfg, scan_layers=True))
-  rng = jax.random.PRNGKey(11)
-  want_tokens, want_scores = make_translate_fn(model, max_extra_length=4, **search)(params, inputs, rng)
-  tokens, scores = make_translate_fn(scanned, max_extra_length=4, **search)(stack_layers(params),
-                                                                           inputs, rng)
+  want_tokens, want_scores = _unrolled_translation(tuple(sorted(search.items())))
+  tokens, scores = make_translate_fn(scanned, max_extra_length=8, **search)(stack_layers(params),
+                                                                           inputs, RNG)
   np.testing.assert_array_equal(tokens, want_tokens)
   np.testing.assert_allclose(scores, want_scores, rtol=1e-5, atol=1e-5)
   assert np.any(np.asarray(tokens) != 0)
+
+
+def _search(m, p, inputs, lengths=(9,)):
+  """Beam search (3 beams, alpha 0.6, 9 positions) over model m's own cache, its self-attention
+  caches growing through `lengths` (one length: one cache of 9)."""
+  return jax.jit(lambda p: beam_search(
+      cached_step(m, p), init_cache(m, p, inputs, lengths[0]), beam_size=3, alpha=0.6,
+      max_decode_len=9, beam_invariant=beam_invariant_cache, cache_lengths=lengths,
+      grow_cache=grow_cache))(p)
+
+
+@functools.lru_cache(maxsize=None)
+def _unrolled_search():
+  """_search on the unrolled model: the reference of the scanned model's searches below."""
+  model, params, inputs = _model()
+  return _search(model, params, inputs)
 
 
 def test_scanned_cache_searches_like_the_unrolled_one():
@@ -106,11 +134,8 @@ def test_scanned_cache_searches_like_the_unrolled_one():
   does not take: beam search over it gives the unrolled model's hypotheses."""
   model, params, inputs = _model()
   scanned = Transformer(dataclasses.replace(model.cfg, scan_layers=True))
-  stacked = stack_layers(params)
-  run = lambda m, p: jax.jit(lambda p: beam_search(
-      cached_step(m, p), init_cache(m, p, inputs, 9), beam_size=3, alpha=0.6, max_decode_len=9,
-      beam_invariant=beam_invariant_cache))(p)
-  (want_seqs, want_scores), (seqs, scores) = run(model, params), run(scanned, stacked)
+  (want_seqs, want_scores), (seqs, scores) = _unrolled_search(), _search(scanned,
+                                                                         stack_layers(params), inputs)
   np.testing.assert_array_equal(seqs, want_seqs)
   np.testing.assert_allclose(scores, want_scores, rtol=1e-5, atol=1e-5)
 
@@ -138,17 +163,15 @@ def test_scanned_cache_has_the_same_beam_invariant_leaves():
   assert all(leaf.shape[0] == inputs.shape[0] for leaf in jax.tree.leaves(cache))
 
 
-@pytest.mark.parametrize("search", [dict(beam_size=3), dict(beam_size=1),
-                                    dict(temperature=0.9, top_k=6)], ids=["beam", "greedy", "sample"])
+@pytest.mark.parametrize("search", SEARCHES, ids=SEARCH_IDS)
 def test_a_growing_cache_decodes_like_a_full_one(search):
   """cache_phases=3: the self-attention caches hold 5, then 10, then 14 positions (max_extra_length 8
   over 6 input positions); same tokens, scores equal to float rounding. Padding a cache anywhere
   but after its written positions would change the attention and so the scores."""
   model, params, inputs = _model()
-  rng = jax.random.PRNGKey(5)
-  run = lambda phases: make_translate_fn(model, max_extra_length=8, cache_phases=phases,
-                                         **search)(params, inputs, rng)
-  (want_tokens, want_scores), (tokens, scores) = run(1), run(3)
+  want_tokens, want_scores = _unrolled_translation(tuple(sorted(search.items())))  # one cache
+  tokens, scores = make_translate_fn(model, max_extra_length=8, cache_phases=3,
+                                     **search)(params, inputs, RNG)
   np.testing.assert_array_equal(tokens, want_tokens)
   np.testing.assert_allclose(scores, want_scores, rtol=1e-5, atol=1e-5)
   assert np.any((np.asarray(tokens) != 0).sum(-1) > 10)  # outputs run into the third phase
@@ -159,12 +182,8 @@ def test_a_scanned_cache_grows_on_its_length_axes():
   values): the scanned model's own search in two phases gives the unrolled model's hypotheses."""
   model, params, inputs = _model()
   scanned = Transformer(dataclasses.replace(model.cfg, scan_layers=True))
-  run = lambda m, p, lengths: jax.jit(lambda p: beam_search(
-      cached_step(m, p), init_cache(m, p, inputs, lengths[0]), beam_size=3, alpha=0.6,
-      max_decode_len=9, beam_invariant=beam_invariant_cache, cache_lengths=lengths,
-      grow_cache=grow_cache))(p)
-  want_seqs, want_scores = run(model, params, (9,))
-  seqs, scores = run(scanned, stack_layers(params), (4, 9))
+  want_seqs, want_scores = _unrolled_search()
+  seqs, scores = _search(scanned, stack_layers(params), inputs, (4, 9))
   np.testing.assert_array_equal(seqs, want_seqs)
   np.testing.assert_allclose(scores, want_scores, rtol=1e-5, atol=1e-5)
 

@@ -2,6 +2,7 @@
 
 import io
 import os
+import shutil
 import subprocess
 import sys
 
@@ -79,6 +80,23 @@ def run_train(config, workdir):
   out = io.StringIO()
   state = train(config, str(workdir), stream=out)
   return state, out.getvalue()
+
+
+@pytest.fixture(scope="session")
+def six_steps(corpus, tmp_path_factory):
+  """(a workdir of the tiny experiment's 6 steps, checkpointed at 3 and 6; its final state), once
+  a test process: the uninterrupted run that tests resume, corrupt or copy (never change) and
+  compare to the bit."""
+  workdir = tmp_path_factory.mktemp("six_steps")
+  state, _ = run_train(_experiment(corpus)("train.steps=6"), workdir)
+  return workdir, state
+
+
+def copy_of(trained, workdir):
+  """A copy of a trained run (a fixture's (workdir, state)) in `workdir`, what training the same
+  config again writes; returns the run's state."""
+  shutil.copytree(trained[0], workdir)
+  return trained[1]
 
 
 @pytest.fixture(scope="session")

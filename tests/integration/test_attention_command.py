@@ -4,6 +4,7 @@ import numpy as np
 import pytest
 
 from tests.integration.conftest import run_train
+from tests.integration.test_scan_layers import DEPTH
 from tfm import cli
 from tfm.data.vocabulary import get_tokenizer
 from tfm.eval import sentence_attention as sentence_lib
@@ -15,10 +16,11 @@ TEXT = "In the beginning God created the heavens and the earth."
 
 @pytest.fixture(scope="module")
 def trained(experiment_module, tmp_path_factory):
+  """Two layers a stack, dropout off: the model tests/integration/test_scan_layers.py trains, so
+  either file finds the other's steps in the session's compilation cache."""
   workdir = tmp_path_factory.mktemp("trained")
   run_train(experiment_module("train.steps=3", "train.average_checkpoints=1", "eval.beam_size=2",
-                              "eval.max_extra_length=5", "model.num_encoder_layers=2",
-                              "model.num_decoder_layers=2"), workdir)
+                              "eval.max_extra_length=5", *DEPTH), workdir)
   return str(workdir)
 
 

@@ -110,15 +110,23 @@ def _teacher_forced_logp(t, inputs, targets):
   """log P(target | input) token by token through uncached_step (the decoder rerun over the whole
   prefix at each step), independent of the score function's single pass."""
   make_state, step = uncached_step(t.model, t.params)
-  step = jax.jit(step)  # one program for every step: the prefix is as long as the longest target
+  # Jitted: the encoder one program a source length (not op by op), and each step with its
+  # log-softmax one program for every step (the prefix is as long as the longest target).
+  make_state = jax.jit(make_state, static_argnums=1)
+
+  @jax.jit
+  def logp_step(ids, state):
+    logits, state = step(ids, state)
+    return jax.nn.log_softmax(logits[0].astype(jnp.float32)), state
+
   longest = max(len(target) for target in targets) + 1
   out = []
   for source, target in zip(inputs, targets):
     state = make_state(jnp.asarray(source[None]), longest)
     ids, total = 0, 0.0
     for token in target:
-      logits, state = step(jnp.array([[ids]], jnp.int32), state)
-      total += float(jax.nn.log_softmax(logits[0].astype(jnp.float32))[token])
+      logp, state = logp_step(jnp.array([[ids]], jnp.int32), state)
+      total += float(np.asarray(logp)[token])
       ids = int(token)
     out.append(total)
   return np.array(out)

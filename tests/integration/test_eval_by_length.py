@@ -45,14 +45,16 @@ def _perplexity(t, examples) -> float:
   """exp(summed NLL / target tokens) of `examples`, each run through the model alone (a row of
   its own, padded with zeros to one shape for all: the model masks the padding)."""
   model = Transformer(t.config.model)
-  logits_of = jax.jit(lambda p, x, y: model.apply({"params": p}, x, y))
+  # One program for every example (log-softmax included); each example's own positions are then
+  # picked in numpy (slices of a length of their own would each compile).
+  logp_of = jax.jit(lambda p, x, y: jax.nn.log_softmax(
+      model.apply({"params": p}, x, y).astype(jnp.float32)))
   pad = lambda ids, n: jnp.asarray([list(ids) + [0] * (n - len(ids))])
   sources, targets = max(len(e[1]) for e in examples), max(len(e[2]) for e in examples)
   nll, tokens = 0.0, 0
   for _, source, target in examples:
-    logits = logits_of(t.params, pad(source, sources), pad(target, targets))[0, :len(target)]
-    logp = jax.nn.log_softmax(logits.astype(jnp.float32))
-    nll -= float(jnp.sum(jnp.take_along_axis(logp, jnp.asarray(target)[:, None], -1)))
+    logp = np.asarray(logp_of(t.params, pad(source, sources), pad(target, targets)))[0, :len(target)]
+    nll -= float(np.sum(np.take_along_axis(logp, np.asarray(target)[:, None], -1)))
     tokens += len(target)
   return math.exp(nll / tokens)
 

@@ -19,11 +19,12 @@ def runs(experiment_module, tmp_path_factory):
   monkeypatch.setattr(flops_lib, "peak_flops", lambda device_kind=None: PEAK)
   root = tmp_path_factory.mktemp("runs")
   logs = {}
-  for name, heads in (("two_heads", 2), ("one_head", 1)):
+  # Two runs of one model (its steps compiled once), on two data orders: two curves to overlay.
+  for name, curves, order in (("drawn", True, 0), ("undrawn", False, 1)):
     _, logs[name] = run_train(experiment_module(
         "train.steps=8", "train.log_every=2", "train.eval_every=4", "train.checkpoint_every=4",
-        "train.profile_steps=(2,4)", f"train.curves={heads == 2}",
-        f"model.num_heads={heads}"), root / name)
+        "train.profile_steps=(2,4)", f"train.curves={curves}", f"data.shuffle_seed={order}"),
+        root / name)
   monkeypatch.undo()
   return root, logs
 
@@ -31,7 +32,7 @@ def runs(experiment_module, tmp_path_factory):
 @pytest.mark.slow
 def test_progress_mfu_and_timings_in_the_log(runs, experiment_module):
   root, logs = runs
-  log = logs["two_heads"]
+  log = logs["drawn"]
   assert re.search(r"tfm: train step compiled \(or loaded from the compilation cache\) in "
                    r"[0-9.]+ s", log)
   lines = re.findall(r"\[train\] step (\d+)/8 \((\d+)%\) \|.* \| mfu ([0-9.e-]+) \| eta (\S+)", log)
@@ -41,7 +42,7 @@ def test_progress_mfu_and_timings_in_the_log(runs, experiment_module):
   config = experiment_module("train.steps=8")
   rows, length = config.data.tokens_per_batch // config.data.max_length, config.data.max_length
   step_flops = rows * flops_lib.train_flops(config.model, length, length)
-  scalars = read_scalars(root / "two_heads" / "tensorboard")
+  scalars = read_scalars(root / "drawn" / "tensorboard")
   assert [s for s, _ in scalars["train/step_s"]] == [2, 4, 6, 8]
   for (step, step_s), (_, mfu) in zip(scalars["train/step_s"], scalars["train/mfu"]):
     assert mfu == pytest.approx(step_flops / step_s / PEAK, rel=1e-5), step
@@ -53,24 +54,24 @@ def test_progress_mfu_and_timings_in_the_log(runs, experiment_module):
 
 def test_profile_trace_and_curves_in_the_workdir(runs):
   root, _ = runs
-  assert list((root / "two_heads" / "tensorboard" / "plugins" / "profile").glob("*/*.xplane.pb"))
-  scalars = read_scalars(root / "two_heads" / "tensorboard")
+  assert list((root / "drawn" / "tensorboard" / "plugins" / "profile").glob("*/*.xplane.pb"))
+  scalars = read_scalars(root / "drawn" / "tensorboard")
   assert [s for s, _ in scalars["dev/nll"]] == [4, 8]
   assert len(scalars["train/tokens"]) == 4 and all(t > 0 for _, t in scalars["train/tokens"])
-  png = (root / "two_heads" / "curves.png").read_bytes()
+  png = (root / "drawn" / "curves.png").read_bytes()
   assert png.startswith(b"\x89PNG") and len(png) > 20_000
-  assert not (root / "one_head" / "curves.png").exists()  # train.curves=False: tfm plot draws it
+  assert not (root / "undrawn" / "curves.png").exists()  # train.curves=False: tfm plot draws it
 
 
 def test_tfm_plot_overlays_workdirs(runs, capsys):
   root, _ = runs
   out = root / "both.png"
-  assert cli.main(["tfm", "plot", "--workdir", str(root / "two_heads"), str(root / "one_head"),
-                   f"--out={out}", "--names=h2,h1"]) == 0
+  assert cli.main(["tfm", "plot", "--workdir", str(root / "drawn"), str(root / "undrawn"),
+                   f"--out={out}", "--names=drawn,undrawn"]) == 0
   assert out.read_bytes().startswith(b"\x89PNG") and f"written: {out}" in capsys.readouterr().out
   assert cli.main(["tfm", "plot", f"--workdir={root}"]) == 1  # not a workdir
   assert "no tensorboard/ events" in capsys.readouterr().err
-  assert cli.main(["tfm", "plot", f"--workdir={root / 'one_head'}", "--names=a,b"]) == 2
+  assert cli.main(["tfm", "plot", f"--workdir={root / 'undrawn'}", "--names=a,b"]) == 2
   assert "--names: expected 1 names" in capsys.readouterr().err
 
 

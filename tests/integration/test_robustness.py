@@ -13,7 +13,7 @@ import numpy as np
 import orbax.checkpoint as ocp
 import pytest
 
-from tests.integration.conftest import run_train, tiny_flags
+from tests.integration.conftest import copy_of, run_train, tiny_flags
 from tfm import cli
 from tfm import experiment as experiment_lib
 from tfm.train import checkpoint as ckpt_lib
@@ -51,8 +51,12 @@ def nan_after_two_updates(monkeypatch):
     monkeypatch.setattr(optimizer_lib, "make_schedule", poisoned)
     experiment_lib.forget_shared()  # steps built before would keep the real schedule
 
+  # The real steps built before are put back afterwards: the next test calls them instead of
+  # tracing them again.
+  kept = dict(experiment_lib._shared)  # pylint: disable=protected-access
   yield install
   experiment_lib.forget_shared()  # and the poisoned ones must not outlive this test
+  experiment_lib._shared.update(kept)  # pylint: disable=protected-access
 
 
 @pytest.mark.slow
@@ -130,9 +134,8 @@ def _perturb_one_array(workdir, step):
 
 @pytest.mark.slow
 def test_flipped_bits_in_an_array_are_caught_and_training_falls_back_each_time(experiment, tmp_path,
-                                                                                caplog):
-  reference, _ = run_train(experiment("train.steps=6"), tmp_path / "a")
-  run_train(experiment("train.steps=6"), tmp_path / "b")
+                                                                                caplog, six_steps):
+  reference = copy_of(six_steps, tmp_path / "b")
   for _ in range(2):  # the same step corrupted twice: each copy is set aside
     _perturb_one_array(tmp_path / "b", 6)
     with caplog.at_level(logging.WARNING):
@@ -146,9 +149,9 @@ def test_flipped_bits_in_an_array_are_caught_and_training_falls_back_each_time(e
       "6.unreadable", "6.unreadable.1"]
 
 
-def test_flipped_bytes_in_the_files_never_resume_from_garbage(experiment, tmp_path, caplog):
-  reference, _ = run_train(experiment("train.steps=6"), tmp_path / "a")
-  run_train(experiment("train.steps=6"), tmp_path / "b")
+def test_flipped_bytes_in_the_files_never_resume_from_garbage(experiment, tmp_path, caplog,
+                                                              six_steps):
+  reference = copy_of(six_steps, tmp_path / "b")
   _flip_bytes(tmp_path / "b", 6)
   with caplog.at_level(logging.WARNING):
     state, log = run_train(experiment("train.steps=6"), tmp_path / "b")
@@ -170,9 +173,9 @@ def _rewrite_data_item(workdir, step, change, fix_manifest):
 
 @pytest.mark.parametrize("fix_manifest, message", [(False, "does not match its checksum"),
                                                    (True, "KeyError")])
-def test_a_wrong_data_state_falls_back(experiment, tmp_path, caplog, fix_manifest, message):
-  reference, _ = run_train(experiment("train.steps=6"), tmp_path / "a")
-  run_train(experiment("train.steps=6"), tmp_path / "b")
+def test_a_wrong_data_state_falls_back(experiment, tmp_path, caplog, fix_manifest, message,
+                                      six_steps):
+  reference = copy_of(six_steps, tmp_path / "b")
   _rewrite_data_item(tmp_path / "b", 6, lambda p: p["hosts"][0].pop("batcher"), fix_manifest)
   with caplog.at_level(logging.WARNING):
     state, log = run_train(experiment("train.steps=6"), tmp_path / "b")

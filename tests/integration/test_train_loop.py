@@ -9,7 +9,7 @@ import jax
 import numpy as np
 import pytest
 
-from tests.integration.conftest import run_train
+from tests.integration.conftest import copy_of, run_train
 from tfm.train import checkpoint as ckpt_lib
 
 
@@ -49,8 +49,8 @@ def test_rows_round_up_to_split_over_microbatches(experiment, tmp_path):
   assert int(state.step) == 2 and int(state.nonfinite_count) == 0
 
 
-def test_resume_is_exact(experiment, tmp_path):
-  uninterrupted, _ = run_train(experiment("train.steps=6"), tmp_path / "a")
+def test_resume_is_exact(experiment, tmp_path, six_steps):
+  uninterrupted = six_steps[1]
   run_train(experiment("train.steps=3"), tmp_path / "b")
   resumed, log = run_train(experiment("train.steps=6"), tmp_path / "b")
   assert "resumed from step 3" in log
@@ -59,9 +59,8 @@ def test_resume_is_exact(experiment, tmp_path):
   assert ckpt_lib.available_steps(tmp_path / "b") == [3, 6]
 
 
-def test_corrupt_latest_checkpoint_falls_back(experiment, tmp_path, caplog):
-  reference, _ = run_train(experiment("train.steps=6"), tmp_path / "a")
-  run_train(experiment("train.steps=6"), tmp_path / "b")
+def test_corrupt_latest_checkpoint_falls_back(experiment, tmp_path, caplog, six_steps):
+  reference = copy_of(six_steps, tmp_path / "b")
   # Tear the latest checkpoint: truncate every file of step 6's state.
   for root, _, files in os.walk(tmp_path / "b" / "checkpoints" / "6" / "state"):
     for name in files:
@@ -89,15 +88,22 @@ def test_sigterm_saves_the_current_step(experiment, tmp_path):
   assert ckpt_lib.available_steps(tmp_path) == [step], (log, os.listdir(tmp_path), os.listdir(tmp_path / "checkpoints"))
 
 
+@pytest.fixture(scope="module")
+def nine_steps(experiment_module, tmp_path_factory):
+  """The final state of the tiny experiment's 9 steps in the CPU's default forms."""
+  return run_train(experiment_module("train.steps=9"), tmp_path_factory.mktemp("nine_steps"))[0]
+
+
 @pytest.mark.parametrize("choices", [
     ("train.input=process", "train.saves=sync"),
     ("train.guard=select", "train.saves=background"),
 ])
-def test_every_input_saves_and_guard_form_trains_the_same_bits(experiment, tmp_path, choices):
+def test_every_input_saves_and_guard_form_trains_the_same_bits(experiment, tmp_path, choices,
+                                                               nine_steps):
   """The forms accelerators may run (tfm/train/platform_choices.py) on a CPU: batches made in a
   process of their own, saves waited for or in the background, the select guard. 6 steps with a
   save every 3, then a resume to 9, give the CPU's default states and checkpoints to the bit."""
-  reference, _ = run_train(experiment("train.steps=9"), tmp_path / "a")
+  reference = nine_steps
   run_train(experiment("train.steps=6", *choices), tmp_path / "b")
   assert ckpt_lib.available_steps(tmp_path / "b") == [3, 6]
   resumed, log = run_train(experiment("train.steps=9", *choices), tmp_path / "b")

@@ -28,12 +28,13 @@ def _eqns(jaxpr, in_scan=False):
 
 
 @functools.lru_cache(maxsize=None)
-def _unrolled_params():
-  return draw(tiny(**BASE), TOKENS, TOKENS)[1]["params"]
+def _unrolled_params(layers: int = 2):
+  return draw(tiny(**BASE, num_encoder_layers=layers, num_decoder_layers=layers), TOKENS,
+              TOKENS)[1]["params"]
 
 
-def _params(scan: bool):
-  return stack_layers(_unrolled_params()) if scan else _unrolled_params()
+def _params(scan: bool, layers: int = 2):
+  return stack_layers(_unrolled_params(layers)) if scan else _unrolled_params(layers)
 
 
 def _loss(model):
@@ -44,10 +45,19 @@ def _loss(model):
   return loss
 
 
+# Layers a stack in the gradient checks: unrolled, one (a stack's layers are one module repeated,
+# and test_every_layer_is_rematerialised_with_its_policy counts the wrapping of each of two; the
+# unrolled program's compile time grows with its layers); scanned, two (the scan body is compiled
+# once, and its recomputed dropout masks are checked at more than one iteration).
+LAYERS = {False: 1, True: 2}
+
+
 @functools.lru_cache(maxsize=None)
 def _reference(scan: bool):
   """Loss and gradients without rematerialisation (the same layout, so the same dropout masks)."""
-  return jax.jit(jax.value_and_grad(_loss(Transformer(tiny(**BASE, scan_layers=scan)))))(_params(scan))
+  cfg = tiny(**BASE, scan_layers=scan, num_encoder_layers=LAYERS[scan],
+             num_decoder_layers=LAYERS[scan])
+  return jax.jit(jax.value_and_grad(_loss(Transformer(cfg))))(_params(scan, LAYERS[scan]))
 
 
 @pytest.mark.slow
@@ -55,8 +65,9 @@ def _reference(scan: bool):
                                     pytest.param("offload", marks=pytest.mark.long)])
 def test_remat_policy_keeps_loss_and_gradients(policy):
   for scan in (False, True):
-    model = Transformer(tiny(**BASE, remat=policy, scan_layers=scan))
-    loss, grads = jax.jit(jax.value_and_grad(_loss(model)))(_params(scan))
+    model = Transformer(tiny(**BASE, remat=policy, scan_layers=scan,
+                             num_encoder_layers=LAYERS[scan], num_decoder_layers=LAYERS[scan]))
+    loss, grads = jax.jit(jax.value_and_grad(_loss(model)))(_params(scan, LAYERS[scan]))
     want_loss, want_grads = _reference(scan)
     np.testing.assert_allclose(loss, want_loss, rtol=1e-6)
     for (path, g), want in zip(jax.tree_util.tree_leaves_with_path(grads), jax.tree.leaves(want_grads)):

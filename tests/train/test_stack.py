@@ -11,6 +11,7 @@ from tests.train import helpers
 from tests.train.tiny_model import TinySeq2Seq, tiny_config
 from tfm.config import load_config
 from tfm.data.prefetch import to_device
+from tfm.experiment import Experiment
 from tfm.train import stack
 from tfm.train.sharding import batch_sharding
 from tfm.train.step import member_sharding
@@ -160,8 +161,11 @@ def test_members_with_their_own_dropout_smoothing_and_rate_train_as_their_solo_r
   configs = [s.experiment.config for s in setups]
   solo_losses, solo_states = _solo_runs(setups)
   structure = stack.structure_config(configs)
-  exp = helpers.Setup(Transformer(structure.model), structure.train, helpers.mesh_cfg(),
-                      jax.devices()[:1]).experiment
+  # The stack's Experiment: its stacked step and state layout, no state of its own (the members'
+  # fresh states are stacked), so no init is compiled for it.
+  exp = Experiment(helpers.experiment_config(structure.model, structure.train, helpers.mesh_cfg()),
+                   model=Transformer(structure.model), devices=jax.devices()[:1],
+                   compiler_options=helpers.FAST_COMPILE)
   state = stack.stack_states([s.fresh_state() for s in setups], exp.state_shardings)
   scalars = stack.MemberScalars.of(configs)
   k = len(rows)
