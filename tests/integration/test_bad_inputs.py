@@ -338,11 +338,11 @@ def test_launch_sh_checks_its_flags(argv, message):
   assert message in lines[0] and not proc.stdout
 
 
-def test_the_readme_counts_this_catalogue():
-  text = " ".join((ROOT / "README.md").read_text().split())
+def test_the_docs_count_this_catalogue():
+  text = " ".join((ROOT / "docs" / "commands.md").read_text().split())
   counts = re.search(r"test_bad_inputs\.py`: (\d+) cases of `tfm`, (\d+) usage errors and (\d+) "
                      r"others, plus (\d+) of `launch\.sh`'s own flags", text)
-  assert counts, "README.md no longer counts the bad-input catalogue"
+  assert counts, "docs/commands.md no longer counts the bad-input catalogue"
   launch = next(m for m in test_launch_sh_checks_its_flags.pytestmark if m.name == "parametrize")
   assert [int(n) for n in counts.groups()] == [
       len(CASES), sum(c.code == 2 for c in CASES.values()), sum(c.code == 1 for c in CASES.values()),
