@@ -79,6 +79,9 @@ def test_a_sigterm_to_the_process_group_leaves_the_workers_reading(cfg, tok):
   it = pipeline.train_iterator(cfg.replace(num_workers=2), sources.DataSource.of(cfg), tok)
   try:
     got = _take(it, 2)
+    deadline = time.monotonic() + 60  # on a loaded machine the second worker may start later
+    while len(multiprocessing.active_children()) < 2 and time.monotonic() < deadline:
+      time.sleep(0.1)
     children = multiprocessing.active_children()
     assert len(children) >= 2
     for sig in (signal.SIGTERM, signal.SIGINT):
