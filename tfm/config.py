@@ -24,6 +24,7 @@ from absl import flags
 from ml_collections import config_flags
 
 from tfm import sections
+from tfm import tasks
 from tfm.data import config as data_config
 from tfm.data.config import DataConfig
 from tfm.eval import config as eval_config
@@ -56,18 +57,12 @@ ADDED_LATER = {"model.matmul_precision": "default", "model.norm_kind": "layer",
                "task": "translate"}
 # Keys a config may hold beside the sections: a table config's rows, one row's name and figures.
 EXTRAS = ("rows", "row", "paper")
-# What a run learns, and the model.architecture each task trains: translation pairs (the paper's
-# encoder-decoder), a causal language model of monolingual text (GPT: next-token prediction), a
-# masked language model of it (BERT: the masked tokens from both sides).
-TASKS = {"translate": "encoder_decoder", "lm": "decoder_only", "mlm": "encoder_only"}
-
-
 @dataclasses.dataclass(frozen=True)
 class Config:
-  """A whole experiment. task: what it learns (TASKS: 'translate' pairs, 'lm' or 'mlm' on the
-  monolingual texts of data.text_key); rows: the row names of a table config (configs/table3.py
-  without a row); row / paper: the name of one row and the paper's figures for it ({ppl, bleu,
-  params_m})."""
+  """A whole experiment. task: what it learns, a name of tfm/tasks (tasks.NAMES: 'translate'
+  pairs, 'lm' or 'mlm' on the monolingual texts of data.text_key); rows: the row names of a
+  table config (configs/table3.py without a row); row / paper: the name of one row and the
+  paper's figures for it ({ppl, bleu, params_m})."""
 
   model: ModelConfig = dataclasses.field(default_factory=ModelConfig)
   data: DataConfig = dataclasses.field(default_factory=DataConfig)
@@ -106,9 +101,9 @@ class Config:
 
   @property
   def translates(self) -> bool:
-    """Whether the run translates (task 'translate'): only then is there dev BLEU (eval.bleu_every
-    is ignored by lm and mlm runs, which have no translations to score)."""
-    return self.task == "translate"
+    """Whether the run translates (its task's `translates`): only then is there dev BLEU
+    (eval.bleu_every is ignored by lm and mlm runs, which have no translations to score)."""
+    return tasks.get(self.task).translates
 
   def replace(self, **sections_changes) -> "Config":
     """A copy with whole sections (or extras) replaced, validated again."""
@@ -125,45 +120,10 @@ class Config:
 
 
 def check_task(config: Config) -> None:
-  """Raises ValueError (one line, naming the keys) unless config.task is one of TASKS and fits
-  model.architecture, data.text_key, train.best_metric and eval.context_lengths: translation
-  reads pairs into an encoder-decoder; lm and mlm read one text an example (data.text_key) into a
-  decoder-only and an encoder-only stack; neither has dev BLEU to choose a best checkpoint by; only
-  lm is scored at other context lengths, within a learned position table's rows."""
-  _check_architecture(config.task, config.model.architecture)
-  task = config.task
-  text_key = config.data.text_key
-  if task != "translate" and text_key is None:
-    raise ValueError(f"config keys task={task!r} and data.text_key=None: {task} reads one text an "
-                     "example; set data.text_key (a TFDS feature such as 'text', or a language "
-                     "such as 'en')")
-  if task == "translate" and text_key is not None:
-    raise ValueError(f"config keys task='translate' and data.text_key={text_key!r}: translation "
-                     "reads pairs (data.source_lang, data.target_lang); unset data.text_key, or "
-                     "set task to 'lm' or 'mlm'")
-  lengths = config.eval.context_lengths
-  if lengths and task != "lm":
-    raise ValueError(f"config keys task={task!r} and eval.context_lengths={lengths}: context "
-                     "lengths score a language model (task 'lm'); set eval.context_lengths=()")
-  if (lengths and config.model.positions == "learned"
-      and max(lengths) > config.model.max_length):
-    raise ValueError(f"config keys eval.context_lengths={lengths} and model.max_length="
-                     f"{config.model.max_length}: learned positions have a row for each of "
-                     f"model.max_length positions; raise it to {max(lengths)} or drop the longer "
-                     "lengths")
-  if task != "translate" and config.train.best_metric == "dev_bleu":
-    raise ValueError(f"config keys task={task!r} and train.best_metric='dev_bleu': {task} has no "
-                     "dev BLEU; choose 'dev_ppl' or 'none'")
-
-
-def _check_architecture(task, arch) -> None:
-  """Raises ValueError (one line, naming the keys) unless `task` is one of TASKS and `arch` is the
-  architecture it trains."""
-  if task not in TASKS:
-    sections.fail("task", f"one of {tuple(TASKS)}", task)
-  if arch != TASKS[task]:
-    raise ValueError(f"config keys task={task!r} and model.architecture={arch!r}: {task} needs "
-                     f"{TASKS[task]!r}")
+  """Raises ValueError (one line, naming the keys) unless config.task is a task of tfm/tasks and
+  fits model.architecture, data.text_key, train.best_metric and eval.context_lengths (the task's
+  own check, tfm/tasks/task.py)."""
+  tasks.get(config.task).check(config)
 
 
 def flatten(values: Mapping[str, Any]) -> dict[str, Any]:
@@ -208,7 +168,7 @@ def build(values: Mapping[str, Any]) -> Config:
   # layer counts the other stack would need.
   arch = model.get("architecture", ModelConfig.architecture)
   if arch in ARCHITECTURES:  # (another value is named by the model section's check)
-    _check_architecture(task, arch)
+    tasks.get(task).check_architecture(arch)
   return Config(model=model_from_mapping(section("model")),
                 data=data_config.from_mapping(section("data")),
                 train=train_from_mapping(section("train")),

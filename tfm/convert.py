@@ -24,7 +24,7 @@ import logging
 import jax
 from etils import epath
 
-from tfm import storage
+from tfm import storage, tasks
 from tfm.config import Config
 from tfm.data import vocabulary
 from tfm.eval.restore import mesh_here
@@ -112,7 +112,8 @@ def convert_workdir(workdir: str, out: str, scan_layers: bool,
     if jax.process_index() == 0:  # local or gs://
       kept = [best_lib.best_dir(workdir) / best_lib.RECORD, storage.path(workdir) / best_lib.STOPPED]
       if config.data.vocab_dir is None:  # the vocabulary lives in the workdir: B needs its copy
-        kept.append(storage.path(workdir) / vocabulary.vocab_filename(config.data, config.task))
+        kept.append(storage.path(workdir) / vocabulary.vocab_filename(config.data,
+                                                                          tasks.get(config.task)))
       for path in kept:
         if path.exists():
           there = storage.path(out) / path.relative_to(storage.path(workdir))

@@ -40,7 +40,7 @@ from typing import Sequence
 
 import jax
 
-from tfm import logs
+from tfm import logs, tasks
 from tfm.config import Config
 from tfm.data import batch_process, bucketing, pipeline, prefetch, sources, vocabulary
 from tfm.decode.text import source_limit
@@ -77,11 +77,12 @@ def prepare_data(config: Config, source: sources.DataSource, workdir: str):
     sources.prepare(source)
     # A resumed run's model learned the vocabulary already there: never train another one.
     vocabulary.get_tokenizer(config.data, workdir, source=source,
-                                train=not ckpt_lib.available_steps(workdir), task=config.task)
+                                train=not ckpt_lib.available_steps(workdir),
+                             task=tasks.get(config.task))
   distributed.barrier("tfm-data-ready")
   if not lead:
     sources.prepare(source, create_data_dir=True)  # the lead checked that the path exists
-  tokenizer = vocabulary.get_tokenizer(config.data, workdir, task=config.task)
+  tokenizer = vocabulary.get_tokenizer(config.data, workdir, task=tasks.get(config.task))
   vocabulary.check_size(config.data, tokenizer.vocab_size, config.model.vocab_size)
   distributed.barrier("tfm-data-everywhere")
   return tokenizer
@@ -124,7 +125,7 @@ def train_batches(config: Config, tokenizer, exp: Experiment):
   cannot hold the GIL the thread dispatching the steps needs. The same batches either way."""
   # lm, mlm: a stream of texts cut into rows (mlm: then masked), which the batcher's state resumes
   keywords = dict(process_index=jax.process_index(), process_count=jax.process_count(),
-                  row_multiple=exp.batch_row_multiple, task=config.task)
+                  row_multiple=exp.batch_row_multiple, task=tasks.get(config.task))
   if exp.choices.input == "inline":
     return pipeline.train_iterator(config.data, exp.data_source, tokenizer, **keywords)
   return batch_process.BatchProcess(config.data, exp.data_source, tokenizer, **keywords)
@@ -192,8 +193,9 @@ def _train(configs: list[Config], held: list[Workdir], log: logs.WorkdirLog, str
                   if c.train.init_from and not ckpt_lib.available_steps(w)}  # a resume: its own
   tokenizers = [prepare_data(config, exp.data_source, workdirs[0])]
   for c, e, w in zip(configs[1:], exps[1:], workdirs[1:]):  # a stack's other members: the first's
-    vocabulary.take(vocabulary.path_of(config.data, workdirs[0], task=config.task), c.data, w,
-                    workdirs[0], "a stack's members share one vocabulary", task=c.task)
+    vocabulary.take(vocabulary.path_of(config.data, workdirs[0], task=tasks.get(config.task)),
+                    c.data, w, workdirs[0], "a stack's members share one vocabulary",
+                    task=tasks.get(c.task))
     tokenizers.append(prepare_data(c, e.data_source, w))
   for k, sha256 in source_vocab.items():
     init_from_lib.check_tokenizer(configs[k], tokenizers[k], sha256)
@@ -204,7 +206,7 @@ def _train(configs: list[Config], held: list[Workdir], log: logs.WorkdirLog, str
   eval_sets = exp.data_source.eval_set_names  # data.eval_sets; ('dev',) by default
   evaluate_dev = [{name: DevLoss(config.data, exp.data_source, tokenizer, e.eval_step,
                                  exp.batch_sharding, split=name, row_multiple=exp.batch_shards,
-                                 task=config.task)
+                                 task=tasks.get(config.task))
                    for name in eval_sets} for e in exps]
   tc = config.train
   with contextlib.ExitStack() as cleanup:  # closed in reverse order, whatever happens

@@ -39,6 +39,7 @@ ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))  # tfm and configs of this checkout, installed or not
 
 from tfm import config as config_lib  # noqa: E402
+from tfm import tasks  # noqa: E402
 
 FLAGS = flags.FLAGS
 flags.DEFINE_string("out", str(ROOT / "experiments" / "gpu" / "bundle"), "the bundle's directory "
@@ -98,7 +99,7 @@ def build_data(config, data_root: Path) -> dict:
   exported.write(exported.export_dir(bundled), data.dataset, splits)
   from_export = sources.DataSource.of(bundled)
   # trained from the export's split: a language model's (data.text_key) from that text alone
-  tok = vocabulary.get_tokenizer(bundled, source=from_export, task=config.task)
+  tok = vocabulary.get_tokenizer(bundled, source=from_export, task=tasks.get(config.task))
   cache.open_cache(bundled, from_export, tok)
   if tok.vocab_size != data.vocab_size:
     raise ValueError(f"the vocabulary has {tok.vocab_size} pieces, data.vocab_size is "

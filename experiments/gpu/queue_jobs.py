@@ -81,6 +81,7 @@ def table_runs(table: Table, overrides: list[str], eval_limit: int | None, rows:
   # pylint: disable=import-outside-toplevel
   from experiments.gpu.published import published_fingerprint
   from tfm import config as config_lib
+  from tfm import tasks
   from tfm.data import vocabulary
   from tfm.sweep import publish as publish_lib
   from tfm.sweep.runs import Run
@@ -98,7 +99,7 @@ def table_runs(table: Table, overrides: list[str], eval_limit: int | None, rows:
       run = Run(table.config, row, (), seed, tuple(overrides))
       per_step, c = step_flops(run)
       limit = (c.eval.bleu_examples if eval_limit is None else eval_limit) if c.translates else None
-      vocab = vocabulary.get_tokenizer(c.data, task=c.task, train=False).model_sha256
+      vocab = vocabulary.get_tokenizer(c.data, task=tasks.get(c.task), train=False).model_sha256
       fingerprint = publish_lib.fingerprint(c, vocab, limit)
       runs.append(RunInfo(table, run.name, row, c.train.steps, c.train.eval_every, per_step / first,
                           fingerprint, published_fingerprint(publish / run.name) == fingerprint,

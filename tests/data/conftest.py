@@ -7,6 +7,7 @@ import pytest
 os.environ.setdefault("JAX_PLATFORMS", "cpu")
 
 import tfm_data_testlib as testlib  # noqa: E402
+from tfm import tasks  # noqa: E402
 from tfm.data.config import DataConfig  # noqa: E402
 
 MAX_LENGTH = 48
@@ -71,5 +72,6 @@ def lm_env(tmp_path_factory):
                    vocab_dir=str(root / "vocab"), max_length=32, tokens_per_batch=32 * 4,
                    cache_dir=str(root / "cache"))
   source = sources.DataSource.of(cfg)
-  toks = {task: vocabulary.get_tokenizer(cfg, source=source, task=task) for task in ("lm", "mlm")}
+  toks = {task: vocabulary.get_tokenizer(cfg, source=source, task=tasks.get(task))
+          for task in ("lm", "mlm")}
   return {"cfg": cfg, "lines": lines, "lm": toks["lm"], "mlm": toks["mlm"], "root": root}

@@ -8,6 +8,7 @@ import numpy as np
 import pytest
 
 import tfm_data_testlib as testlib
+from tfm import tasks
 from tfm.data import pipeline, sources
 from tfm.data.batch_process import BatchProcess
 
@@ -53,7 +54,7 @@ def test_train_rows_are_the_shuffled_examples_concatenated(lm_env, hosts):
   cfg, tok, lines = lm_env["cfg"], lm_env["lm"], lm_env["lines"]["train"]
   read = 0
   for host in range(hosts):
-    it = pipeline.train_iterator(cfg, sources.DataSource.of(cfg), tok, num_epochs=1, task="lm",
+    it = pipeline.train_iterator(cfg, sources.DataSource.of(cfg), tok, num_epochs=1, task=tasks.get("lm"),
                                  process_index=host, process_count=hosts)
     try:
       batches = list(it)
@@ -88,7 +89,7 @@ def test_eval_rows_hold_every_token_once(lm_env, hosts, length):
   cfg, tok = lm_env["cfg"], lm_env["lm"]
   source = sources.DataSource.of(cfg)
   per_host = [pipeline.eval_batches(cfg, source, tok, "dev", process_index=h, process_count=hosts,
-                                    task="lm", context_length=length) for h in range(hosts)]
+                                    task=tasks.get("lm"), context_length=length) for h in range(hosts)]
   rows = max(1, -(-(128 // length) // hosts)) * hosts
   assert len({len(b) for b in per_host}) == 1
   merged = [{k: np.concatenate([host[i][k] for host in per_host]) for k in host0}
@@ -102,9 +103,9 @@ def test_eval_rows_hold_every_token_once(lm_env, hosts, length):
 def test_eval_word_count_is_the_dev_lines_words(lm_env):
   cfg = lm_env["cfg"]
   want = sum(len(line.split()) for line in lm_env["lines"]["dev"] if line.strip())
-  assert pipeline.eval_word_count(cfg, sources.DataSource.of(cfg), "dev", task="lm") == want
+  assert pipeline.eval_word_count(cfg, sources.DataSource.of(cfg), "dev", task=tasks.get("lm")) == want
   assert pipeline.eval_word_count(cfg.replace(eval_max_examples=5), sources.DataSource.of(cfg),
-                                  "dev", task="mlm") == sum(
+                                  "dev", task=tasks.get("mlm")) == sum(
       len(line.split()) for line in lm_env["lines"]["dev"][:5])
 
 
@@ -124,7 +125,7 @@ def test_resume_continues_bit_exactly(lm_env, task, cache, hosts):
   cfg = lm_env["cfg"].replace(cache=cache)
   tok, source = lm_env[task], sources.DataSource.of(cfg)
   for host in range(hosts):
-    keywords = dict(process_index=host, process_count=hosts, task=task)
+    keywords = dict(process_index=host, process_count=hosts, task=tasks.get(task))
     first = pipeline.train_iterator(cfg, source, tok, **keywords)
     second = pipeline.train_iterator(cfg, source, tok, **keywords)
     try:
@@ -151,7 +152,7 @@ def test_mlm_targets_efficiency_counts_the_masked_pieces(lm_env):
   targets efficiency is the masked pieces over the slots (about data.mask_rate of the packed
   pieces), not 1.0; its inputs efficiency the pieces over the slots."""
   cfg, tok = lm_env["cfg"], lm_env["mlm"]
-  it = pipeline.train_iterator(cfg, sources.DataSource.of(cfg), tok, task="mlm")
+  it = pipeline.train_iterator(cfg, sources.DataSource.of(cfg), tok, task=tasks.get("mlm"))
   try:
     batches = _take(it, 6)
     stats = it.stats()
@@ -169,14 +170,14 @@ def test_a_batch_process_resumes_the_inline_stream(lm_env):
   """train.input=process: a BatchProcess of task mlm set to the inline iterator's state after 2
   batches gives its batches 3 and 4, masks included."""
   cfg, tok = lm_env["cfg"], lm_env["mlm"]
-  inline = pipeline.train_iterator(cfg, sources.DataSource.of(cfg), tok, task="mlm")
+  inline = pipeline.train_iterator(cfg, sources.DataSource.of(cfg), tok, task=tasks.get("mlm"))
   try:
     _take(inline, 2)
     state = inline.get_state()
     want = _take(inline, 2)
   finally:
     inline.close()
-  process = BatchProcess(cfg, sources.DataSource.of(cfg), tok, task="mlm")
+  process = BatchProcess(cfg, sources.DataSource.of(cfg), tok, task=tasks.get("mlm"))
   try:
     process.set_state(state)
     assert testlib.same_batches(_take(process, 2), want)
@@ -194,7 +195,7 @@ def test_a_mixture_of_monolingual_sources_streams_both(lm_env, tmp_path):
   mixed = cfg.replace(mixture=({"name": "a", "weight": 1},
                                {"name": "b", "weight": 1, "text_key": "xx",
                                 "train_files": str(tmp_path / "other.{lang}")}))
-  it = pipeline.train_iterator(mixed, sources.DataSource.of(mixed), tok, num_epochs=1, task="lm")
+  it = pipeline.train_iterator(mixed, sources.DataSource.of(mixed), tok, num_epochs=1, task=tasks.get("lm"))
   try:
     tokens = _tokens(list(it))
     counts = it.stats()
@@ -207,8 +208,8 @@ def test_a_mixture_of_monolingual_sources_streams_both(lm_env, tmp_path):
   assert examples <= a | b and examples & a and examples & b
   assert counts["from_a"] > 0 and counts["from_b"] > 0
   source = sources.DataSource.of(mixed)
-  first = pipeline.train_iterator(mixed, source, tok, task="lm")
-  second = pipeline.train_iterator(mixed, source, tok, task="lm")
+  first = pipeline.train_iterator(mixed, source, tok, task=tasks.get("lm"))
+  second = pipeline.train_iterator(mixed, source, tok, task=tasks.get("lm"))
   try:  # resumed mid-example, the mixture's draws included
     _take(first, 2)
     while first.get_state()["batcher"]["offset"] == 0:
@@ -229,10 +230,17 @@ def test_task_and_text_key_mismatches_are_refused_in_one_line(lm_env):
   with pytest.raises(ValueError, match=r"^config key data.packing: expected True with "
                      r"data.text_key='en' \(monolingual text.*, got False$"):
     cfg.replace(packing=False)
-  with pytest.raises(ValueError, match=r"task='translate' and data.text_key='en'"):
+  with pytest.raises(ValueError, match=r"^config keys task='translate' and data.text_key='en': "
+                     r"translation reads pairs \(data.text_key=None\), or set task='lm' or 'mlm'$"):
+    pipeline.train_iterator(cfg, source, tok, task=tasks.get("translate"))
+  with pytest.raises(ValueError, match=r"^data.text_key='en' with no task given: the examples are "
+                     r"read as translation pairs; pass the run's task"):
     pipeline.train_iterator(cfg, source, tok)
+  with pytest.raises(ValueError, match=r"^config keys task='lm' and data.text_key=None: lm needs "
+                     r"the one text of an example named \(e.g. data.text_key='en'\)$"):
+    pipeline.eval_batches(cfg.replace(text_key=None), source, tok, task=tasks.get("lm"))
   with pytest.raises(ValueError, match=r"config key task: expected"):
-    pipeline.eval_batches(cfg, source, tok, task="gpt")
+    pipeline.eval_batches(cfg, source, tok, task=tasks.get("gpt"))
 
 
 @pytest.mark.long
@@ -241,19 +249,19 @@ def test_worker_processes_give_the_same_masked_stream(lm_env):
   a resume."""
   cfg, tok = lm_env["cfg"], lm_env["mlm"]
   source = sources.DataSource.of(cfg)
-  inline = pipeline.train_iterator(cfg, source, tok, task="mlm")
+  inline = pipeline.train_iterator(cfg, source, tok, task=tasks.get("mlm"))
   try:
     want = _take(inline, 6)
   finally:
     inline.close()
   workers = cfg.replace(num_workers=2)
-  it = pipeline.train_iterator(workers, source, tok, task="mlm")
+  it = pipeline.train_iterator(workers, source, tok, task=tasks.get("mlm"))
   try:
     got = _take(it, 3)
     state = it.get_state()
   finally:
     it.close()
-  resumed = pipeline.train_iterator(workers, source, tok, task="mlm")
+  resumed = pipeline.train_iterator(workers, source, tok, task=tasks.get("mlm"))
   try:
     resumed.set_state(state)
     got += _take(resumed, 3)
@@ -272,14 +280,15 @@ def test_eval_max_examples_counts_texts_and_a_set_without_any_is_refused(lm_env,
   cfg = lm_env["cfg"].replace(dev_files=str(tmp_path / "dev.{lang}"), eval_max_examples=1)
   counts = {}
   (batch,) = pipeline.eval_batches(cfg, sources.DataSource.of(cfg), lm_env["lm"], "dev",
-                                   task="lm", counts=counts)
+                                   task=tasks.get("lm"), counts=counts)
   assert int(batch["targets_segmentation"].sum()) == len(lm_env["lm"].encode("some words here"))
   assert counts == {"texts": 1, "skipped": 3}
   assert pipeline.eval_word_count(cfg, sources.DataSource.of(cfg), "dev") == 3
   (tmp_path / "dev.en").write_bytes(b"\n\xff\xfe\n\n")
   with pytest.raises(ValueError, match=r"^evaluation set 'dev': its 3 examples hold no text, each "
                      r"empty or not UTF-8; expected at least one text to score$"):
-    pipeline.eval_batches(cfg, sources.DataSource.of(cfg), lm_env["lm"], "dev", task="lm")
+    pipeline.eval_batches(cfg, sources.DataSource.of(cfg), lm_env["lm"], "dev",
+                          task=tasks.get("lm"))
 
 
 def test_mlm_eval_masks_do_not_depend_on_the_rows(lm_env):
@@ -294,10 +303,10 @@ def test_mlm_eval_masks_do_not_depend_on_the_rows(lm_env):
     return [np.concatenate([b[k].reshape(-1) for b in batches])[real]
             for k in ("inputs", "targets")]
 
-  one = pipeline.eval_batches(cfg, source, tok, "dev", task="mlm")
-  eight = pipeline.eval_batches(cfg, source, tok, "dev", task="mlm", row_multiple=8)
+  one = pipeline.eval_batches(cfg, source, tok, "dev", task=tasks.get("mlm"))
+  eight = pipeline.eval_batches(cfg, source, tok, "dev", task=tasks.get("mlm"), row_multiple=8)
   two_hosts = [pipeline.eval_batches(cfg.replace(tokens_per_batch=7 * 32), source, tok, "dev",
-                                     process_index=h, process_count=2, task="mlm")
+                                     process_index=h, process_count=2, task=tasks.get("mlm"))
                for h in (0, 1)]
   assert one[0]["inputs"].shape == (6, 32) and eight[0]["inputs"].shape == (8, 32)
   merged = [{k: np.concatenate([host[i][k] for host in two_hosts]) for k in host0}
@@ -320,11 +329,11 @@ def test_an_mlm_dev_set_with_no_piece_masked_is_refused(lm_env):
   from tfm.eval.dev_loss import DevLoss  # pylint: disable=import-outside-toplevel
   sharding = jax.sharding.SingleDeviceSharding(jax.devices()[0])
   cfg, tok = lm_env["cfg"].replace(eval_max_examples=4), lm_env["mlm"]
-  masked = pipeline.eval_batches(cfg, sources.DataSource.of(cfg), tok, "dev", task="mlm")
+  masked = pipeline.eval_batches(cfg, sources.DataSource.of(cfg), tok, "dev", task=tasks.get("mlm"))
   assert any(((b["targets"] != 0) & (b["targets_segmentation"] != 0)).any() for b in masked)
-  DevLoss(cfg, sources.DataSource.of(cfg), tok, None, sharding, task="mlm")
+  DevLoss(cfg, sources.DataSource.of(cfg), tok, None, sharding, task=tasks.get("mlm"))
   unmasked = cfg.replace(mask_rate=0.0)
   with pytest.raises(ValueError, match=r"^evaluation set 'dev': its first 4 texts "
                      r"\(data.eval_max_examples\) leave no target piece to score, no piece masked "
                      r"at data.mask_rate=0.0; expected at least one$"):
-    DevLoss(unmasked, sources.DataSource.of(unmasked), tok, None, sharding, task="mlm")
+    DevLoss(unmasked, sources.DataSource.of(unmasked), tok, None, sharding, task=tasks.get("mlm"))

@@ -8,6 +8,7 @@ import numpy as np
 import pytest
 import tensorflow_datasets as tfds
 
+from tfm import tasks
 from tfm.data import exported, pipeline, sources, vocabulary
 from tfm.data.config import DataConfig
 
@@ -45,8 +46,8 @@ def test_one_side_of_a_translation_builder_streams_its_texts(mocked, tmp_path):
   cfg = _cfg(tmp_path)
   source = sources.DataSource.of(cfg)
   sources.prepare(source, create_data_dir=True)
-  tok = vocabulary.get_tokenizer(cfg, source=source, task="lm")
-  it = pipeline.train_iterator(cfg, source, tok, num_epochs=1, task="lm")
+  tok = vocabulary.get_tokenizer(cfg, source=source, task=tasks.get("lm"))
+  it = pipeline.train_iterator(cfg, source, tok, num_epochs=1, task=tasks.get("lm"))
   try:
     tokens = np.concatenate([b["targets"][b["targets_segmentation"] == 1] for b in it])
   finally:

@@ -9,6 +9,7 @@ import shutil
 import numpy as np
 import pytest
 
+from tfm import tasks
 from tfm.data import pipeline, sources, vocabulary
 from tfm.data.config import DataConfig
 
@@ -53,7 +54,7 @@ def test_vocabulary_is_trained_on_the_text_key_side_alone(export, task):
   """Every piece's letters are the English side's; the file is named by 'en', not the pair, and
   '_mask' for mlm; <mask> is id 3 for mlm (encode never yields it) and absent for lm."""
   cfg = _cfg(export)
-  tok = vocabulary.get_tokenizer(cfg, source=sources.DataSource.of(cfg), task=task)
+  tok = vocabulary.get_tokenizer(cfg, source=sources.DataSource.of(cfg), task=tasks.get(task))
   name = os.path.basename(tok.path)
   assert name == f"spm_bible-translate-web-sparv_en_60{'_mask' if task == 'mlm' else ''}.model"
   pieces = tok.pieces(range(tok.vocab_size))
@@ -66,17 +67,17 @@ def test_vocabulary_is_trained_on_the_text_key_side_alone(export, task):
   else:
     assert tok.mask_id is None and "<mask>" not in pieces and tok.first_ordinary_id == 3
   if task == "lm":  # the export's dev split ('validation') in order, English side
-    batch = pipeline.eval_batches(cfg, sources.DataSource.of(cfg), tok, "dev", task=task)[0]
+    batch = pipeline.eval_batches(cfg, sources.DataSource.of(cfg), tok, "dev", task=tasks.get(task))[0]
     assert tok.decode(batch["targets"][0]).split()[0] == _texts(EN, 20, 1)[0].split()[0]
 
 
 def test_a_vocabulary_of_the_other_task_is_never_read(export):
   """A model without <mask> at the mlm name (copied there by hand) is refused in one line."""
   cfg = _cfg(export)
-  lm = vocabulary.get_tokenizer(cfg, source=sources.DataSource.of(cfg), task="lm")
-  shutil.copy(lm.path, os.path.join(cfg.vocab_dir, vocabulary.vocab_filename(cfg, task="mlm")))
+  lm = vocabulary.get_tokenizer(cfg, source=sources.DataSource.of(cfg), task=tasks.get("lm"))
+  shutil.copy(lm.path, os.path.join(cfg.vocab_dir, vocabulary.vocab_filename(cfg, task=tasks.get("mlm"))))
   with pytest.raises(ValueError, match=r"without <mask>, for task 'mlm'"):
-    vocabulary.get_tokenizer(cfg, task="mlm")
+    vocabulary.get_tokenizer(cfg, task=tasks.get("mlm"))
 
 
 @pytest.mark.parametrize("changes,message", [

@@ -5,6 +5,7 @@ wherever they must be (eval: every call, run and host count; train: every instan
 import numpy as np
 import pytest
 
+from tfm import tasks
 from tfm.data import masking, pipeline, sources
 from tfm.data.stream import stream_batch
 
@@ -77,9 +78,9 @@ def test_eval_masks_are_fixed_and_train_masks_follow_the_seed(lm_env):
   (merged); train batches: identical for two iterator instances, other for another seed."""
   cfg, tok = lm_env["cfg"], lm_env["mlm"]
   source = sources.DataSource.of(cfg)
-  first = pipeline.eval_batches(cfg, source, tok, "dev", task="mlm")
-  again = pipeline.eval_batches(cfg.replace(shuffle_seed=9), source, tok, "dev", task="mlm")
-  halves = [pipeline.eval_batches(cfg, source, tok, "dev", task="mlm", process_index=h,
+  first = pipeline.eval_batches(cfg, source, tok, "dev", task=tasks.get("mlm"))
+  again = pipeline.eval_batches(cfg.replace(shuffle_seed=9), source, tok, "dev", task=tasks.get("mlm"))
+  halves = [pipeline.eval_batches(cfg, source, tok, "dev", task=tasks.get("mlm"), process_index=h,
                                   process_count=2) for h in (0, 1)]
   assert any((b["targets"] != 0).any() for b in first)
   for a, b, h0, h1 in zip(first, again, *halves):
@@ -88,7 +89,7 @@ def test_eval_masks_are_fixed_and_train_masks_follow_the_seed(lm_env):
       assert np.array_equal(a[key], np.concatenate([h0[key], h1[key]]))
 
   def train(seed):
-    it = pipeline.train_iterator(cfg.replace(shuffle_seed=seed), source, tok, task="mlm")
+    it = pipeline.train_iterator(cfg.replace(shuffle_seed=seed), source, tok, task=tasks.get("mlm"))
     try:
       return [next(it) for _ in range(3)]
     finally:

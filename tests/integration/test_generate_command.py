@@ -12,7 +12,7 @@ import pytest
 from etils import epath
 
 from tests.data import tfm_data_testlib as testlib
-from tfm import cli
+from tfm import cli, tasks
 from tfm.data import vocabulary
 from tfm.experiment import Experiment
 from tfm.train import checkpoint as ckpt_lib
@@ -35,7 +35,7 @@ def lm_workdir(experiment_module, tmp_path_factory):
   ckpt_lib.write_config(workdir, config.to_dict())
   texts = [clean for _, clean in testlib.corpus()["web"].values()]  # the English side, text_key en
   vocabulary.train_vocab(texts, config.data.vocab_size, vocabulary.trained_vocab_path(
-      config.data, epath.Path(workdir), config.task))
+      config.data, epath.Path(workdir), tasks.get(config.task)))
   exp = Experiment(config)
   checkpointer = ckpt_lib.Checkpointer(workdir, keep=1, async_save=False)
   checkpointer.save(config.train.steps, exp.init_state())

@@ -50,6 +50,7 @@ import sys
 from absl import flags
 from etils import epath
 
+from tfm import tasks
 from tfm.commands import (UsageError, announce_backend, define_trained_flags, refuse_config,
                           require_workdir, save)
 from tfm.commands.eval_files import result_name
@@ -173,7 +174,8 @@ def run(fv: flags.FlagValues, config):
   compiled, written = {}, []
   # Every set's batches first: a set that cannot be scored is refused before any result is written.
   scorers = {name: DevLoss(c.data, exp.data_source, t.tokenizer, exp.eval_step, exp.batch_sharding,
-                           split=name, row_multiple=exp.batch_shards) for name in names}
+                           split=name, row_multiple=exp.batch_shards, task=tasks.get(c.task))
+             for name in names}
   for name in names:
     losses = scorers[name](t.params)
     counts = scorers[name].counts
@@ -264,7 +266,7 @@ def _context_lengths(fv: flags.FlagValues, config) -> tuple[int, ...]:
     return config.eval.context_lengths  # the run's own (eval.context_lengths; () for others)
   if fv.context_lengths == ["0"]:
     return ()
-  if config.task != "lm":
+  if not tasks.get(config.task).scores_context_lengths:
     raise UsageError(f"--context_lengths: scores a language model (task 'lm'); the run in "
                      f"{fv.workdir} is task {config.task!r}")
   try:
@@ -296,7 +298,7 @@ def _evaluate_texts(fv: flags.FlagValues, names: list[str], contexts: tuple[int,
   tokens = sum(h.get("efficiency", {}).get("real_targets", 0) for h in hosts) or None
   scorer = lambda name, length: DevLoss(
       c.data, exp.data_source, t.tokenizer, exp.eval_step, exp.batch_sharding, split=name,
-      row_multiple=exp.batch_shards, task=c.task, context_length=length)
+      row_multiple=exp.batch_shards, task=tasks.get(c.task), context_length=length)
   # Every set's batches first: a set that cannot be scored is refused before any result is written.
   scorers = {name: scorer(name, None) for name in names}
   written = []

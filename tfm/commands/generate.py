@@ -19,6 +19,7 @@ import time
 
 from absl import flags
 
+from tfm import tasks
 from tfm.commands import (UsageError, announce_backend, define_trained_flags, refuse_config,
                            require_workdir, text_lines)
 
@@ -65,12 +66,11 @@ def _check_flags(fv: flags.FlagValues):
 
 def _refuse_non_lm(workdir: str, config) -> None:
   """One line for a workdir whose model does not continue text (before anything is loaded)."""
-  if config.task != "lm":
-    use = ("tfm translate translates with it" if config.task == "translate"
-           else "a masked language model fills in masked tokens; it does not continue text")
+  task = tasks.get(config.task)
+  if not task.generates:
     raise ValueError(f"--workdir={workdir}: tfm generate continues text with a language model "
                      f"(task='lm', model.architecture='decoder_only'); this run's config.task is "
-                     f"{config.task!r} ({use})")
+                     f"{config.task!r} ({task.not_generating()})")
 
 
 def _stdin_prompts(interactive: bool):
@@ -180,7 +180,7 @@ def run(fv: flags.FlagValues, config):
   workdir_config = read_workdir_config(fv.workdir)
   _refuse_non_lm(fv.workdir, workdir_config)
   tokenizer = vocabulary.get_tokenizer(workdir_config.data, fv.workdir, train=False,
-                                          task=workdir_config.task)
+                                          task=tasks.get(workdir_config.task))
   prompts = _Prompts(tokenizer, workdir_config.model, fv.max_new_tokens)
   interactive = not fv.prompt and fv.stream and sys.stdin.isatty()
   texts = fv.prompt or _stdin_prompts(interactive)

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from absl import flags
 
+from tfm import tasks
+
 
 def define_flags(fv: flags.FlagValues):
   flags.DEFINE_string("workdir", None, "where the vocabulary is cached (unless data.vocab_dir is set)",
@@ -21,5 +23,6 @@ def run(fv: flags.FlagValues, config):
   else:
     print(f"dataset {builder.info.full_name} ready in {builder.data_dir}")
   if fv.workdir or config.data.vocab_dir:
-    tok = vocabulary.get_tokenizer(config.data, fv.workdir, source=source, task=config.task)
+    tok = vocabulary.get_tokenizer(config.data, fv.workdir, source=source,
+                                   task=tasks.get(config.task))
     print(f"vocabulary of {tok.vocab_size} tokens ready")

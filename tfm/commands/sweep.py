@@ -36,7 +36,7 @@ from absl import flags
 from ml_collections import config_flags
 
 from tfm import config as config_lib
-from tfm import storage
+from tfm import storage, tasks
 from tfm.commands import UsageError
 from tfm.commands.sweep_results import SweepResults
 from tfm.sweep import execute, publish, report, slurm, stacking
@@ -131,7 +131,7 @@ def _prepare_data(configs) -> None:
   for data, task in {(c.data, c.task) for c in configs}:  # an mlm vocabulary holds <mask>
     source = sources.DataSource.of(data)
     sources.prepare(source)
-    tok = vocabulary.get_tokenizer(data, source=source, task=task)
+    tok = vocabulary.get_tokenizer(data, source=source, task=tasks.get(task))
     for c in configs:
       if (c.data, c.task) == (data, task):
         vocabulary.check_size(c.data, tok.vocab_size, c.model.vocab_size)

@@ -10,6 +10,7 @@ import json
 import os
 
 from tfm import config as config_lib
+from tfm import tasks
 from tfm.commands import eval_files
 from tfm.sweep import execute, hparams, publish
 from tfm.sweep.result import RunResult
@@ -34,7 +35,8 @@ class SweepResults:
       from tfm.data import vocabulary  # pylint: disable=import-outside-toplevel
       c = self.configs[r]
       self._fingerprints[r] = publish.fingerprint(
-          c, vocabulary.get_tokenizer(c.data, task=c.task).model_sha256, self.eval_limit(r))
+          c, vocabulary.get_tokenizer(c.data, task=tasks.get(c.task)).model_sha256,
+          self.eval_limit(r))
     return self._fingerprints[r]
 
   @functools.cached_property

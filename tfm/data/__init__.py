@@ -14,6 +14,10 @@ Public interface:
   eval_text_pairs(cfg, source, split) -> list of (source, target)  -- tfm.data.pipeline
   eval_word_count(cfg, source, split, *, task) -> words of a monolingual set  -- tfm.data.pipeline
   prefetch_to_device(iterator, sharding, size=2)          -- tfm.data.prefetch
+
+`task` is the run's task object (tfm/tasks; None: translation pairs), handed in by the caller:
+the data layer reads what it provides (monolingual, corrupter, has_inputs, mask_vocabulary,
+check_data) and never imports tfm/tasks, which sits above it.
 """
 
 import importlib

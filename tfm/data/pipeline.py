@@ -71,10 +71,10 @@ class TrainIterator:
   stats() -> packing efficiency (real tokens / slots per side) and bad-data counters.
   """
 
-  def __init__(self, batcher, stream, task: str = "translate"):
+  def __init__(self, batcher, stream, has_inputs: bool = True):
     self._batcher = batcher
     self._stream = stream
-    self._task = task
+    self._has_inputs = has_inputs
     self._efficiency = packing.Efficiency()
 
   def __iter__(self):
@@ -96,7 +96,7 @@ class TrainIterator:
     """Efficiency of the batches returned so far, and counts of the examples consumed (bucketed
     mode: read into the current window)."""
     out = self._efficiency.summary()
-    if self._task == "lm":  # its batches carry zero inputs (one layout for every task): not a 0.0
+    if not self._has_inputs:  # lm's batches carry zero inputs (one layout for all): not a 0.0
       del out["inputs_efficiency"]
     out.update(self._batcher.cursor.counters.values)
     if isinstance(self._batcher.cursor, mixture.MixtureCursor):  # data.mixture: from_<source>
@@ -179,9 +179,11 @@ class ShuffledPositions:
 
 def train_iterator(cfg: DataConfig, source: sources.DataSource, tokenizer, *, process_index: int = 0,
                    process_count: int = 1, num_epochs: int | None = None,
-                   row_multiple: int = 1, task: str = "translate") -> TrainIterator:
+                   row_multiple: int = 1, task=None) -> TrainIterator:
   """Per-host train batches: packed [rows, max_length] (data.packing) or length-bucketed; for
-  task lm / mlm a token stream cut into [rows, max_length] (stream.py; mlm: masked, masking.py).
+  a monolingual task (lm / mlm) a token stream cut into [rows, max_length] (stream.py), made the
+  task's batch by its corrupter (mlm: masked, masking.py). task: the run's task (tfm/tasks,
+  handed in; None: translation pairs).
 
   One seed (data.shuffle_seed) gives one sequence of batches; num_epochs=None repeats forever.
   With a finite num_epochs the last batch is padded with empty rows. row_multiple: the global
@@ -195,9 +197,8 @@ def train_iterator(cfg: DataConfig, source: sources.DataSource, tokenizer, *, pr
                      "hosts' batches would differ in shape; use data.packing=True")
   example_cursor, stream = _train_cursor(cfg, source, tokenizer, process_index, process_count,
                                          num_epochs)
-  if task != "translate":
-    mask = (masking.Masker.of(cfg, tokenizer, seed=cfg.shuffle_seed, process_index=process_index)
-            if task == "mlm" else None)
+  if task is not None and task.monolingual:
+    mask = task.corrupter(cfg, tokenizer, seed=cfg.shuffle_seed, process_index=process_index)
     batcher = stream_lib.StreamBatcher(
         example_cursor, batching.host_rows(cfg, process_count, row_multiple), cfg.max_length, mask)
   elif cfg.packing:
@@ -210,7 +211,7 @@ def train_iterator(cfg: DataConfig, source: sources.DataSource, tokenizer, *, pr
         rows_for={b: batching.bucket_rows(cfg, b, process_count, row_multiple) for b in boundaries},
         window_tokens=_WINDOW_BATCHES * cfg.tokens_per_batch // process_count,
         seed=cfg.shuffle_seed)
-  return TrainIterator(batcher, stream, task)
+  return TrainIterator(batcher, stream, task is None or task.has_inputs)
 
 
 def _train_cursor(cfg: DataConfig, source: sources.DataSource, tokenizer, process_index: int,
@@ -272,7 +273,7 @@ class FirstUsable:
 
 def eval_batches(cfg: DataConfig, source: sources.DataSource, tokenizer, split: str = "dev", *,
                  process_index: int = 0, process_count: int = 1, row_multiple: int = 1,
-                 task: str = "translate", context_length: int | None = None,
+                 task=None, context_length: int | None = None,
                  counts: dict | None = None) -> list[dict[str, Any]]:
   """This host's share of `split` ('dev', 'test' or an evaluation set of data.eval_sets; its first
   data.eval_max_examples examples that hold text, FirstUsable) as unpacked, padded [rows,
@@ -285,10 +286,11 @@ def eval_batches(cfg: DataConfig, source: sources.DataSource, tokenizer, split: 
   not UTF-8: the whole split's, the same on every host), and this host's 'kept', 'dropped'
   (longer than data.max_length, filtered) and 'truncated' (cut to it).
 
-  Tasks lm and mlm: `stream_eval_batches` (rows of context_length, None = data.max_length).
+  task: the run's task (tfm/tasks, handed in; None: translation pairs); a monolingual one (lm,
+  mlm): `stream_eval_batches` (rows of context_length, None = data.max_length).
   """
   check_task(cfg, task)
-  if task != "translate":
+  if task is not None and task.monolingual:
     return stream_eval_batches(cfg, source, tokenizer, split, process_index=process_index,
                                process_count=process_count, row_multiple=row_multiple,
                                task=task, context_length=context_length, counts=counts)
@@ -336,24 +338,24 @@ def _eval_texts(cfg: DataConfig, source: sources.DataSource, split: str) -> Firs
 
 def stream_eval_batches(cfg: DataConfig, source: sources.DataSource, tokenizer, split: str = "dev",
                         *, process_index: int = 0, process_count: int = 1, row_multiple: int = 1,
-                        task: str = "lm", context_length: int | None = None,
+                        task=None, context_length: int | None = None,
                         counts: dict | None = None) -> list[dict[str, Any]]:
   """This host's eval batches of a monolingual split (tasks lm, mlm): the split's first
   data.eval_max_examples examples that hold text (FirstUsable) in dataset order, each ending with
-  EOS, concatenated and cut
-  into rows of context_length (None = data.max_length), so every token is scored exactly once.
+  EOS, concatenated and cut into rows of context_length (None = data.max_length), so every token
+  is scored exactly once.
 
   Global batch b holds rows [b * R, (b + 1) * R) of the stream, R = tokens_per_batch //
   context_length rounded up to a multiple of the hosts and of row_multiple (as
   batching.global_rows); host h takes its R / hosts consecutive rows of each. Every host reads the
   whole (small) split, so the stream, and with it each host's number of batches, is the same for
-  any host count; the last batches are padded (all-zero rows). Task mlm masks the whole stream
-  once, as one row, with masking.EVAL_SEED, before it is cut: the same masked tokens in every run
-  and every evaluation, whatever the rows a batch has (tokens_per_batch, context_length, the hosts
-  and batch shards it is rounded up for). Empty and non-UTF-8 examples are skipped (as in
-  training); a set with no text at all is refused (ValueError naming it), before any evaluation
-  runs. counts: filled with 'texts' (scored whole, every host's) and 'skipped' (empty or not
-  UTF-8), where given.
+  any host count; the last batches are padded (all-zero rows). A task with a corrupter (mlm's
+  masking) corrupts the whole stream once, as one row, with masking.EVAL_SEED, before it is cut:
+  the same masked tokens in every run and every evaluation, whatever the rows a batch has
+  (tokens_per_batch, context_length, the hosts and batch shards it is rounded up for). Empty and
+  non-UTF-8 examples are skipped (as in training); a set with no text at all is refused
+  (ValueError naming it), before any evaluation runs. counts: filled with 'texts' (scored whole,
+  every host's) and 'skipped' (empty or not UTF-8), where given.
   """
   length = cfg.max_length if context_length is None else context_length
   if not isinstance(length, int) or isinstance(length, bool) or length < 1:
@@ -371,9 +373,9 @@ def stream_eval_batches(cfg: DataConfig, source: sources.DataSource, tokenizer, 
     counts.update(texts=len(ids), skipped=texts.skipped)
   tokens = np.concatenate(ids).astype(np.int32)
   masked = None
-  if task == "mlm":  # the whole stream at once, as one row: the masks do not depend on the rows
-    whole = stream_lib.stream_batch(tokens, 1, len(tokens))
-    masked = masking.Masker.of(cfg, tokenizer, seed=masking.EVAL_SEED)(whole, 0)
+  corrupt = None if task is None else task.corrupter(cfg, tokenizer, seed=masking.EVAL_SEED)
+  if corrupt is not None:  # the whole stream at once, as one row: masks independent of the rows
+    masked = corrupt(stream_lib.stream_batch(tokens, 1, len(tokens)), 0)
   per_batch = rows * length
   batches = []
   for b, batch in enumerate(stream_lib.cut_into_batches(tokens, rows, length)):
@@ -389,12 +391,13 @@ def stream_eval_batches(cfg: DataConfig, source: sources.DataSource, tokenizer, 
 
 
 def eval_word_count(cfg: DataConfig, source: sources.DataSource, split: str = "dev", *,
-                    task: str = "lm") -> int:
+                    task=None) -> int:
   """Whitespace-separated words of the texts eval_batches scores (the split's first
   data.eval_max_examples examples that hold text), all hosts together: the
   denominator of per-word perplexity, exp(sum of the tokens' NLL, EOS included / words)."""
-  check_task(cfg, task)
-  if task == "translate":
+  if task is not None:  # None: data.text_key's texts, whatever reads them
+    check_task(cfg, task)
+  if cfg.text_key is None or (task is not None and not task.monolingual):
     raise ValueError("eval_word_count counts the words of a monolingual split (task 'lm' or "
                      "'mlm'); translation reports BLEU")
   texts = _eval_texts(cfg, source, split)

@@ -19,7 +19,6 @@ from etils import epath
 
 PAD_ID, EOS_ID, UNK_ID = 0, 1, 2
 MASK_ID, MASK_PIECE = 3, "<mask>"  # task mlm's vocabulary only
-TASKS = ("translate", "lm", "mlm")
 
 
 class Tokenizer:
@@ -87,15 +86,14 @@ class Tokenizer:
     self.__init__(state["proto"], state["path"])
 
 
-def check_task(cfg, task: str) -> None:
-  """Raises ValueError, in one line, where `task` (config.task) and data.text_key disagree: lm and
-  mlm read monolingual text (data.text_key set), translate reads pairs (None)."""
-  if task not in TASKS:
-    raise ValueError(f"config key task: expected one of {', '.join(map(repr, TASKS))}, got "
-                     f"{task!r}")
-  if task != "translate" and cfg.text_key is None:
-    raise ValueError(f"config keys task={task!r} and data.text_key=None: {task} needs the one "
-                     "text of an example named (e.g. data.text_key='en')")
-  if task == "translate" and cfg.text_key is not None:
-    raise ValueError(f"config keys task='translate' and data.text_key={cfg.text_key!r}: "
-                     "translation reads pairs (data.text_key=None), or set task='lm' or 'mlm'")
+def check_task(cfg, task) -> None:
+  """Raises ValueError, in one line, where the run's task and data.text_key disagree: lm and mlm
+  read monolingual text (data.text_key set), translate reads pairs (None). task: a tfm/tasks
+  object, handed in by the caller (tfm/data does not import tfm/tasks), whose check_data says it;
+  None reads the examples as translation pairs."""
+  if task is not None:
+    task.check_data(cfg)
+  elif cfg.text_key is not None:
+    raise ValueError(f"data.text_key={cfg.text_key!r} with no task given: the examples are read "
+                     "as translation pairs; pass the run's task (tasks.get(config.task)), which "
+                     "reads the texts")

@@ -54,7 +54,7 @@ DEFAULT_MAX_SENTENCES = 1_000_000  # sentences (both languages together) used to
 _SAMPLE_SEED = 0
 
 
-def vocab_filename(cfg, task: str = "translate") -> str:
+def vocab_filename(cfg, task=None) -> str:
   """Cache file name keyed by dataset (text files: the contents of data.train_files' files),
   language pair (unordered) or data.text_key (monolingual; '_mask' for task mlm) and size.
 
@@ -86,10 +86,16 @@ def mixture_key(cfg) -> str:
   return "mix-" + hashlib.sha256(repr(sources).encode("utf-8")).hexdigest()[:12]
 
 
-def _langs_and_size(cfg, task: str = "translate") -> str:
+def _masked(task) -> bool:
+  """Whether the vocabulary of `task` (a tfm/tasks object, or None for translation pairs) holds
+  `<mask>` (task mlm's)."""
+  return task is not None and task.mask_vocabulary
+
+
+def _langs_and_size(cfg, task=None) -> str:
   """'<lang>-<lang>_<size>' (pairs), '<text_key>_<size>' (monolingual), '..._mask' (task mlm)."""
   if cfg.text_key is not None:
-    return f"{cfg.text_key}_{cfg.vocab_size}" + ("_mask" if task == "mlm" else "")
+    return f"{cfg.text_key}_{cfg.vocab_size}" + ("_mask" if _masked(task) else "")
   return f"{'-'.join(sorted((cfg.source_lang, cfg.target_lang)))}_{cfg.vocab_size}"
 
 
@@ -99,7 +105,7 @@ def _named_as_written(cfg) -> str:
   return f"spm_text-{digest}_{_langs_and_size(cfg)}.model"
 
 
-def _trained_text_vocab(cfg, directory: epath.Path, task: str) -> epath.Path:
+def _trained_text_vocab(cfg, directory: epath.Path, task) -> epath.Path:
   """Where a trained model of text files keeps its vocabulary (see the module docstring)."""
   try:
     path = directory / vocab_filename(cfg, task)
@@ -119,7 +125,7 @@ def _trained_text_vocab(cfg, directory: epath.Path, task: str) -> epath.Path:
   return path
 
 
-def _trained_mixture_vocab(cfg, directory: epath.Path, task: str) -> epath.Path:
+def _trained_mixture_vocab(cfg, directory: epath.Path, task) -> epath.Path:
   """A trained model's mixture vocabulary: by name, or where its text files cannot be read here,
   the one mixture vocabulary of the languages and size in the run's workdir."""
   try:
@@ -131,7 +137,7 @@ def _trained_mixture_vocab(cfg, directory: epath.Path, task: str) -> epath.Path:
     return own[0]
 
 
-def trained_vocab_path(cfg, directory: epath.Path, task: str = "translate") -> epath.Path:
+def trained_vocab_path(cfg, directory: epath.Path, task=None) -> epath.Path:
   """Where a trained model of data config `cfg` keeps its vocabulary in `directory` (its
   data.vocab_dir or workdir): by name, or for text files and mixtures that cannot be read here
   (a workdir copied to another machine) the one vocabulary of its kind, languages and size there.
@@ -232,14 +238,15 @@ def train_vocab(sentences: list[str], vocab_size: int, path: str | epath.Path,
 
 def get_tokenizer(cfg, vocab_dir: str | None = None, *, source: sources.DataSource | None = None,
                   max_sentences: int = DEFAULT_MAX_SENTENCES, train: bool = True,
-                  task: str = "translate") -> Tokenizer:
+                  task=None) -> Tokenizer:
   """Loads the cached vocabulary for (data.dataset, languages or data.text_key, data.vocab_size),
   training it from `source`'s train split first if it is missing (train=False: a missing one is an
   error, for a trained model, whose vocabulary must be the one it learned).
 
   The directory is data.vocab_dir if set, else `vocab_dir` (the caller's workdir). source: the
   run's DataSource (Experiment.data_source), needed only to train a missing vocabulary. task:
-  config.task; 'mlm' reads (trains) the vocabulary with `<mask>` at id 3.
+  the run's task (tfm/tasks, handed in; None: translation pairs); one whose mask_vocabulary is
+  set (mlm) reads (trains) the vocabulary with `<mask>` at id 3.
   """
   check_task(cfg, task)
   directory = cfg.vocab_dir if cfg.vocab_dir is not None else vocab_dir
@@ -258,30 +265,31 @@ def get_tokenizer(cfg, vocab_dir: str | None = None, *, source: sources.DataSour
       raise ValueError(f"{path}: no vocabulary there, and no data source was given to train it "
                        "from (get_tokenizer(..., source=DataSource.of(config.data)))")
     train_vocab(training_sentences(source, max_sentences), cfg.vocab_size, path,
-                mask=task == "mlm")
+                mask=_masked(task))
   tokenizer = Tokenizer.load(path)
-  if (tokenizer.mask_id is not None) != (task == "mlm"):
+  if (tokenizer.mask_id is not None) != _masked(task):
+    whose = f"task {task.name!r}" if task is not None else "translation pairs"
     raise ValueError(f"{path}: a vocabulary {'with' if tokenizer.mask_id else 'without'} "
-                     f"{MASK_PIECE}, for task {task!r}; expected it "
-                     f"{'with' if task == 'mlm' else 'without'} (delete it to train another)")
+                     f"{MASK_PIECE}, for {whose}; expected it "
+                     f"{'with' if _masked(task) else 'without'} (delete it to train another)")
   return tokenizer
 
 
-def path_of(data, workdir, trained: bool = False, task: str = "translate") -> epath.Path:
+def path_of(data, workdir, trained: bool = False, task=None) -> epath.Path:
   """Where a run of data config `data` in `workdir` keeps its vocabulary. trained: the run has
   trained it (trained_vocab_path: found where its text files cannot be read, as in a
-  workdir copied to another machine). task: the run's config.task (an mlm vocabulary holds
-  <mask>, and is named so)."""
+  workdir copied to another machine). task: the run's task (tfm/tasks; an mlm vocabulary
+  holds <mask>, and is named so)."""
   directory = storage.path(data.vocab_dir or workdir)
   if trained:
     return trained_vocab_path(data, directory, task)
   return directory / vocab_filename(data, task)
 
 
-def take(there: epath.Path, data, workdir, whose: str, key: str, task: str = "translate") -> None:
+def take(there: epath.Path, data, workdir, whose: str, key: str, task=None) -> None:
   """Gives the run (data config `data`, `workdir`) the vocabulary at `there` (lead host): copied
   where the run keeps it in its workdir and has none; raises ValueError naming `key` where the run
-  holds another one. whose: the other run, for the message; task: the run's config.task."""
+  holds another one. whose: the other run, for the message; task: the run's task (tfm/tasks)."""
   here = path_of(data, workdir, task=task)
   if jax.process_index() != 0 or here == there:
     return
@@ -294,11 +302,12 @@ def take(there: epath.Path, data, workdir, whose: str, key: str, task: str = "tr
                      "would be other pieces; train with that vocabulary (data.vocab_dir)")
 
 
-def from_run(source: str, theirs, their_task: str, data, workdir, task: str, key: str) -> str:
+def from_run(source: str, theirs, their_task, data, workdir, task, key: str) -> str:
   """The vocabulary of the trained run in workdir `source` (its data section `theirs`, its task
-  `their_task`) for a run (`data`, `workdir`, `task`) that starts from it: copied into the new
-  workdir where the run keeps its vocabulary there and has none yet (`take`), so the ids mean the
-  same pieces; returns its SHA-256, which the tokenizer the run prepares must have (`check_same`).
+  `their_task`, a tfm/tasks object) for a run (`data`, `workdir`, `task`) that starts from it:
+  copied into the new workdir where the run keeps its vocabulary there and has none yet
+  (`take`), so the ids mean the same pieces; returns its SHA-256, which the tokenizer the run
+  prepares must have (`check_same`).
   Refused in one line naming `key`, before anything is written: a source whose vocabulary is not
   found (a data.vocab_dir relative to another working directory, say), and a run whose
   data.vocab_dir holds no vocabulary yet (it would train another one there)."""

@@ -35,7 +35,7 @@ class EvalConfig:
   context_lengths: tuple[int, ...] = ()  # a language model's (task 'lm') `tfm eval` also scores
   # the dev texts as a stream cut into rows of each of these many pieces, every piece once, e.g.
   # (64, 128, 256) for a model trained on rows of 64: extrapolation past data.max_length; () = not
-  # (`tfm eval --context_lengths` overrides it; other tasks refuse it: tfm/config.py check_task)
+  # (`tfm eval --context_lengths` overrides it; other tasks refuse it: tfm/tasks/task.py Task.check)
 
   def __post_init__(self):
     for key in ("beam_size", "batch_size", "cache_phases"):

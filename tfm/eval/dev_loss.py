@@ -18,6 +18,7 @@ import jax
 import numpy as np
 from jax.experimental import multihost_utils
 
+from tfm import tasks
 from tfm.data import pipeline, prefetch
 from tfm.data.config import DataConfig
 from tfm.data.sources import DataSource
@@ -32,7 +33,8 @@ class DevLoss:
 
   source: the run's DataSource (Experiment.data_source); eval_step: params, batch -> loss sums
   (Experiment.eval_step); sharding: the batch sharding; row_multiple: the batch shards
-  (Experiment.batch_shards), which every batch's rows must split over. task: config.task;
+  (Experiment.batch_shards), which every batch's rows must split over. task: the run's task
+  (tasks.get(config.task));
   context_length: lm and mlm's rows (None: data.max_length; `tfm eval --context_lengths` scores
   others).
   counts: what the figures cover, every host's: translate {'pairs' scored, 'dropped' (longer than
@@ -41,7 +43,7 @@ class DevLoss:
   """
 
   def __init__(self, data: DataConfig, source: DataSource, tokenizer, eval_step, sharding,
-               split: str = "dev", row_multiple: int = 1, task: str = "translate",
+               split: str = "dev", row_multiple: int = 1, task: tasks.Task = tasks.DEFAULT,
                context_length: int | None = None):
     self.eval_step = eval_step
     counts = {}
@@ -53,8 +55,8 @@ class DevLoss:
     self.counts = _check_scored(data, split, task, host_batches, counts)
     self.batches = [prefetch.to_device(b, sharding) for b in host_batches]
     # Every host's words: the NLL sums the eval step returns are the global batch's.
-    self.words = (pipeline.eval_word_count(data, source, split, task=task) if task == "lm"
-                  else None)
+    self.words = (pipeline.eval_word_count(data, source, split, task=task)
+                  if task.word_perplexity else None)
 
   def __call__(self, params) -> dict[str, float]:
     totals = sums_over(self.eval_step, params, self.batches)
@@ -64,7 +66,8 @@ class DevLoss:
     return with_words(figures, float(totals["nll"]), self.words)
 
 
-def _check_scored(data: DataConfig, split: str, task: str, host_batches, counts: dict) -> dict:
+def _check_scored(data: DataConfig, split: str, task: tasks.Task, host_batches,
+                  counts: dict) -> dict:
   """The counts of what every host's batches score (eval_batches' `counts`, summed over the hosts
   where they are a host's own). Raises ValueError in one line, on every host, when no host's
   batches hold a target to score: a perplexity of no tokens is exp(0 / 0), which the sums would
@@ -74,7 +77,7 @@ def _check_scored(data: DataConfig, split: str, task: str, host_batches, counts:
   # segmentation and zeroes the targets of the pieces not masked.
   targets = sum(int(np.count_nonzero((b["targets"] != 0) & (b["targets_segmentation"] != 0)))
                 for b in host_batches)
-  own = ("kept", "dropped", "truncated") if task == "translate" else ()
+  own = () if task.monolingual else ("kept", "dropped", "truncated")  # pairs: a host's own
   values = np.array([targets] + [counts[k] for k in own], np.int64)
   if jax.process_count() > 1:  # every host must agree to raise: the evaluations are collective
     values = np.sum(multihost_utils.process_allgather(values), axis=0)
@@ -82,17 +85,14 @@ def _check_scored(data: DataConfig, split: str, task: str, host_batches, counts:
           "skipped": counts["skipped"]} if own else dict(counts))
   if values[0]:
     return out
-  what = "pairs" if task == "translate" else "texts"
+  what = "texts" if task.monolingual else "pairs"
   first = (what if data.eval_max_examples is None
            else f"first {data.eval_max_examples} {what} (data.eval_max_examples)")
-  if task == "translate" and not out["pairs"] + out["dropped"]:
+  if own and not out["pairs"] + out["dropped"]:
     raise ValueError(f"evaluation set {split!r}: its {out['skipped']} examples hold no pair, "
                      "each side empty or not UTF-8; expected at least one pair to score")
-  why = {"translate": f"each longer than data.max_length={data.max_length} "
-                      f"(data.overlong={data.overlong!r}; 'truncate' keeps it)",
-         "mlm": f"no piece masked at data.mask_rate={data.mask_rate}"}.get(task, "no text")
   raise ValueError(f"evaluation set {split!r}: its {first} leave no target piece to score, "
-                   f"{why}; expected at least one")
+                   f"{task.unscorable(data)}; expected at least one")
 
 
 def sums_over(eval_step, params, batches) -> dict:

@@ -8,7 +8,7 @@ from typing import Any
 import jax
 
 from tfm import config as config_lib
-from tfm import storage
+from tfm import storage, tasks
 from tfm.data import vocabulary
 from tfm.eval.averaging import average_params
 from tfm.experiment import Experiment
@@ -97,7 +97,7 @@ def load_trained(workdir: str, average: int | None = None, checkpoint: str = "la
     step = ckpt_lib.available_steps(workdir)[-1]  # the EMA of the latest parameters
     params = ckpt_lib.restore_params(workdir, step, experiment.abstract_params, tree="ema")
     tokenizer = vocabulary.get_tokenizer(config.data, workdir, train=False,
-                                           task=config.task)
+                                           task=tasks.get(config.task))
     return Trained(experiment, params, tokenizer, [step], note, storage.path(workdir),
                    checkpoint="ema")
   if checkpoint == "best":
@@ -114,7 +114,7 @@ def load_trained(workdir: str, average: int | None = None, checkpoint: str = "la
     record = best_lib.read_record(workdir) or {}
     value = dict(record.get("history", [])).get(steps[-1])
     tokenizer = vocabulary.get_tokenizer(config.data, workdir, train=False,
-                                           task=config.task)
+                                           task=tasks.get(config.task))
     return Trained(experiment, params, tokenizer, [steps[-1]], note, where,
                    {"metric": record.get("metric"), "value": value}, checkpoint="best")
   average = config.train.average_checkpoints if average is None else average
@@ -123,5 +123,5 @@ def load_trained(workdir: str, average: int | None = None, checkpoint: str = "la
                                  period=config.train.checkpoint_every,
                                  final_step=ended["step"] if ended else config.train.steps)
   tokenizer = vocabulary.get_tokenizer(config.data, workdir, train=False,
-                                           task=config.task)
+                                           task=tasks.get(config.task))
   return Trained(experiment, params, tokenizer, steps, note, storage.path(workdir))

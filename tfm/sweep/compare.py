@@ -41,6 +41,7 @@ from typing import Sequence
 
 import numpy as np
 
+from tfm import tasks
 from tfm.sweep.result import RunResult
 
 KEY_DELTA = 0.1  # paper PPL points: a row further from base than this is a key row
@@ -150,7 +151,7 @@ class Group:
   ema_bleu_std: float = math.nan
   ema_bleu_range: float = math.nan
   # language models (task 'lm' / 'mlm'): no BLEU; lm's per-word perplexity, the dev accuracy
-  task: str = "translate"
+  task: str = tasks.DEFAULT.name
   word_ppl: float = math.nan
   word_ppl_std: float = math.nan
   word_ppl_range: float = math.nan

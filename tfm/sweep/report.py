@@ -18,7 +18,7 @@ import os
 import textwrap
 from typing import Sequence
 
-from tfm import storage
+from tfm import storage, tasks
 from tfm.sweep import by_length, compare
 from tfm.sweep.result import RunResult
 
@@ -78,7 +78,7 @@ def _language_model_table(rows: Sequence[compare.Group], results: Sequence[RunRe
   """table_markdown's form for a sweep of lm / mlm runs (config.task): dev PPL, lm's per-word
   PPL, lm's per-piece PPL at each of eval.context_lengths (ppl@N), the dev accuracy and the
   parameters, each the seeds' mean ± sample std; no BLEU column (they translate nothing)."""
-  words = any(g.task == "lm" for g in rows)
+  words = any(tasks.get(g.task).word_perplexity for g in rows)
   contexts = sorted({n for g in rows for n in g.context_ppl})  # eval.context_lengths of lm runs
   head = (["row", "task", "changes", "seeds", "dev PPL", "last fifth"] + (["word PPL"] if words
                                                                        else [])
@@ -103,9 +103,8 @@ def _language_model_table(rows: Sequence[compare.Group], results: Sequence[RunRe
   wall = sum(r.wall_s for r in results)
   out += lines + [
       "", f"{len(done)} of {len(results)} runs finished; their wall time adds up to "
-      f"{wall / 3600:.2f} h. dev PPL is per piece of the dev texts without label smoothing (lm: "
-      "every piece, EOS included, predicted from the pieces before it in its row of "
-      "data.max_length; mlm: the masked pieces only, masked alike for every run)"
+      f"{wall / 3600:.2f} h. dev PPL is per piece of the dev texts without label smoothing ("
+      + "; ".join(f"{t.name}: {t.dev_ppl_note}" for t in tasks.ALL if t.dev_ppl_note) + ")"
       + ("; word PPL is exp(the same NLL sum / the texts' whitespace words)" if words else "")
       + ("; ppl@N is the perplexity per piece of the same texts cut into rows of N pieces, each "
          "piece scored once (eval.context_lengths: past data.max_length, extrapolation; the "
@@ -127,7 +126,7 @@ def table_markdown(results: Sequence[RunResult], command: str | None = None,
   common = _common(rows)
   rows = [dataclasses.replace(g, changes={k: v for k, v in g.changes.items() if k not in common})
           for g in rows]
-  if all(g.task != "translate" for g in rows):  # language models: no BLEU to show
+  if not any(tasks.get(g.task).translates for g in rows):  # language models: no BLEU to show
     return _language_model_table(rows, results, common, command)
   has_paper = any(g.paper.get("ppl") is not None for g in rows)  # a row of the paper's Table 3
   head = ["row", "changes", "seeds", "dev PPL", "last fifth", "BLEU", "tok. BLEU", "chrF", "TER",

@@ -12,6 +12,8 @@ from __future__ import annotations
 import dataclasses
 from typing import Any
 
+from tfm import tasks
+
 STATUSES = ("pending", "ok", "failed", "stopped")
 
 
@@ -56,7 +58,7 @@ class RunResult:
   ema_bleu: float | None = None
   # what the run learns (config.task): 'lm' and 'mlm' runs have no BLEU, chrF or TER; their dev PPL
   # is per piece of the dev texts (mlm: of the masked pieces)
-  task: str = "translate"
+  task: str = tasks.DEFAULT.name  # results written before config.task: translations
   word_ppl: float | None = None  # lm: per whitespace word (tfm/eval/word_perplexity.py)
   dev_accuracy: float | None = None  # lm / mlm: next-piece (mlm: masked-piece) accuracy
   # lm: the dev texts scored in rows of each of eval.context_lengths (`tfm eval`'s

@@ -20,7 +20,7 @@ import jax
 from etils import epath
 
 from tfm import config as config_lib
-from tfm import storage
+from tfm import storage, tasks
 from tfm.data import vocabulary
 from tfm.train.checkpoint import best as best_lib
 from tfm.train import checkpoint as ckpt_lib
@@ -53,8 +53,8 @@ def share_vocabulary(config, workdir: str) -> str:
     raise ValueError(f"{key}: {source}/config.json cannot be read as a run's config "
                      f"({' '.join(str(e).split())}); expected the workdir of a trained "
                      "run") from None
-  return vocabulary.from_run(source, their_config.data, their_config.task, config.data, workdir,
-                             config.task, key)
+  return vocabulary.from_run(source, their_config.data, tasks.get(their_config.task), config.data,
+                             workdir, tasks.get(config.task), key)
 
 
 def check_tokenizer(config, tokenizer, sha256: str) -> None:

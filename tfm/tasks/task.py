@@ -1,0 +1,100 @@
+"""What a task is: the one object the loop, the pipeline, evaluation, the sweep and the commands
+ask about what a run learns (config.task), so that no code outside tfm/tasks branches on a task's
+name. A task module (translate.py, lm.py, mlm.py) subclasses Task, sets what differs and adds its
+own refusals; tfm/tasks/__init__.py registers it under its name.
+
+What the data layer reads of a task (tfm/data never imports this package; it is handed the
+object): `monolingual` (pairs, packed or bucketed, or one text an example as a token stream cut
+into [rows, data.max_length]), `corrupter` (what turns a stream batch into the task's batch:
+mlm's BERT masking), `has_inputs` (lm's batches carry zero inputs), `mask_vocabulary` (the
+vocabulary holds `<mask>` at id 3), `check_data` and `name` (for messages).
+"""
+
+from __future__ import annotations
+
+
+class Task:
+  """A task's attributes, at the values most tasks share, and its config refusals.
+
+  name: config.task. architecture: the model.architecture it trains. monolingual: reads
+  data.text_key's texts (else source/target pairs). mask_vocabulary: its vocabulary holds
+  `<mask>`. has_inputs: its batches' inputs hold tokens (else zero: no inputs efficiency in the
+  train statistics). translates: decodes translations (dev BLEU, tfm translate, the decoding and
+  BLEU flags of tfm eval, the BLEU columns of a sweep report). word_perplexity: its dev loss also
+  reports per-word perplexity (and a sweep report a word PPL column). scores_context_lengths:
+  scored at other context lengths (eval.context_lengths, tfm eval --context_lengths). generates:
+  tfm generate continues prompts with it. dev_ppl_note: what a language model's dev PPL is per
+  piece of, in a sweep report's legend (None: the report has its own translation legend).
+  """
+
+  name: str
+  architecture: str
+  monolingual: bool = True
+  mask_vocabulary: bool = False
+  has_inputs: bool = True
+  translates: bool = False
+  word_perplexity: bool = False
+  scores_context_lengths: bool = False
+  generates: bool = False
+  dev_ppl_note: str | None = None
+
+  def __repr__(self) -> str:
+    return f"<task {self.name!r}>"
+
+  def corrupter(self, data, tokenizer, *, seed: int, process_index: int = 0):
+    """None, or what turns a stream batch {'targets*': int32 [rows, length]} into this task's
+    batch: corrupt(batch, counter) -> batch (counter: the batch's index, the randomness's seed
+    with `seed` and `process_index`). data: the DataConfig; tokenizer: the run's vocabulary."""
+    del data, tokenizer, seed, process_index
+    return None
+
+  def check(self, config) -> None:
+    """Raises ValueError (one line, naming the keys) unless this task fits the Config's
+    model.architecture, data.text_key, eval.context_lengths and train.best_metric."""
+    self.check_architecture(config.model.architecture)
+    self.check_text_key(config.data.text_key)
+    lengths = config.eval.context_lengths
+    if lengths and not self.scores_context_lengths:
+      raise ValueError(f"config keys task={self.name!r} and eval.context_lengths={lengths}: "
+                       "context lengths score a language model (task 'lm'); set "
+                       "eval.context_lengths=()")
+    if (lengths and config.model.positions == "learned"
+        and max(lengths) > config.model.max_length):
+      raise ValueError(f"config keys eval.context_lengths={lengths} and model.max_length="
+                       f"{config.model.max_length}: learned positions have a row for each of "
+                       f"model.max_length positions; raise it to {max(lengths)} or drop the "
+                       "longer lengths")
+    if not self.translates and config.train.best_metric == "dev_bleu":
+      raise ValueError(f"config keys task={self.name!r} and train.best_metric='dev_bleu': "
+                       f"{self.name} has no dev BLEU; choose 'dev_ppl' or 'none'")
+
+  def check_architecture(self, architecture: str) -> None:
+    """Raises ValueError (one line, naming the keys) unless `architecture` is the one this task
+    trains."""
+    if architecture != self.architecture:
+      raise ValueError(f"config keys task={self.name!r} and model.architecture="
+                       f"{architecture!r}: {self.name} needs {self.architecture!r}")
+
+  def check_text_key(self, text_key: str | None) -> None:
+    """The Config's refusal where data.text_key does not fit the task (a monolingual task's)."""
+    if text_key is None:
+      raise ValueError(f"config keys task={self.name!r} and data.text_key=None: {self.name} "
+                       "reads one text an example; set data.text_key (a TFDS feature such as "
+                       "'text', or a language such as 'en')")
+
+  def check_data(self, data) -> None:
+    """The data layer's refusal (one line) where data.text_key does not fit the task: a
+    monolingual task's batches are made of data.text_key's texts."""
+    if data.text_key is None:
+      raise ValueError(f"config keys task={self.name!r} and data.text_key=None: {self.name} "
+                       "needs the one text of an example named (e.g. data.text_key='en')")
+
+  def unscorable(self, data) -> str:
+    """Why an evaluation set whose examples hold text left no target piece to score (the end of
+    tfm/eval/dev_loss.py's one-line refusal)."""
+    del data
+    return "no text"
+
+  def not_generating(self) -> str:
+    """What the run is for instead, in tfm generate's refusal of a task that does not generate."""
+    raise NotImplementedError(f"task {self.name!r} generates")
