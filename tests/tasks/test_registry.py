@@ -1,0 +1,74 @@
+"""The task registry (tfm/tasks): each name gives its one task object, any other value is refused
+in one line naming the key `task`, and what the rest of tfm asks of a task is what the task does."""
+
+import pickle
+import types
+
+import numpy as np
+import pytest
+
+from tfm import tasks
+from tfm.config import Config
+from tfm.data import masking
+from tfm.data.config import DataConfig
+from tfm.model.config import ARCHITECTURES
+
+
+def test_each_name_gives_its_task_and_the_architecture_it_trains():
+  assert tasks.NAMES == ("translate", "lm", "mlm")
+  assert [tasks.get(name).name for name in tasks.NAMES] == list(tasks.NAMES)
+  assert tasks.ALL == tuple(tasks.get(name) for name in tasks.NAMES)
+  assert {name: tasks.get(name).architecture for name in tasks.NAMES} == {
+      "translate": "encoder_decoder", "lm": "decoder_only", "mlm": "encoder_only"}
+  assert {t.architecture for t in tasks.ALL} <= set(ARCHITECTURES)
+  assert tasks.DEFAULT is tasks.get(Config().task)  # a config that names no task translates
+  assert [t.name for t in tasks.ALL if t.translates] == ["translate"]
+
+
+@pytest.mark.parametrize("name", ["gpt", "LM", "", None, 3, ["lm"]])
+def test_another_value_is_refused_in_one_line_naming_task(name):
+  message = f"config key task: expected one of ('translate', 'lm', 'mlm'), got {name!r}"
+  with pytest.raises(ValueError) as raised:
+    tasks.get(name)
+  assert str(raised.value) == message and "\n" not in message
+
+
+def test_a_task_pickles_as_itself():
+  """A train.input=process batch process is handed the task (tfm/data/batch_process.py)."""
+  for task in tasks.ALL:
+    again = pickle.loads(pickle.dumps(task))
+    assert type(again) is type(task) and again.name == task.name
+
+
+def test_mlm_alone_corrupts_its_stream_batches_and_as_bert_masking_does():
+  """The corrupter a task hands the pipeline: None for lm and translate; for mlm the BERT masker
+  of data.mask_rate and the vocabulary with <mask>, the same masks for the same seed and counter
+  as masking.Masker built directly."""
+  cfg = DataConfig(text_key="en")
+  tok = types.SimpleNamespace(mask_id=3, first_ordinary_id=4, vocab_size=50)  # what Masker reads
+  assert tasks.get("lm").corrupter(cfg, tok, seed=0) is None
+  assert tasks.get("translate").corrupter(cfg, tok, seed=0) is None
+  corrupt = tasks.get("mlm").corrupter(cfg, tok, seed=5, process_index=1)
+  direct = masking.Masker(rate=cfg.mask_rate, token_rate=cfg.mask_token_rate,
+                          random_rate=cfg.mask_random_rate, mask_id=3, first_ordinary_id=4,
+                          vocab_size=50, seed=5, process_index=1)
+  ids = np.random.default_rng(0).integers(4, 50, (4, 32)).astype(np.int32)
+  batch = {"targets": ids, "targets_segmentation": np.ones_like(ids),
+           "targets_position": np.tile(np.arange(32, dtype=np.int32), (4, 1))}
+  ours, theirs = corrupt(batch, 7), direct(batch, 7)
+  assert ours.keys() == theirs.keys()
+  assert all(np.array_equal(ours[k], theirs[k]) for k in ours)
+  assert (ours["inputs"] == 3).any()  # 128 tokens at rate 0.15 x 0.8: some masked
+  assert not np.array_equal(corrupt(batch, 8)["inputs"], ours["inputs"])  # the counter counts
+
+
+def test_the_data_layers_check_is_the_tasks():
+  """tfm/data asks the task it is handed whether data.text_key fits (check_data)."""
+  pairs, text = DataConfig(), DataConfig(text_key="en")
+  tasks.get("translate").check_data(pairs)
+  tasks.get("lm").check_data(text)
+  with pytest.raises(ValueError, match=r"^config keys task='mlm' and data.text_key=None: mlm "
+                     r"needs the one text of an example named"):
+    tasks.get("mlm").check_data(pairs)
+  with pytest.raises(ValueError, match=r"^config keys task='translate' and data.text_key='en': "):
+    tasks.get("translate").check_data(text)
