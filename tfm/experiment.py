@@ -30,13 +30,14 @@ the same call contract (the train tests' tiny model); `devices` replaces jax.dev
 topology's devices for ahead-of-time compilation).
 
 The pieces are built from the Experiment's `key` (PiecesKey) alone: the model and mesh sections,
-the train section's step fields (less what only the loop reads: tfm/train/config.step_fields),
-the devices and the compiler options. Within one process, Experiments of equal keys share their
-`pieces` (the last SHARED_KEEP keys are kept): a second run, a resume, a longer run, an evaluation
-after training or the next run of a sweep calls the jitted steps the first one traced and
+the train section's step fields (less what only the loop reads, and the seed, which init_state
+passes the init as its argument: tfm/train/config.step_fields), the devices and the compiler
+options. Within one process, Experiments of equal keys share their `pieces` (the last SHARED_KEEP
+keys are kept): a second run, a resume, a longer run, an evaluation after training, the next run
+of a sweep or another seed (a stack's members) calls the jitted steps the first one traced and
 compiled, instead of tracing them again and loading them from the persistent cache. Nothing else
-feeds a step (data and eval settings reach it as arguments), so equal sections give the same
-computation. Code that replaces a builder at run time (a test's monkeypatch) calls forget_shared().
+feeds a step (data and eval settings, the seed, reach it as arguments), so equal sections give
+the same computation. Code that replaces a builder at run time (a test's monkeypatch) calls forget_shared().
 """
 
 from __future__ import annotations
@@ -187,7 +188,7 @@ class Experiment:
     """(the TrainState as jax.ShapeDtypeStructs carrying their shardings, a restore target; the
     shardings alone)."""
     return abstract_train_state(self.model, self.optimizer[0], self.mesh, self.rules,
-                                self.key.step_train.seed, ema=self.key.step_train.ema_decay > 0)
+                                ema=self.key.step_train.ema_decay > 0)  # any seed's shapes
 
   abstract_state = property(lambda self: self.state_and_shardings[0])
   state_shardings = property(lambda self: self.state_and_shardings[1])
@@ -206,12 +207,13 @@ class Experiment:
 
   @_piece
   def _init(self):
-    return make_init(self.model, self.optimizer[0], self.mesh, self.key.step_train.seed,
-                     self.state_shardings, self._compiler_options)
+    return make_init(self.model, self.optimizer[0], self.mesh, self.state_shardings,
+                     self._compiler_options)
 
   def init_state(self):
-    """A fresh TrainState (seed train.seed), every array created directly in its shards."""
-    return self._init()
+    """A fresh TrainState (seed train.seed: the init's argument, so Experiments that differ in
+    their seeds share it), every array created directly in its shards."""
+    return self._init(self.config.train.seed)
 
   @property
   def _compiler_options(self) -> dict | None:

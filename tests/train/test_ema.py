@@ -166,7 +166,7 @@ def test_the_ema_and_full_size_optimizer_state_take_the_parameters_logical_axes(
   model = TinySeq2Seq(tiny_config())
   tx, _ = make_optimizer(helpers.train_cfg(optimizer=optimizer,
                                            adafactor_min_dim_size_to_factor=1000), 32)
-  boxed = jax.eval_shape(lambda: _boxed_state(model, tx, 0, 1, ema=True))
+  boxed = jax.eval_shape(lambda: _boxed_state(model, tx, jax.random.PRNGKey(0), 1, ema=True))
   specs = nn.get_partition_spec(boxed)
   assert specs.ema == specs.params
   params, treedef = jax.tree.flatten(specs.params)

@@ -32,6 +32,10 @@ def test_equal_sections_share_steps_and_each_init_is_a_fresh_state():
                                                     checkpoint_every=4, nonfinite="stop"))
   assert Experiment(longer, compiler_options=FAST).train_step is first.train_step
   assert Experiment(longer, compiler_options=FAST).config.train.steps == 77
+  # Nor does the seed, the init's argument: another seed (a stack's member) shares every piece.
+  seeded = Experiment(config.replace(train=dataclasses.replace(config.train, seed=7)),
+                      compiler_options=FAST)
+  assert seeded.pieces is first.pieces and seeded.config.train.seed == 7
   # Anything the steps are built from, changed, builds them again.
   built = first.pieces
   cosine = dataclasses.replace(config.train, schedule="linear_cosine", steps=40)
@@ -44,6 +48,15 @@ def test_equal_sections_share_steps_and_each_init_is_a_fresh_state():
                   config.replace(mesh=dataclasses.replace(config.mesh, rules=config.mesh.rules[1:]))):
     assert Experiment(changed, compiler_options=FAST).pieces is not built
   assert Experiment(config).pieces is not built  # other compiler options
+  # ... and starts from its own seed's state: its key the third of PRNGKey(7)'s split in three,
+  # its parameters its own, from the one compiled init.
+  seed_0, seed_7 = jax.device_get(first.init_state()), jax.device_get(seeded.init_state())
+  np.testing.assert_array_equal(seed_7.rng, jax.random.split(jax.random.PRNGKey(7), 3)[2])
+  np.testing.assert_array_equal(seed_0.rng, jax.random.split(jax.random.PRNGKey(0), 3)[2])
+  drawn = [(x, y) for (path, x), y in zip(jax.tree_util.tree_leaves_with_path(seed_0.params),
+                                           jax.tree.leaves(seed_7.params))
+           if path[-1].key in ("kernel", "embedding")]  # biases and norms start as 0 and 1
+  assert drawn and all(not np.array_equal(x, y) for x, y in drawn)
   # A shared init still gives each run its own arrays: a step donating one leaves the other intact.
   a, b = first.init_state(), second.init_state()
   initial = jax.device_get(b)

@@ -6,7 +6,7 @@ sections it uses, never the whole experiment config:
   rules = sharding.rules_for_model(config.mesh.rules, mesh, config.model)
   tx, schedule = optimizer.make_optimizer(config.train, config.model.d_model)
   abstract, shardings = state.abstract_train_state(model, tx, mesh, rules, config.train.seed)
-  state = state.make_init(model, tx, mesh, config.train.seed, shardings)()  # created in its shards
+  state = state.make_init(model, tx, mesh, shardings)(config.train.seed)  # created in its shards
   train_step = step.make_train_step(model, tx, schedule, label_smoothing=..., microbatches=...,
                                     mesh=mesh, rules=rules, state_shardings=shardings,
                                     guard=..., prng=...)  # platform_choices.resolve(config.train, ...)

@@ -185,8 +185,11 @@ LOOP_FIELDS = ("log_every", "eval_every", "checkpoint_every", "keep_checkpoints"
 
 def step_fields(train: TrainConfig) -> TrainConfig:
   """`train` with what the optimizer, init and steps do not read put back to the defaults: the
-  LOOP_FIELDS, and `steps` unless the schedule decays to it (linear_cosine)."""
+  LOOP_FIELDS, the seed (the init takes it as its argument: runs that differ in their seeds, a
+  stack's members or a sweep's, share one init and every step), and `steps` unless the schedule
+  decays to it (linear_cosine)."""
   loop = {key: getattr(TrainConfig, key) for key in LOOP_FIELDS}
+  loop["seed"] = TrainConfig.seed
   if train.schedule != "linear_cosine":
     loop["steps"] = TrainConfig.steps
   return dataclasses.replace(train, **loop)

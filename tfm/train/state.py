@@ -18,6 +18,7 @@ from typing import Any
 import flax.linen as nn
 import jax
 import jax.numpy as jnp
+import numpy as np
 import optax
 from flax import struct
 from jax.sharding import Mesh
@@ -79,11 +80,12 @@ def _boxed_params(model: nn.Module, params_key, dropout_key, rows: int):
   return params
 
 
-def _boxed_state(model: nn.Module, tx: optax.GradientTransformation, seed: int, rows: int,
+def _boxed_state(model: nn.Module, tx: optax.GradientTransformation, key: jax.Array, rows: int,
                  ema: bool = False) -> TrainState:
   """A fresh state whose parameters (Adam's moments, the EMA) are still in their
-  LogicallyPartitioned boxes. ema: keep an EMA of the parameters (it starts as them, float32)."""
-  params_key, dropout_key, train_key = jax.random.split(jax.random.PRNGKey(seed), 3)
+  LogicallyPartitioned boxes. key: PRNGKey(train.seed). ema: keep an EMA of the parameters (it
+  starts as them, float32)."""
+  params_key, dropout_key, train_key = jax.random.split(key, 3)
   params = _boxed_params(model, params_key, dropout_key, rows)
   return TrainState(step=jnp.zeros((), jnp.int32), params=params, opt_state=tx.init(params),
                     rng=train_key, nonfinite_count=jnp.zeros((), jnp.int32),
@@ -117,16 +119,20 @@ def abstract_train_state(model: nn.Module, tx: optax.GradientTransformation, mes
   sharded checkpoint restore. `model` is a tfm Transformer (it must have a `cfg` ModelConfig field).
   ema: the state keeps an EMA of the parameters (train.ema_decay > 0), sharded as they are.
   """
-  return _abstract(jax.eval_shape(lambda: _boxed_state(model, tx, seed, _batch_rows(mesh), ema)),
+  key = jax.random.PRNGKey(seed)
+  return _abstract(jax.eval_shape(lambda: _boxed_state(model, tx, key, _batch_rows(mesh), ema)),
                    mesh, rules)
 
 
-def make_init(model: nn.Module, tx: optax.GradientTransformation, mesh: Mesh, seed: int,
-              shardings: TrainState, compiler_options: dict | None = None):
-  """The jitted `init() -> TrainState` (seed `seed`) creating every array in `shardings` (from
-  abstract_train_state; an EMA where they hold one); each call returns a fresh state.
-  compiler_options: passed to jax.jit (XLA options, e.g. a lower optimisation level for CPU
-  tests)."""
+def make_init(model: nn.Module, tx: optax.GradientTransformation, mesh: Mesh, shardings: TrainState,
+              compiler_options: dict | None = None):
+  """`init(seed) -> TrainState`, jitted, creating every array in `shardings` (from
+  abstract_train_state; an EMA where they hold one); each call returns a fresh state. The seed
+  reaches the program as its key, PRNGKey(seed), an argument (a host array, which a jit over any
+  mesh takes as replicated): one compiled init serves every seed, a stack's members and a sweep's
+  seeds. compiler_options: passed to jax.jit (XLA options, e.g. a lower optimisation level for
+  CPU tests)."""
   ema = shardings.ema is not None
-  return jax.jit(lambda: nn.meta.unbox(_boxed_state(model, tx, seed, _batch_rows(mesh), ema)),
+  init = jax.jit(lambda key: nn.meta.unbox(_boxed_state(model, tx, key, _batch_rows(mesh), ema)),
                  out_shardings=shardings, compiler_options=compiler_options)
+  return lambda seed: init(np.asarray(jax.random.PRNGKey(seed)))
