@@ -29,7 +29,11 @@ every evaluation and in every run.
 
   tfm train --config=configs/span_quickstart.py --workdir=runs/span_quickstart
 
-Not yet measured.
+Measured so far: its first 300 steps (train.steps=300; the schedule does not depend on the step
+count, so these are the 1500-step run's first 300), 2-core Intel Xeon (AVX-512) at load ~8 beside
+other jobs, 0.7-0.9 s a step: dev perplexity 143.9 at step 150 and 113.2 at step 300, accuracy
+0.29, over the dev spans' 1,601 target pieces; train batches 100% full on both sides (32 x 128
+inputs, 32 x 29 targets). The full 1500 steps are not yet measured.
 """
 
 from configs import quickstart

@@ -1,7 +1,7 @@
 """What a task is: the one object the loop, the pipeline, evaluation, the sweep and the commands
 ask about what a run learns (config.task), so that no code outside tfm/tasks branches on a task's
-name. A task module (translate.py, lm.py, mlm.py) subclasses Task, sets what differs and adds its
-own refusals; tfm/tasks/__init__.py registers it under its name.
+name. A task module (translate.py, lm.py, mlm.py, span.py) subclasses Task, sets what differs and
+adds its own refusals; tfm/tasks/__init__.py registers it under its name.
 
 What the data layer reads of a task (tfm/data never imports this package; it is handed the
 object): `monolingual` (pairs, packed or bucketed, or one text an example as a token stream cut
