@@ -44,3 +44,24 @@ def test_gpt2_small_and_bert_base_batches_and_schedules():
     assert c.model.positions == "learned" and c.model.max_length == c.data.max_length
     assert c.train.label_smoothing == 0.0 and c.train.average_checkpoints == 1
     assert c.data.text_key == "text" and c.model.vocab_size == c.data.vocab_size
+
+
+def test_the_span_quickstart_is_the_translation_quickstart_on_both_sides_as_text():
+  """configs/span_quickstart.py: the quickstart's encoder-decoder, schedule and batch; the Bible's
+  English and Spanish sides as two monolingual sources; the lengths, spans and sentinels its
+  docstring states (T5's arithmetic for inputs of 128)."""
+  from tfm.data import spans, vocabulary  # pylint: disable=import-outside-toplevel
+  from tfm import tasks  # pylint: disable=import-outside-toplevel
+  base = load_config("configs/quickstart.py")
+  c = load_config("configs/span_quickstart.py")
+  ours, theirs = flatten(c.to_dict()), flatten(base.to_dict())
+  assert {k for k in ours if ours[k] != theirs.get(k)} == {
+      "task", "data.text_key", "data.mixture", "train.label_smoothing", "eval.bleu_every"}
+  assert (c.task, c.model.architecture, c.data.text_key) == ("span", "encoder_decoder", "en")
+  assert [(name, weight, sub.text_key) for name, weight, sub in c.data.mixture_sources] == [
+      ("en", 0.5, "en"), ("es", 0.5, "es")]
+  assert spans.geometry(c.data) == (141, 29, 7)
+  assert spans.noise_counts(141, c.data.noise_density, c.data.mean_noise_span_length) == (21, 7)
+  assert c.data.tokens_per_batch // c.data.max_length == 32
+  assert c.model.vocab_size == c.data.vocab_size == 2000
+  assert vocabulary.pieces(c.data, tasks.get("span")) == 1993

@@ -83,7 +83,8 @@ def prepare_data(config: Config, source: sources.DataSource, workdir: str):
   if not lead:
     sources.prepare(source, create_data_dir=True)  # the lead checked that the path exists
   tokenizer = vocabulary.get_tokenizer(config.data, workdir, task=tasks.get(config.task))
-  vocabulary.check_size(config.data, tokenizer.vocab_size, config.model.vocab_size)
+  vocabulary.check_size(config.data, tokenizer.vocab_size, config.model.vocab_size,
+                         tokenizer.sentinels)
   distributed.barrier("tfm-data-everywhere")
   return tokenizer
 

@@ -15,11 +15,12 @@ from tfm.model.config import ARCHITECTURES
 
 
 def test_each_name_gives_its_task_and_the_architecture_it_trains():
-  assert tasks.NAMES == ("translate", "lm", "mlm")
+  assert tasks.NAMES == ("translate", "lm", "mlm", "span")
   assert [tasks.get(name).name for name in tasks.NAMES] == list(tasks.NAMES)
   assert tasks.ALL == tuple(tasks.get(name) for name in tasks.NAMES)
   assert {name: tasks.get(name).architecture for name in tasks.NAMES} == {
-      "translate": "encoder_decoder", "lm": "decoder_only", "mlm": "encoder_only"}
+      "translate": "encoder_decoder", "lm": "decoder_only", "mlm": "encoder_only",
+      "span": "encoder_decoder"}
   assert {t.architecture for t in tasks.ALL} <= set(ARCHITECTURES)
   assert tasks.DEFAULT is tasks.get(Config().task)  # a config that names no task translates
   assert [t.name for t in tasks.ALL if t.translates] == ["translate"]
@@ -27,7 +28,7 @@ def test_each_name_gives_its_task_and_the_architecture_it_trains():
 
 @pytest.mark.parametrize("name", ["gpt", "LM", "", None, 3, ["lm"]])
 def test_another_value_is_refused_in_one_line_naming_task(name):
-  message = f"config key task: expected one of ('translate', 'lm', 'mlm'), got {name!r}"
+  message = f"config key task: expected one of ('translate', 'lm', 'mlm', 'span'), got {name!r}"
   with pytest.raises(ValueError) as raised:
     tasks.get(name)
   assert str(raised.value) == message and "\n" not in message

@@ -23,7 +23,8 @@ ENCODER = ModelConfig(architecture="encoder_only", num_decoder_layers=0)
                      "'encoder_only'"),
     ("translate", ENCODER, "config keys task='translate' and model.architecture='encoder_only': "
                            "translate needs 'encoder_decoder'"),
-    ("gpt", DECODER, "config key task: expected one of ('translate', 'lm', 'mlm'), got 'gpt'"),
+    ("gpt", DECODER, "config key task: expected one of ('translate', 'lm', 'mlm', 'span'), "
+                     "got 'gpt'"),
 ])
 def test_a_task_refuses_another_architecture(task, model, message):
   with pytest.raises(ValueError) as error:

@@ -134,7 +134,7 @@ def _prepare_data(configs) -> None:
     tok = vocabulary.get_tokenizer(data, source=source, task=tasks.get(task))
     for c in configs:
       if (c.data, c.task) == (data, task):
-        vocabulary.check_size(c.data, tok.vocab_size, c.model.vocab_size)
+        vocabulary.check_size(c.data, tok.vocab_size, c.model.vocab_size, tok.sentinels)
 
 
 def _root(fv: flags.FlagValues) -> str:

@@ -93,7 +93,7 @@ class DataConfig:
     'split': 'test' or 'train', default 'dev') reads a source's own split. The vocabulary is
     trained on a sample of the sources in proportion to the weights (tfm/data/vocabulary.py).
 
-  Monolingual text (config.task='lm' or 'mlm'; tfm/data/stream.py, tfm/data/masking.py):
+  Monolingual text (config.task='lm', 'mlm' or 'span'; tfm/data/stream.py, masking.py, spans.py):
     text_key names the one text of an example: a TFDS feature key ('text' for lm1b-like builders;
     'en' for bible_translate/web-sparv, the World English Bible side), or for dataset='text' the
     name put for '{lang}' in the files' pattern (train_files='corpus/train.{lang}' with
@@ -103,7 +103,11 @@ class DataConfig:
     rows of max_length (data.overlong does not apply; data.packing must stay True). mask_rate,
     mask_token_rate and mask_random_rate are BERT's masking (task mlm): each token but EOS is
     selected with probability mask_rate; of the selected, mask_token_rate become <mask>,
-    mask_random_rate a uniformly random ordinary piece, the rest stay.
+    mask_random_rate a uniformly random ordinary piece, the rest stay. noise_density and
+    mean_noise_span_length are T5's span corruption (task span, tfm/data/spans.py): a raw row's
+    tokens in noise spans, and their mean length; max_length is then the inputs' length, the raw
+    rows and the targets are as long as T5's arithmetic gives (512 -> raw rows of 568, targets
+    of 114).
 
   Evaluation sets (the training loop's loss/perplexity and BLEU, and `tfm eval`): eval_sets maps
     a name to a split of the dataset ('dev', 'test', 'train') or to text files (a spec as above),
@@ -147,6 +151,8 @@ class DataConfig:
   mask_rate: float = 0.15  # task mlm: each maskable token selected with this probability (BERT)
   mask_token_rate: float = 0.8  # of the selected: replaced by <mask>
   mask_random_rate: float = 0.1  # of the selected: replaced by a uniformly random ordinary piece
+  noise_density: float = 0.15  # task span: the share of a raw row's tokens in noise spans (T5)
+  mean_noise_span_length: float = 3.0  # task span: the mean length of a noise span (T5)
 
   def __post_init__(self):
     # Mappings held as FrozenDicts, eval_sets as ((name, spec), ...): a frozen config is hashable
@@ -262,6 +268,12 @@ def _validate_text_key(cfg: DataConfig) -> None:
   if cfg.mask_token_rate + cfg.mask_random_rate > 1.0 + 1e-12:
     _fail("mask_random_rate", f"at most 1 - data.mask_token_rate={cfg.mask_token_rate} (the two "
           "shares of the selected tokens sum to <= 1)", cfg.mask_random_rate)
+  if not sections.is_number(cfg.noise_density) or not 0.0 < cfg.noise_density < 1.0:
+    _fail("noise_density", "a number in (0, 1) (the share of a row's tokens in noise spans)",
+          cfg.noise_density)
+  if not sections.is_number(cfg.mean_noise_span_length) or cfg.mean_noise_span_length < 1.0:
+    _fail("mean_noise_span_length", "a number >= 1 (tokens a noise span holds on average)",
+          cfg.mean_noise_span_length)
 
 
 def _check_files(value, cfg: DataConfig) -> str | None:

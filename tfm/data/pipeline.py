@@ -26,8 +26,8 @@ Stages (per host):
   data.mixture: the stages above for each source (its own shuffle seed) -> MixtureCursor, each
      example drawn from source i with probability w_i (tfm/data/mixture.py)
   -> packed: PackedBatcher(rows)  |  bucketed: BucketBatcher(boundaries)
-     | monolingual text (data.text_key; tasks lm, mlm): StreamBatcher(rows) (tfm/data/stream.py),
-       the examples concatenated and cut into rows of max_length, masked for mlm (masking.py)
+     | monolingual text (data.text_key): StreamBatcher(rows) (stream.py), the examples cut into
+       rows of max_length (span: T5's raw rows), corrupted by the task (masking.py, spans.py)
 Each batch is a dict of int32 arrays [rows, length] with keys batching.BATCH_KEYS, where
 rows = tokens_per_batch // max_length // process_count (packed; length = max_length) or
 rows ~ tokens_per_batch // boundary // process_count (bucketed; length = bucket boundary), each
@@ -49,7 +49,6 @@ from tfm.data import bucketing
 from tfm.data import cache
 from tfm.data import cursor
 from tfm.data import examples as examples_lib
-from tfm.data import masking
 from tfm.data import mixture
 from tfm.data import packing
 from tfm.data import shuffle
@@ -200,7 +199,8 @@ def train_iterator(cfg: DataConfig, source: sources.DataSource, tokenizer, *, pr
   if task is not None and task.monolingual:
     mask = task.corrupter(cfg, tokenizer, seed=cfg.shuffle_seed, process_index=process_index)
     batcher = stream_lib.StreamBatcher(
-        example_cursor, batching.host_rows(cfg, process_count, row_multiple), cfg.max_length, mask)
+        example_cursor, batching.host_rows(cfg, process_count, row_multiple),
+        task.stream_length(cfg), mask)
   elif cfg.packing:
     batcher = packing.PackedBatcher(
         example_cursor, batching.host_rows(cfg, process_count, row_multiple), cfg.max_length)
@@ -331,8 +331,7 @@ def eval_text_pairs(cfg: DataConfig, source: sources.DataSource,
 
 
 def _eval_texts(cfg: DataConfig, source: sources.DataSource, split: str) -> FirstUsable:
-  """The first data.eval_max_examples examples of a monolingual split that hold text, in dataset
-  order."""
+  """The first data.eval_max_examples texts of a monolingual split, in dataset order."""
   return FirstUsable(source.open(split), cfg.eval_max_examples)
 
 
@@ -352,7 +351,9 @@ def stream_eval_batches(cfg: DataConfig, source: sources.DataSource, tokenizer, 
   any host count; the last batches are padded (all-zero rows). A task with a corrupter (mlm's
   masking) corrupts the whole stream once, as one row, with masking.EVAL_SEED, before it is cut:
   the same masked tokens in every run and every evaluation, whatever the rows a batch has
-  (tokens_per_batch, context_length, the hosts and batch shards it is rounded up for). Empty and
+  (tokens_per_batch, context_length, the hosts and batch shards it is rounded up for); the task
+  owns that step (Task.eval_stream: span cuts the stream into raw rows and corrupts them, rows of
+  other lengths, its own way). Empty and
   non-UTF-8 examples are skipped (as in training); a set with no text at all is refused
   (ValueError naming it), before any evaluation runs. counts: filled with 'texts' (scored whole,
   every host's) and 'skipped' (empty or not UTF-8), where given.
@@ -372,22 +373,11 @@ def stream_eval_batches(cfg: DataConfig, source: sources.DataSource, tokenizer, 
   if counts is not None:
     counts.update(texts=len(ids), skipped=texts.skipped)
   tokens = np.concatenate(ids).astype(np.int32)
-  masked = None
-  corrupt = None if task is None else task.corrupter(cfg, tokenizer, seed=masking.EVAL_SEED)
-  if corrupt is not None:  # the whole stream at once, as one row: masks independent of the rows
-    masked = corrupt(stream_lib.stream_batch(tokens, 1, len(tokens)), 0)
-  per_batch = rows * length
-  batches = []
-  for b, batch in enumerate(stream_lib.cut_into_batches(tokens, rows, length)):
-    if masked is not None:
-      for key, side in (("inputs", "inputs"), ("targets", "targets")):
-        part = masked[key].reshape(-1)[b * per_batch:(b + 1) * per_batch]
-        batch[side] = stream_lib.stream_batch(part, rows, length)["targets"]
-      batch["inputs_segmentation"] = batch["targets_segmentation"].copy()
-      batch["inputs_position"] = batch["targets_position"].copy()
-    start = process_index * host_rows
-    batches.append({key: value[start:start + host_rows] for key, value in batch.items()})
-  return batches
+  batches = (stream_lib.eval_stream_batches(tokens, rows, length, None) if task is None
+             else task.eval_stream(tokens, rows, length, cfg, tokenizer))
+  start = process_index * host_rows
+  return [{key: value[start:start + host_rows] for key, value in batch.items()}
+          for batch in batches]
 
 
 def eval_word_count(cfg: DataConfig, source: sources.DataSource, split: str = "dev", *,

@@ -1,4 +1,4 @@
-"""Token streams cut into rows: the train and eval batches of tasks lm and mlm.
+"""Token streams cut into rows: the train and eval batches of tasks lm, mlm and span.
 
 GPT and BERT train on a stream, not on packed segments: this host's examples in their shuffled
 order, each ending with EOS, concatenated and cut into rows of exactly L = data.max_length tokens;
@@ -12,7 +12,8 @@ A stream batch ([rows, L] int32, keys batching.BATCH_KEYS):
   targets_segmentation  1 on tokens, 0 on padding
   targets_position      0..L-1 in every row (0 on padding)
   inputs*               zero (task lm); task mlm masks the batch (tfm/data/masking.py), which
-                        fills them
+                        fills them; task span corrupts its rows (tfm/data/spans.py), whose
+                        inputs and targets are then rows of other lengths
 The state of a StreamBatcher is the cursor's position at the current example, the offset of the
 next token in it, and the batch counter (the mlm masks' seed): a resumed run continues in the
 middle of an example exactly where the run it continues would have.
@@ -103,3 +104,23 @@ class StreamBatcher:
                        f"keys {sorted(state)})")
     self.cursor.set_state(state["cursor"])
     self._offset, self._batches = int(state["offset"]), int(state["batches"])
+
+
+def eval_stream_batches(tokens: np.ndarray, rows: int, length: int,
+                        corrupt: Callable[[dict, int], dict] | None) -> list[dict[str, np.ndarray]]:
+  """A whole evaluation stream (int32 [n]) -> its global batches of rows x length tokens, the last
+  padded; `corrupt` (a corrupter, or None) is applied to the whole stream at once, as one row with
+  counter 0, before it is cut: its draws do not depend on the rows of a batch. The inputs of a
+  corrupted batch take the targets' segmentation and positions (BERT's masking keeps them)."""
+  batches = cut_into_batches(tokens, rows, length)
+  if corrupt is None:
+    return batches
+  corrupted = corrupt(stream_batch(tokens, 1, len(tokens)), 0)
+  per_batch = rows * length
+  for b, batch in enumerate(batches):
+    for key in ("inputs", "targets"):
+      part = corrupted[key].reshape(-1)[b * per_batch:(b + 1) * per_batch]
+      batch[key] = stream_batch(part, rows, length)["targets"]
+    batch["inputs_segmentation"] = batch["targets_segmentation"].copy()
+    batch["inputs_position"] = batch["targets_position"].copy()
+  return batches

@@ -14,9 +14,10 @@ Names. A vocabulary is cached as `<vocab_dir>/spm_<dataset>_<lang1>-<lang2>_<siz
 <dataset> is 'text-' and a hash of the train files' contents (text_files.content_key); for a
 mixture, 'mix-' and a hash of its sources and weights (`mixture_key`), so a different corpus or
 size never reuses a wrong file, even one at the same path in a shared data.vocab_dir. Monolingual
-text (data.text_key; tasks lm and mlm) is named `spm_<dataset>_<text_key>_<size>.model`,
+text (data.text_key; tasks lm, mlm, span) is named `spm_<dataset>_<text_key>_<size>.model`,
 `..._<size>_mask.model` for mlm, so a vocabulary without `<mask>` is never read for mlm, nor one
-with it for lm. Training writes a local temporary file, copies it next to the target and renames
+with it for lm. Task span's sentinels are ids above the pieces, not pieces: its <size> is
+data.vocab_size less them, lm's model of that many pieces. Training writes a local temporary file, copies it next to the target and renames
 it there, so a reader never sees a half-written model.
 
 A trained model's vocabulary of text files is found by that name while the train files are
@@ -92,10 +93,23 @@ def _masked(task) -> bool:
   return task is not None and task.mask_vocabulary
 
 
+def _sentinels(cfg, task) -> int:
+  """The ids the vocabulary of `task` reserves at its top (task span's sentinels; else 0)."""
+  return 0 if task is None else task.sentinels(cfg)
+
+
+def pieces(cfg, task=None) -> int:
+  """The SentencePiece pieces a vocabulary of data config `cfg` asks for: data.vocab_size, less
+  the sentinels `task` reserves above them (task span)."""
+  return cfg.vocab_size - _sentinels(cfg, task)
+
+
 def _langs_and_size(cfg, task=None) -> str:
-  """'<lang>-<lang>_<size>' (pairs), '<text_key>_<size>' (monolingual), '..._mask' (task mlm)."""
+  """'<lang>-<lang>_<size>' (pairs), '<text_key>_<size>' (monolingual), '..._mask' (task mlm);
+  the size is the pieces', so task span (sentinels above the pieces) reads lm's model of as many
+  pieces."""
   if cfg.text_key is not None:
-    return f"{cfg.text_key}_{cfg.vocab_size}" + ("_mask" if _masked(task) else "")
+    return f"{cfg.text_key}_{pieces(cfg, task)}" + ("_mask" if _masked(task) else "")
   return f"{'-'.join(sorted((cfg.source_lang, cfg.target_lang)))}_{cfg.vocab_size}"
 
 
@@ -246,7 +260,8 @@ def get_tokenizer(cfg, vocab_dir: str | None = None, *, source: sources.DataSour
   The directory is data.vocab_dir if set, else `vocab_dir` (the caller's workdir). source: the
   run's DataSource (Experiment.data_source), needed only to train a missing vocabulary. task:
   the run's task (tfm/tasks, handed in; None: translation pairs); one whose mask_vocabulary is
-  set (mlm) reads (trains) the vocabulary with `<mask>` at id 3.
+  set (mlm) reads (trains) the vocabulary with `<mask>` at id 3; one with sentinels (span) the
+  SentencePiece model of data.vocab_size minus them, the sentinels the ids above its pieces.
   """
   check_task(cfg, task)
   directory = cfg.vocab_dir if cfg.vocab_dir is not None else vocab_dir
@@ -264,9 +279,9 @@ def get_tokenizer(cfg, vocab_dir: str | None = None, *, source: sources.DataSour
     if source is None:
       raise ValueError(f"{path}: no vocabulary there, and no data source was given to train it "
                        "from (get_tokenizer(..., source=DataSource.of(config.data)))")
-    train_vocab(training_sentences(source, max_sentences), cfg.vocab_size, path,
+    train_vocab(training_sentences(source, max_sentences), pieces(cfg, task), path,
                 mask=_masked(task))
-  tokenizer = Tokenizer.load(path)
+  tokenizer = Tokenizer.load(path, _sentinels(cfg, task))
   if (tokenizer.mask_id is not None) != _masked(task):
     whose = f"task {task.name!r}" if task is not None else "translation pairs"
     raise ValueError(f"{path}: a vocabulary {'with' if tokenizer.mask_id else 'without'} "
@@ -344,11 +359,13 @@ def check_same(tokenizer: Tokenizer, sha256: str, source: str, key: str) -> None
                      "source's vocabulary (data.vocab_dir)")
 
 
-def check_size(data, vocab_size: int, model_vocab_size: int) -> None:
-  """Raises ValueError unless the vocabulary trained for data section `data` (vocab_size pieces)
-  is the one model.vocab_size embeds: a small corpus can give fewer pieces than data.vocab_size
-  asks for."""
+def check_size(data, vocab_size: int, model_vocab_size: int, sentinels: int = 0) -> None:
+  """Raises ValueError unless the vocabulary trained for data section `data` (vocab_size ids:
+  its pieces and the `sentinels` above them, task span's) is the one model.vocab_size embeds: a
+  small corpus can give fewer pieces than data.vocab_size asks for."""
   if vocab_size != model_vocab_size:
-    raise ValueError(f"the vocabulary of {data.dataset} has {vocab_size} pieces but "
+    held = (f"{vocab_size - sentinels} pieces and {sentinels} sentinels above them" if sentinels
+            else f"{vocab_size} pieces")
+    raise ValueError(f"the vocabulary of {data.dataset} has {held} but "
                      f"model.vocab_size is {model_vocab_size}; set model.vocab_size and "
                      f"data.vocab_size to {vocab_size} (a small corpus can give fewer than asked)")

@@ -3,6 +3,7 @@
   translate  the paper's encoder-decoder on source/target pairs      tfm/tasks/translate.py
   lm         a decoder-only causal language model of monolingual text tfm/tasks/lm.py
   mlm        an encoder-only masked language model of it (BERT)      tfm/tasks/mlm.py
+  span       T5's span corruption of it on the encoder-decoder       tfm/tasks/span.py
 
   task = tasks.get(config.task)   # -> the Task (tfm/tasks/task.py): what the rest of tfm asks
 
@@ -12,10 +13,10 @@ A new task is a module that subclasses Task plus its line in _TASKS below.
 from __future__ import annotations
 
 from tfm import sections
-from tfm.tasks import lm, mlm, translate
+from tfm.tasks import lm, mlm, span, translate
 from tfm.tasks.task import Task
 
-_TASKS = {task.name: task for task in (translate.TASK, lm.TASK, mlm.TASK)}
+_TASKS = {task.name: task for task in (translate.TASK, lm.TASK, mlm.TASK, span.TASK)}
 NAMES = tuple(_TASKS)
 ALL = tuple(_TASKS.values())
 # The task of a config that names none (tfm/config.py's default), and of results and evaluations

@@ -1,16 +1,21 @@
 """What a task is: the one object the loop, the pipeline, evaluation, the sweep and the commands
 ask about what a run learns (config.task), so that no code outside tfm/tasks branches on a task's
-name. A task module (translate.py, lm.py, mlm.py) subclasses Task, sets what differs and adds its
-own refusals; tfm/tasks/__init__.py registers it under its name.
+name. A task module (translate.py, lm.py, mlm.py, span.py) subclasses Task, sets what differs and
+adds its own refusals; tfm/tasks/__init__.py registers it under its name.
 
 What the data layer reads of a task (tfm/data never imports this package; it is handed the
 object): `monolingual` (pairs, packed or bucketed, or one text an example as a token stream cut
-into [rows, data.max_length]), `corrupter` (what turns a stream batch into the task's batch:
-mlm's BERT masking), `has_inputs` (lm's batches carry zero inputs), `mask_vocabulary` (the
-vocabulary holds `<mask>` at id 3), `check_data` and `name` (for messages).
+into raw rows of `stream_length` tokens), `corrupter` (what turns a stream batch into the task's
+batch: mlm's BERT masking, span's T5 span corruption), `eval_stream` (the evaluation batches of
+a monolingual split's token stream), `has_inputs` (lm's batches carry zero inputs),
+`mask_vocabulary` (the vocabulary holds `<mask>` at id 3), `sentinels` (ids the vocabulary
+reserves above its pieces), `check_data` and `name` (for messages).
 """
 
 from __future__ import annotations
+
+from tfm.data import masking
+from tfm.data import stream
 
 
 class Task:
@@ -47,6 +52,26 @@ class Task:
     with `seed` and `process_index`). data: the DataConfig; tokenizer: the run's vocabulary."""
     del data, tokenizer, seed, process_index
     return None
+
+  def sentinels(self, data) -> int:
+    """How many ids the vocabulary reserves at its top, above the SentencePiece pieces, for data
+    config `data` (span's sentinels); data.vocab_size counts them."""
+    del data
+    return 0
+
+  def stream_length(self, data) -> int:
+    """The length of the raw rows a monolingual task's train stream is cut into before its
+    corrupter: data.max_length, the rows the model reads."""
+    return data.max_length
+
+  def eval_stream(self, tokens, rows: int, length: int, data, tokenizer) -> list[dict]:
+    """The global evaluation batches of a monolingual split: `tokens` (int32 [n], its texts each
+    ending with EOS, concatenated) cut into batches of rows x length (the last padded), every token
+    scored once; a corrupter's task corrupts the whole stream once, as one row, with
+    masking.EVAL_SEED, before it is cut (mlm: the same masked pieces in every run and every
+    evaluation, whatever the rows of a batch)."""
+    corrupt = self.corrupter(data, tokenizer, seed=masking.EVAL_SEED)
+    return stream.eval_stream_batches(tokens, rows, length, corrupt)
 
   def check(self, config) -> None:
     """Raises ValueError (one line, naming the keys) unless this task fits the Config's
