@@ -264,7 +264,7 @@ def start_pilot(env: dict[str, str], data: list[str], root: Path, out: Path
   if not FLAGS.pilot_steps:
     return None
   from configs import table3_v3  # pylint: disable=import-outside-toplevel
-  from tfm.sweep import execute  # pylint: disable=import-outside-toplevel
+  from tfm.sweep.shares import SHARED_GPU_MEMORY  # pylint: disable=import-outside-toplevel
   steps = min(FLAGS.pilot_steps, 12) if FLAGS.quick else FLAGS.pilot_steps
   argv = [sys.executable, "-m", "tfm.cli", "train", f"--config={PILOT_CONFIG}:base",
           f"--workdir={root / 'pilot-lr2x'}", *(f"--config.{o}" for o in data),
@@ -272,7 +272,7 @@ def start_pilot(env: dict[str, str], data: list[str], root: Path, out: Path
           f"--config.train.learning_rate={2 * table3_v3.LR_SCALE}", f"--config.train.steps={steps}",
           "--config.train.checkpoint_every=1000000"]  # the final step's only
   share = {} if FLAGS.quick else {"XLA_PYTHON_CLIENT_MEM_FRACTION":
-                                  f"{execute.SHARED_GPU_MEMORY / (FLAGS.parallel + 1):.4f}"}
+                                  f"{SHARED_GPU_MEMORY / (FLAGS.parallel + 1):.4f}"}
   with open(out / "pilot.txt", "a", encoding="utf-8") as f:
     f.write(f"$ {' '.join(argv)}\n")
     f.flush()

@@ -10,6 +10,7 @@ import sys
 import pytest
 
 from tfm.sweep import execute, stacking
+from tfm.sweep.shares import device_shares
 from tfm.sweep.result import RunResult
 from tfm.sweep.runs import Run
 
@@ -33,7 +34,7 @@ def _sweep(root, reached: int, steps: int = 6):
   original = execute.Job._launch
   execute.Job._launch = launch
   try:
-    results = execute.run_all([run], str(root), shares=execute.device_shares(1), vocab_dir=None,
+    results = execute.run_all([run], str(root), shares=device_shares(1), vocab_dir=None,
                               eval_limit_of=lambda r: 8, steps_of=lambda r: steps,
                               describe=describe, stream=open(os.devnull, "w", encoding="utf-8"))
   finally:
@@ -129,7 +130,7 @@ def _stack_sweep(root, eval_child, on_result):
   original, poll = execute.Job._launch, execute.POLL_SECONDS
   execute.Job._launch, execute.POLL_SECONDS = launch, 0.02
   try:
-    return execute.run_all(runs, str(root), shares=execute.device_shares(1), vocab_dir=None,
+    return execute.run_all(runs, str(root), shares=device_shares(1), vocab_dir=None,
                            eval_limit_of=lambda r: 8, steps_of=lambda r: steps,
                            describe=describe, stream=open(os.devnull, "w", encoding="utf-8"),
                            on_result=on_result, stack=True)

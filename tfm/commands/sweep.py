@@ -40,6 +40,7 @@ from tfm import storage, tasks
 from tfm.commands import UsageError
 from tfm.commands.sweep_results import SweepResults
 from tfm.sweep import execute, publish, report, slurm, stacking
+from tfm.sweep.shares import device_shares
 from tfm.sweep.result import RunResult
 from tfm.sweep.runs import Run, expand, parse_grid, stack_train_argv
 
@@ -204,9 +205,9 @@ def run(fv: flags.FlagValues, config: config_lib.Config | None):
                               describe=results.describe)
   record_end = _recorder(results, root, runs, configs)
   if fv.run_index is not None:  # one task of a --slurm array: data and command are the submitter's
-    done = run_all([runs[fv.run_index]], shares=execute.device_shares(1), on_result=record_end)
+    done = run_all([runs[fv.run_index]], shares=device_shares(1), on_result=record_end)
     return 1 if any(not r.ok for r in done) else None  # no report: tasks run at once
-  shares = execute.device_shares(fv.parallel, fv.runs_per_gpu)
+  shares = device_shares(fv.parallel, fv.runs_per_gpu)
   os.makedirs(root, exist_ok=True)
   with open(os.path.join(root, COMMAND), "w", encoding="utf-8") as f:
     f.write(_command() + "\n")
