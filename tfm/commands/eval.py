@@ -54,6 +54,8 @@ from tfm import tasks
 from tfm.commands import (UsageError, announce_backend, define_trained_flags, refuse_config,
                           require_workdir, save)
 from tfm.commands.eval_files import result_name
+from tfm.commands.eval_results import checkpoint_keys, print_result, record_written
+from tfm.commands.eval_texts import context_lengths, evaluate_texts
 
 
 SPLIT_HELP = ("what to evaluate, comma-separated: the workdir's dataset's dev or test split "
@@ -144,13 +146,13 @@ def run(fv: flags.FlagValues, config):
 
   edges = _flag_edges(fv)  # the flags and the workdir's config checked before loading anything
   saved_config = read_workdir_config(fv.workdir)
-  contexts = _context_lengths(fv, saved_config)
+  contexts = context_lengths(fv, saved_config)
   distributed.initialize_from_env()  # before process_index: it starts JAX's backend
   if jax.process_index() == 0:  # the run's trackers answer (train.trackers) before any work
     trackers.check(saved_config.train, fv.workdir)
   names = _eval_sets(fv, saved_config.data.eval_set_names)
   if not saved_config.translates:
-    _evaluate_texts(fv, names, contexts)
+    evaluate_texts(fv, names, contexts)
     return
   try:
     points = decoding.points(saved_config.eval, fv.beam_size, fv.length_penalty,
@@ -208,7 +210,7 @@ def run(fv: flags.FlagValues, config):
         searched[search] = bleu(t.params, progress=progress if jax.process_index() == 0 else None,
                                 translate=translate, search_args=args, compiled=cache)
       result = dict(split=name, checkpoints=t.steps, averaged=len(t.steps),
-                    **_checkpoint_keys(t),
+                    **checkpoint_keys(t),
                     **searched[search], perplexity=losses["perplexity"], nll=losses["nll"],
                     loss=losses["loss"], target_tokens=losses["tokens"],
                     perplexity_pairs=counts["pairs"], perplexity_dropped=counts["dropped"],
@@ -229,7 +231,7 @@ def run(fv: flags.FlagValues, config):
           name, t.steps, fv.limit or 0, point.suffix(configured), best=t.best is not None,
           ema=t.checkpoint == "ema", buckets=edges, truncate=fv.truncate)
       if len(points) == 1:
-        _print(result)
+        print_result(result)
       saved = jax.process_index() == 0 and save(
           "results", path, json.dumps(result, indent=1) + "\n", given=fv.out is not None)
       if saved and len(points) == 1:
@@ -245,91 +247,7 @@ def run(fv: flags.FlagValues, config):
       print(table(rows, configured))
       if jax.process_index() == 0:
         print("written: " + ", ".join(os.path.basename(r["path"]) for r in rows if r["path"]))
-  _record(fv.workdir, written)
-
-
-TRANSLATION_FLAGS = ("beam_size", "length_penalty", "max_extra_length", "limit",
-                     "length_buckets", "truncate")
-
-
-def _context_lengths(fv: flags.FlagValues, config) -> tuple[int, ...]:
-  """--context_lengths checked against the run (without it the run's eval.context_lengths, checked
-  with its config; 0: none): an lm run's, positive integers, none past model.max_length with
-  learned positions (the table has no row beyond it). A language model's run also refuses the
-  flags of decoding and BLEU."""
-  if not config.translates:
-    given = [f"--{name}" for name in TRANSLATION_FLAGS if fv[name].present]
-    if given:
-      raise UsageError(f"{', '.join(given)}: decoding and BLEU flags; the run in {fv.workdir} is "
-                       f"task {config.task!r}, which is scored by its dev loss alone")
-  if fv.context_lengths is None:
-    return config.eval.context_lengths  # the run's own (eval.context_lengths; () for others)
-  if fv.context_lengths == ["0"]:
-    return ()
-  if not tasks.get(config.task).scores_context_lengths:
-    raise UsageError(f"--context_lengths: scores a language model (task 'lm'); the run in "
-                     f"{fv.workdir} is task {config.task!r}")
-  try:
-    lengths = tuple(int(x) for x in fv.context_lengths)
-  except ValueError:
-    lengths = ()
-  if not lengths or min(lengths) < 1:
-    raise UsageError(f"--context_lengths: expected positive integers, e.g. 256,512 (0: none), got "
-                     f"{','.join(fv.context_lengths)!r}")
-  if config.model.positions == "learned" and max(lengths) > config.model.max_length:
-    raise UsageError(f"--context_lengths: {max(lengths)} is past model.max_length "
-                     f"({config.model.max_length}), the rows of the run's learned position table")
-  return tuple(dict.fromkeys(lengths))
-
-
-def _evaluate_texts(fv: flags.FlagValues, names: list[str], contexts: tuple[int, ...]) -> None:
-  """An lm or mlm run's evaluation of each set: the dev loss figures (tfm/eval/dev_loss.py) in
-  rows of data.max_length, then (lm, --context_lengths) in rows of each context length; printed
-  and written to the workdir (or --out)."""
-  # pylint: disable=import-outside-toplevel
-  import jax
-  from tfm.eval.dev_loss import DevLoss
-  from tfm.eval.restore import load_trained
-  from tfm.train import checkpoint as ckpt_lib
-  t = load_trained(fv.workdir, fv.average, checkpoint=fv.checkpoint)
-  announce_backend(t.note)
-  exp, c = t.experiment, t.config
-  hosts = ckpt_lib.read_data_state(t.checkpoints_in, t.steps[-1])["hosts"]
-  tokens = sum(h.get("efficiency", {}).get("real_targets", 0) for h in hosts) or None
-  scorer = lambda name, length: DevLoss(
-      c.data, exp.data_source, t.tokenizer, exp.eval_step, exp.batch_sharding, split=name,
-      row_multiple=exp.batch_shards, task=tasks.get(c.task), context_length=length)
-  # Every set's batches first: a set that cannot be scored is refused before any result is written.
-  scorers = {name: scorer(name, None) for name in names}
-  written = []
-  for name in names:
-    losses = scorers[name](t.params)
-    result = dict(split=name, task=c.task, checkpoints=t.steps, averaged=len(t.steps),
-                  **_checkpoint_keys(t),
-                  perplexity=losses["perplexity"], nll=losses["nll"], loss=losses["loss"],
-                  accuracy=losses["accuracy"], target_tokens=losses["tokens"],
-                  **({"word_perplexity": losses["word_perplexity"], "words": losses["words"]}
-                     if "words" in losses else {}),
-                  texts=scorers[name].counts["texts"],
-                  texts_skipped=scorers[name].counts["skipped"],
-                  context_length=c.data.max_length, train_target_tokens=tokens)
-    if result["texts_skipped"]:
-      result["note"] = (f"{result['texts_skipped']} example{'s' * (result['texts_skipped'] > 1)}"
-                        " of the set skipped, empty or not UTF-8")
-    if contexts:
-      result["context_lengths"] = [
-          dict(context_length=length, perplexity=f["perplexity"], nll=f["nll"],
-               word_perplexity=f["word_perplexity"], accuracy=f["accuracy"], tokens=f["tokens"])
-          for length, f in ((n, losses if n == c.data.max_length else scorer(name, n)(t.params))
-                            for n in contexts)]  # at data.max_length: the figures above
-    _print(result)
-    path = fv.out or epath.Path(fv.workdir) / result_name(
-        name, t.steps, 0, best=t.best is not None, ema=t.checkpoint == "ema", contexts=contexts)
-    if jax.process_index() == 0 and save("results", path, json.dumps(result, indent=1) + "\n",
-                                         given=fv.out is not None):
-      print(f"{'written':>22}: {path}")
-      written.append(path)
-  _record(fv.workdir, written)
+  record_written(fv.workdir, written)
 
 
 def scored_note(result: dict, config, longest: int | None) -> str:
@@ -358,46 +276,6 @@ def scored_note(result: dict, config, longest: int | None) -> str:
   if skipped:
     parts.append(f"{skipped} example{'s' * (skipped > 1)} of the set skipped, empty or not UTF-8")
   return "; ".join(parts)
-
-
-def _checkpoint_keys(t) -> dict:
-  """A result's record of which parameters it scored beside `checkpoints`: the run's best
-  checkpoint, or the EMA with its decay and warmup; {} for the checkpoints (averaged)."""
-  keys = {"checkpoint": "best", "best": t.best} if t.best else {}
-  if t.checkpoint == "ema":
-    keys.update(checkpoint="ema", ema_decay=t.config.train.ema_decay,
-                ema_warmup=t.config.train.ema_warmup)
-  return keys
-
-
-def _record(workdir: str, written: list) -> None:
-  """The result files kept with the run's MLflow / W&B run, under eval/ (a tracker that fails
-  is said on stderr: the results are written already)."""
-  if not written:
-    return
-  from tfm.train import trackers  # pylint: disable=import-outside-toplevel
-  try:
-    trackers.record_later(workdir, files=tuple(written), folder="eval")
-  except Exception as e:  # pylint: disable=broad-except
-    reason = " ".join(str(e).split())[:300]
-    print(f"[eval] the results did not reach the run's trackers ({reason})", file=sys.stderr)
-
-
-def _print(result: dict) -> None:
-  for key, value in result.items():
-    if key == "context_lengths":
-      for entry in value:
-        print(f"{'context ' + str(entry['context_length']):>22}: " + ", ".join(
-            f"{k} {v:.4f}" if isinstance(v, float) else f"{k} {v}" for k, v in entry.items()
-            if k != "context_length"))
-      continue
-    if key == "by_length":
-      for entry in value:
-        print(f"{'length ' + entry['bucket']:>22}: " + ", ".join(
-            f"{k} {v:.4g}" if isinstance(v, float) else f"{k} {v}" for k, v in entry.items()
-            if k not in ("bucket", "min_length", "max_length")))
-      continue
-    print(f"{key:>22}: {value}")
 
 
 def _by_length(t, translate, name: str, edges: tuple[int, ...], max_extra_length: int) -> dict:
