@@ -14,6 +14,7 @@ import pytest
 import tfm_data_testlib as testlib
 
 from tfm.data import sources
+from tfm.data.host_shard import HostShard
 
 WORKER = os.path.join(os.path.dirname(__file__), "multihost_worker.py")
 
@@ -65,11 +66,11 @@ def test_host_shards_are_the_splits_strided_slices(cfg):
   source = sources.DataSource.of(cfg).open("train")
   everything = [source[i] for i in range(len(source))]
   for count, limit in ((1, None), (3, None), (3, 7), (4, len(source) + 5)):
-    shards = [sources.HostShard(source, i, count, limit) for i in range(count)]
+    shards = [HostShard(source, i, count, limit) for i in range(count)]
     for i, shard in enumerate(shards):
       want = everything[:limit][i::count]
       assert len(shard) == len(want) and [shard[p] for p in range(len(shard))] == want
       assert shard(np.arange(len(shard))[::-1]) == want[::-1]  # batched reads, any order
     assert sum(len(s) for s in shards) == len(everything[:limit])
   with pytest.raises(ValueError, match=r"process_index=2 must be in \[0, process_count=2\)"):
-    sources.HostShard(source, 2, 2)
+    HostShard(source, 2, 2)

@@ -16,6 +16,7 @@ from tfm import config as config_lib
 from tfm.data import cache, pipeline, sources, text_files, tokenizer
 from tfm.data import vocabulary
 from tfm.data.config import DataConfig
+from tfm.data.host_shard import HostShard
 from tfm.train import workdir as workdir_lib
 
 WORDS = "alpha beta gamma delta epsilon zeta eta theta iota kappa lambda mu nu xi".split()
@@ -150,7 +151,7 @@ def test_split_pickles_and_host_shards_partition_it(tmp_path, corpus):
   split = text_files.TextFileSplit(str(d / "train.{lang}"), "en", "xx", "data.train_files")
   copy = pickle.loads(pickle.dumps(split))
   assert [copy[i] for i in range(len(copy))] == [split[i] for i in range(len(split))]
-  hosts = [sources.HostShard(split, i, 3) for i in range(3)]
+  hosts = [HostShard(split, i, 3) for i in range(3)]
   assert sorted(p for h in hosts for p in h._getitems(range(len(h)))) == sorted(
       (e.encode(), x.encode()) for e, x in pairs["train"])
   assert hosts[1][0] == split[1] and hosts[1][1] == split[4]

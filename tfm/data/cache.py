@@ -49,6 +49,7 @@ from tfm.data import examples as examples_lib
 from tfm.data import sources
 from tfm.data import workers
 from tfm.data.datasets import TEXT
+from tfm.data.host_shard import HostShard
 
 log = logging.getLogger(__name__)
 
@@ -180,7 +181,7 @@ def _write(directory: str, chunks, dtype, inputs: dict[str, Any]) -> None:
       "build_seconds": round(time.perf_counter() - start, 2)})
 
 
-def build(cfg, tokenizer, directory: str, host: sources.HostShard) -> None:
+def build(cfg, tokenizer, directory: str, host: HostShard) -> None:
   """Tokenizes this host's shard of the split into `directory` (temporary name, renamed)."""
   chunks = grain.MapDataset.source(host).batch(CHUNK_SIZE, batch_fn=list).map(
       examples_lib.EncodeChunk(tokenizer, examples_lib.length_limit(cfg), cfg.overlong))
@@ -209,7 +210,7 @@ def open_cache(cfg, source: sources.DataSource, tokenizer, process_index: int = 
                process_count: int = 1) -> TokenCache:
   """This host's token cache for the source's train split, built first when it does not exist
   yet."""
-  host = sources.HostShard(source.open("train"), process_index, process_count)
+  host = HostShard(source.open("train"), process_index, process_count)
   directory = cache_dir(cfg, tokenizer, host.source, process_index, process_count)
   if not os.path.exists(os.path.join(directory, "meta.json")):
     log.info("building the token cache %s (%d examples on this host, data.num_workers=%d)",

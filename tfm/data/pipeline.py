@@ -16,7 +16,7 @@ the limit (the figures: experiments/SPEED.md; experiments/data_throughput.py mea
 Stages (per host):
   chunk k -> ShuffledPositions: CHUNK_SIZE positions in the host's shard, grain's shuffle(seed)
     of each epoch, epochs repeated (tfm/data/shuffle.py computes an epoch's permutation at once)
-  data.cache=False: -> sources.HostShard: the pairs at those positions of TextPairSource
+  data.cache=False: -> HostShard: the pairs at those positions of TextPairSource
     (tfds.data_source)[process_index::process_count] (batched record reads)
     -> EncodeChunk: utf-8 decode, SentencePiece, data.overlong
   data.cache=True: -> TokenCache.chunk: the same examples' ids (a gather)
@@ -56,6 +56,7 @@ from tfm.data import sources
 from tfm.data import stream as stream_lib
 from tfm.data import workers
 from tfm.data.config import DataConfig
+from tfm.data.host_shard import HostShard
 from tfm.data.tokenizer import check_task
 
 CHUNK_SIZE = 128  # pairs read and tokenized together (one grain element)
@@ -121,7 +122,7 @@ def train_chunks(cfg: DataConfig, source: sources.DataSource, tokenizer, *, proc
     tokens = cache.open_cache(cfg, source, tokenizer, process_index, process_count)
     n, reads = len(tokens), [tokens.chunk]
   else:
-    host = sources.HostShard(source.open("train"), process_index, process_count)
+    host = HostShard(source.open("train"), process_index, process_count)
     n, reads = len(host), [host, examples_lib.EncodeChunk(
         tokenizer, examples_lib.length_limit(cfg), cfg.overlong)]
   positions = ShuffledPositions(n, cfg.shuffle_seed, CHUNK_SIZE, num_epochs)
@@ -299,11 +300,11 @@ def eval_batches(cfg: DataConfig, source: sources.DataSource, tokenizer, split: 
                      "for task 'lm' or 'mlm'; translation batches have rows of data.max_length")
   rows = batching.host_rows(cfg, process_count, row_multiple)
   pairs = FirstUsable(source.open(split), cfg.eval_max_examples)
-  host = sources.HostShard(pairs, process_index, process_count)
+  host = HostShard(pairs, process_index, process_count)
   ds = grain.MapDataset.source(host).map(
       examples_lib.EncodePair(tokenizer, cfg.max_length, cfg.overlong))
   # Host 0's shard is the longest: every host pads to its number of batches.
-  longest = sources.HostShard(pairs, 0, process_count)
+  longest = HostShard(pairs, 0, process_count)
   num_batches = math.ceil(len(longest) / rows)
   counters = examples_lib.Counters()
   kept = [example for example in ds if counters.count(example)]
