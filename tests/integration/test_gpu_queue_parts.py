@@ -6,7 +6,7 @@ import json
 
 import pytest
 
-from experiments import gpu_queue
+from experiments.gpu.import_call import write_choices
 from experiments.gpu import carry, forms, run_seconds
 from experiments.gpu.seconds import TABLE, Seconds
 
@@ -92,10 +92,10 @@ def test_the_import_writes_the_gpus_forms_once(tmp_path):
   path.write_text("CPU = {}\nGPU_MEASURED: dict[str, str] = {}  # written by the import\n"
                   "AUTO = {}\n")
   chosen = {"input": "process", "guard": "branch", "dropout_prng": "threefry"}
-  assert gpu_queue.write_choices(path, chosen)
+  assert write_choices(path, chosen)
   assert ('GPU_MEASURED: dict[str, str] = {"dropout_prng": "threefry", "guard": "branch", '
           '"input": "process"}  # written by the import\n') in path.read_text()
-  assert not gpu_queue.write_choices(path, chosen)
+  assert not write_choices(path, chosen)
 
 
 def _published(folder, fingerprint, ppl):
