@@ -242,8 +242,10 @@ def test_quickstart_language_models_are_refused_in_one_line(tmp_path, capsys, co
   assert sorted(os.listdir(tmp_path)) == ["run"]
 
 
-def test_an_mlm_export_refuses_ct2_before_loading(tmp_path, capsys):
+def test_an_mlm_export_refuses_ct2_before_loading(tmp_path, capsys, monkeypatch):
   from tfm import cli  # pylint: disable=import-outside-toplevel
+  from tfm.commands import export  # pylint: disable=import-outside-toplevel
+  monkeypatch.setattr(export, "_check_ct2", lambda quantization: None)  # no ctranslate2 needed
   from tfm.train import checkpoint  # pylint: disable=import-outside-toplevel
   workdir = tmp_path / "run"
   workdir.mkdir()

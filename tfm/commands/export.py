@@ -143,6 +143,7 @@ def run(fv: flags.FlagValues, config):
   if fv.ct2:
     _check_ct2_target(fv.out, fv.ct2)
     _check_out(fv.ct2)
+    _check_ct2(fv.ct2_quantization)
   # pylint: disable=import-outside-toplevel
   from tfm.eval.restore import read_workdir_config
   from tfm.export import ct2, marian, targets
@@ -154,7 +155,6 @@ def run(fv: flags.FlagValues, config):
     why = ct2.refusal(target.name, model_cfg.d_k, model_cfg.d_model, model_cfg.num_heads)
     if why:
       raise UsageError(why)
-    _check_ct2(fv.ct2_quantization)
   import flax.linen as nn
   import jax
   from tfm.eval.restore import load_trained
@@ -201,8 +201,10 @@ def _check_ct2(quantization: str | None) -> None:
   missing = [m for m in ("ctranslate2", "torch", "transformers") if importlib.util.find_spec(m) is None]
   if missing:
     raise UsageError(f"--ct2: needs {', '.join(missing)} (pip install -e '.[export-check]')")
+  if quantization is None:
+    return
   # pylint: disable-next=import-outside-toplevel
-  from ctranslate2.specs.model_spec import ACCEPTED_MODEL_TYPES
-  if quantization is not None and quantization not in ACCEPTED_MODEL_TYPES:
+  from ctranslate2.specs.model_spec import ACCEPTED_MODEL_TYPES  # (its import loads torch)
+  if quantization not in ACCEPTED_MODEL_TYPES:
     raise UsageError(f"--ct2_quantization {quantization}: expected one of CTranslate2's "
                      f"{', '.join(ACCEPTED_MODEL_TYPES)}")
