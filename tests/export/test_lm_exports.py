@@ -263,3 +263,27 @@ def test_sinusoid_table_is_tfms():
   from tfm.model.positions import sinusoids  # pylint: disable=import-outside-toplevel
   ours = np.asarray(sinusoids(np.arange(7)[None], 16))[0]
   assert np.abs(layout.sinusoid_table(7, 16) - ours).max() < 1e-6
+
+
+def test_tokenizer_and_generation_files():
+  """The tokenizer files name every special token by its piece (none added), keep SentencePiece's
+  splitting of texts quoting them, and carry the run's model bytes; generation never emits pad."""
+  cfg = ModelConfig(**GPT2)
+  params = jax.device_get(_random(Transformer(cfg), None, TOKENS))
+  files = gpt2.export_files(_Run(cfg), params, b"the spm bytes", _pieces(40), {})
+  assert files["spiece.model"] == b"the spm bytes"
+  tokenizer = json.loads(files["tokenizer_config.json"])
+  assert tokenizer["tokenizer_class"] == "BertGenerationTokenizer"
+  assert (tokenizer["bos_token"], tokenizer["pad_token"], tokenizer["eos_token"],
+          tokenizer["unk_token"]) == ("<pad>", "<pad>", "</s>", "<unk>")
+  assert tokenizer["split_special_tokens"] and "mask_token" not in tokenizer
+  assert tokenizer["model_max_length"] == 11  # the start token takes the table's first row
+  generation = json.loads(files["generation_config.json"])
+  assert generation["bad_words_ids"] == [[0]] and generation["eos_token_id"] == 1
+  cfg = ModelConfig(**MLM)
+  params = jax.device_get(_random(Transformer(cfg), TOKENS, None))
+  files = bert.export_files(_Run(cfg), params, b"spm", _pieces(40, mask=True), {})
+  assert json.loads(files["tokenizer_config.json"])["mask_token"] == "<mask>"
+  assert "generation_config.json" not in files
+  with pytest.raises(ValueError, match="no <mask> at id 3"):
+    bert.export_files(_Run(cfg), params, b"spm", _pieces(40), {})
