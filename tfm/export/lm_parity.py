@@ -116,7 +116,8 @@ def transformers_greedy(model, torch, prompt_ids: list[list[int]], new: int) -> 
   out = []
   for ids in prompt_ids:
     with torch.no_grad():
-      made = model.generate(torch.tensor([[0] + list(ids)]), max_new_tokens=new, do_sample=False,
+      made = model.generate(torch.tensor([[0] + list(ids)]), max_new_tokens=new, max_length=None,
+                            do_sample=False,
                             attention_mask=torch.ones((1, len(ids) + 1), dtype=torch.long))
     out.append(_until_eos(made[0, len(ids) + 1:].tolist()))
   return out
