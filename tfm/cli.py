@@ -35,8 +35,10 @@ COMMANDS = {
               "(beside the paper's where the config has its figures)", False),
     "attention": ("attention", "draw one sentence's attention weights, a panel per head, for a "
                   "layer of the model in --workdir (the paper's figures 3-5)", False),
-    "export": ("export", "write the model in --workdir as a Hugging Face transformers MarianMTModel "
-               "directory (--out) and, with --ct2, as a CTranslate2 model", False),
+    "export": ("export", "write the model in --workdir as a Hugging Face transformers directory "
+               "(--out: MarianMTModel; a language model as GPT2LMHeadModel, LlamaForCausalLM, "
+               "BertForMaskedLM or RobertaPreLayerNormForMaskedLM) and, with --ct2, as a "
+               "CTranslate2 model", False),
     "plot": ("plot", "training curves of one or more workdirs (loss, perplexity, BLEU, learning "
              "rate) as a PNG", False),
 }

@@ -193,9 +193,9 @@ def test_what_marian_cannot_hold_is_refused_by_key(key, changes):
 
 
 def test_a_language_model_is_refused_for_what_it_is():
-  """An lm run (decoder-only) or an mlm run (encoder-only) is refused naming its task and the
-  half of a translation model it lacks, not as a decoder-only model waiting for a future export;
-  through the command, one line before anything is loaded."""
+  """An lm run (decoder-only) or an mlm run (encoder-only) is refused as a MarianMTModel naming its
+  task and the half of a translation model it lacks (the command exports it to a language-model
+  class instead: tests/export/test_lm_exports.py)."""
   lm = refusals.refusals(ModelConfig(**{**TINY, "architecture": "decoder_only",
                                         "num_encoder_layers": 0}))
   mlm = refusals.refusals(ModelConfig(**{**TINY, "architecture": "encoder_only",
@@ -205,21 +205,6 @@ def test_a_language_model_is_refused_for_what_it_is():
   for found in (lm, mlm):
     assert "once tfm has" not in found[0] and "GPT-2" not in found[0]
   assert "decoder-only" not in mlm[0]
-
-
-def test_an_mlm_workdir_is_refused_in_one_line(tmp_path, capsys):
-  from tfm import cli  # pylint: disable=import-outside-toplevel
-  from tfm.train import checkpoint  # pylint: disable=import-outside-toplevel
-  workdir = tmp_path / "run"
-  workdir.mkdir()
-  checkpoint.write_config(workdir, load_config("configs/mlm_quickstart.py").to_dict())
-  assert cli.main(["tfm", "export", f"--workdir={workdir}", f"--out={tmp_path / 'out'}"]) == 1
-  assert capsys.readouterr().err.strip().splitlines() == [
-      "tfm export: error: config key model.architecture: expected 'encoder_decoder' "
-      "(MarianMTModel translates with an encoder and a decoder; an encoder-only masked language "
-      "model (task mlm) has no decoder, and tfm exports language models to no transformers "
-      "class) to export to MarianMTModel, got 'encoder_only'"]
-  assert sorted(os.listdir(tmp_path)) == ["run"]
 
 
 def test_what_marian_holds_is_not_refused():

@@ -1,15 +1,18 @@
 """`tfm export --workdir DIR --out NEW [--average N | --checkpoint best] [--ct2 CT2
-[--ct2_quantization int8]]`: the trained model as a Hugging Face transformers MarianMTModel
-directory, and with --ct2 as a CTranslate2 model too.
+[--ct2_quantization int8]]`: the trained model as a Hugging Face transformers directory, and with
+--ct2 as a CTranslate2 model too.
 
-NEW then loads with `MarianMTModel.from_pretrained(NEW)` and `MarianTokenizer.from_pretrained(NEW)`
-(no network), and converts with `ct2-transformers-converter --model NEW --output_dir CT2`. The
-parameters are those `tfm eval` and `tfm translate` would use with the same flags (the workdir's
-train.average_checkpoints last checkpoints averaged, or its best checkpoint). A config Marian cannot
-hold (tfm/export/refusals.py) is refused in one line naming its key before anything is loaded or
-written. Writing needs numpy and safetensors only.
---ct2 converts the export with CTranslate2's converter, keeping the start token's embedding that
-its Marian loader replaces by zeros (tfm/export/ct2.py): it needs the export-check extra. Both
+The class follows from the config (tfm/export/targets.py): a translation model (encoder-decoder)
+is a MarianMTModel, a language model (task lm) a GPT2LMHeadModel (absolute positions) or a
+LlamaForCausalLM (rope), a masked language model (task mlm) a BertForMaskedLM (post-LN) or a
+RobertaPreLayerNormForMaskedLM (pre-LN). NEW then loads with the class's `from_pretrained(NEW)`
+and `AutoTokenizer.from_pretrained(NEW)` (no network). The parameters are those `tfm eval` would
+use with the same flags (the workdir's train.average_checkpoints last checkpoints averaged, or its
+best checkpoint). A config the class cannot hold is refused in one line naming its key before
+anything is loaded or written. Writing needs numpy and safetensors only.
+--ct2 converts the export with CTranslate2's converter (Marian's keeping the start token's
+embedding that its Marian loader replaces by zeros; GPT-2's and Llama's as they are;
+tfm/export/ct2.py): it needs the export-check extra. Both
 directories are made under scratch names beside them and renamed into place once the conversion
 has succeeded: a failed or killed export leaves neither (a rerun would refuse an existing --out),
 and the next export removes what a killed one left (`_scratch`).
@@ -29,9 +32,10 @@ from etils import epath
 from tfm.commands import (UsageError, announce_backend, define_trained_flags, refuse_config,
                           require_workdir)
 
-NOTES = ("The mapping (the d_model permutation that turns tfm's interleaved sinusoids into "
-         "Marian's sines-then-cosines, pad moved to the last id, zero biases where tfm has none), "
-         "what is refused and the measured parity: docs/export.md.")
+NOTES = ("Which class a model becomes, the mapping (for Marian the d_model permutation that "
+         "turns tfm's interleaved sinusoids into sines-then-cosines and pad moved to the last id; "
+         "for every class the sqrt(d_model) embedding scale folded into the tables, zero biases "
+         "where tfm has none), what is refused and the measured parity: docs/export.md.")
 
 
 def define_flags(fv: flags.FlagValues):
@@ -141,12 +145,20 @@ def run(fv: flags.FlagValues, config):
     _check_out(fv.ct2)
     _check_ct2(fv.ct2_quantization)
   # pylint: disable=import-outside-toplevel
+  from tfm.eval.restore import read_workdir_config
+  from tfm.export import ct2, marian, targets
+
+  # The class and its refusals, from the config alone: before anything is loaded or written.
+  model_cfg = read_workdir_config(fv.workdir).model
+  target = targets.check(model_cfg)
+  if fv.ct2:
+    why = ct2.refusal(target.name, model_cfg.d_k, model_cfg.d_model, model_cfg.num_heads)
+    if why:
+      raise UsageError(why)
   import flax.linen as nn
   import jax
-  from tfm.eval.restore import load_trained, read_workdir_config
-  from tfm.export import marian, refusals
+  from tfm.eval.restore import load_trained
 
-  refusals.check(read_workdir_config(fv.workdir).model)  # before anything is loaded or written
   t = load_trained(fv.workdir, fv.average, checkpoint=fv.checkpoint)
   announce_backend(t.note)
   cfg = t.config.model
@@ -155,16 +167,16 @@ def run(fv: flags.FlagValues, config):
   params = jax.device_get(nn.meta.unbox(t.params))
   provenance = {"workdir": os.fspath(fv.workdir), "checkpoints": t.steps,
                 "checkpoint": fv.checkpoint, **({"best": t.best} if t.best else {})}
-  files = marian.export_files(t.config, params, t.tokenizer.__getstate__()["proto"], pieces,
+  files = target.export_files(t.config, params, t.tokenizer.__getstate__()["proto"], pieces,
                               provenance)
   if jax.process_index() == 0:
     write_directory(out, files, fv.ct2, fv.ct2_quantization)
-  if cfg.norm_epsilon != marian.EPSILON:
+  if target.name == "MarianMTModel" and cfg.norm_epsilon != marian.EPSILON:
     print(f"tfm export: model.norm_epsilon={cfg.norm_epsilon:g}; MarianMTModel's LayerNorms use "
           f"{marian.EPSILON:g} (fixed in transformers): the exported function differs by that "
           "(docs/export.md measures it)", file=sys.stderr)
   print(f"tfm export: checkpoint(s) {t.steps} of {fv.workdir} written to {fv.out} as a "
-        f"MarianMTModel ({len(files)} files)")
+        f"{target.name} ({len(files)} files)")
   if fv.ct2:
     print(f"tfm export: {fv.out} converted to CTranslate2 in {fv.ct2} "
           f"({fv.ct2_quantization or 'float32'})")
@@ -189,8 +201,10 @@ def _check_ct2(quantization: str | None) -> None:
   missing = [m for m in ("ctranslate2", "torch", "transformers") if importlib.util.find_spec(m) is None]
   if missing:
     raise UsageError(f"--ct2: needs {', '.join(missing)} (pip install -e '.[export-check]')")
+  if quantization is None:
+    return
   # pylint: disable-next=import-outside-toplevel
-  from ctranslate2.specs.model_spec import ACCEPTED_MODEL_TYPES
-  if quantization is not None and quantization not in ACCEPTED_MODEL_TYPES:
+  from ctranslate2.specs.model_spec import ACCEPTED_MODEL_TYPES  # (its import loads torch)
+  if quantization not in ACCEPTED_MODEL_TYPES:
     raise UsageError(f"--ct2_quantization {quantization}: expected one of CTranslate2's "
                      f"{', '.join(ACCEPTED_MODEL_TYPES)}")

@@ -1,5 +1,8 @@
 """Trained tfm models written in other libraries' formats: `tfm export` (tfm/commands/export.py).
 
-marian.py: an encoder-decoder as Hugging Face transformers' MarianMTModel (and through it
-CTranslate2's converter); refusals.py: the configs that class cannot hold, refused by key.
+targets.py picks the transformers class from the config: marian.py (an encoder-decoder as
+MarianMTModel; refusals.py: what that class cannot hold), gpt2.py (GPT2LMHeadModel) and llama.py
+(LlamaForCausalLM) for language models, bert.py (BertForMaskedLM, RobertaPreLayerNormForMaskedLM)
+for masked language models; layout.py holds the parameter layouts they share, spm_tokenizer.py the
+language models' tokenizer files, ct2.py the conversion to CTranslate2.
 """

@@ -43,6 +43,7 @@ from typing import Any, Mapping
 
 import numpy as np
 
+from tfm.export.layout import unrolled as _unrolled
 from tfm.model.config import ModelConfig
 
 EPSILON = 1e-5  # MarianMTModel's LayerNorm epsilon (torch.nn.LayerNorm's default, not configurable)
@@ -77,24 +78,6 @@ def _linear(kernel: np.ndarray, bias: np.ndarray | None, in_dims: int, order: np
   else:
     weight, b = weight[order], b[order]
   return weight, b
-
-
-def _unrolled(stack: Mapping[str, Any]) -> dict:
-  """A stack's layers as {layer_i: ...}: a scanned stack's [N, ...] leaves split per layer."""
-  if "layers" not in stack:
-    return dict(stack)
-  stacked, count = stack["layers"], None
-
-  def split(tree, i):
-    return {k: split(v, i) if isinstance(v, Mapping) else v[i] for k, v in tree.items()}
-
-  def first_leaf(tree):
-    leaf = next(iter(tree.values()))
-    return first_leaf(leaf) if isinstance(leaf, Mapping) else leaf
-
-  count = first_leaf(stacked).shape[0]
-  return {**{k: v for k, v in stack.items() if k != "layers"},
-          **{f"layer_{i}": split(stacked, i) for i in range(count)}}
 
 
 def state_dict(params: Mapping[str, Any], cfg: ModelConfig) -> dict[str, np.ndarray]:

@@ -6,8 +6,8 @@ embeddings scaled by sqrt(d_model), multi-head attention with d_model / heads wi
 two-layer feed-forward with one activation, a bias on every Linear. Keys and what becomes of them:
 
   architecture         encoder_decoder exports; decoder_only (task lm) and encoder_only (task
-                       mlm) are refused: a language model is no translation model, and tfm
-                       exports none to transformers' language-model classes
+                       mlm) are no translation models: they export to transformers' language-model
+                       classes instead (tfm/export/targets.py chooses)
   norm                 post exports; pre is refused (Marian has no pre-LN layers nor final norm)
   norm_kind            layer exports; rms is refused (Marian's norms are LayerNorms)
   positions            sinusoidal exports; learned is refused (the class recomputes its sinusoid
@@ -53,8 +53,8 @@ def refusals(cfg: ModelConfig) -> list[str]:
     kind = {"decoder_only": "a decoder-only language model (task lm) has no encoder",
             "encoder_only": "an encoder-only masked language model (task mlm) has no decoder"}
     refuse("architecture", f"'encoder_decoder' (MarianMTModel translates with an encoder and a "
-           f"decoder; {kind.get(cfg.architecture, 'this stack is not one')}, and tfm exports "
-           "language models to no transformers class)", cfg.architecture)
+           f"decoder; {kind.get(cfg.architecture, 'this stack is not one')}: tfm/export/targets.py "
+           "exports it to a language-model class)", cfg.architecture)
   if cfg.norm != "post":
     refuse("norm", "'post' (MarianMTModel's layers are LayerNorm(x + Sublayer(x)))", cfg.norm)
   if cfg.norm_kind != "layer":
