@@ -26,6 +26,7 @@ import tempfile
 from absl import flags
 from etils import epath
 
+from tfm import tasks
 from tfm.commands import (UsageError, announce_backend, define_trained_flags, refuse_config,
                           require_workdir)
 
@@ -146,7 +147,9 @@ def run(fv: flags.FlagValues, config):
   from tfm.eval.restore import load_trained, read_workdir_config
   from tfm.export import marian, refusals
 
-  refusals.check(read_workdir_config(fv.workdir).model)  # before anything is loaded or written
+  saved = read_workdir_config(fv.workdir)
+  refusals.check_task(tasks.get(saved.task), saved.data)  # before anything is loaded or written
+  refusals.check(saved.model)
   t = load_trained(fv.workdir, fv.average, checkpoint=fv.checkpoint)
   announce_backend(t.note)
   cfg = t.config.model
