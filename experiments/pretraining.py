@@ -16,13 +16,13 @@ The arms, each with train.seed = data.shuffle_seed = s for s in 0..seeds-1:
 Equal total compute is equal model FLOPs (tfm/train/flops.py, the matmuls and attention products
 of forward and backward): both configs step on 32 rows of 128 input tokens, but a span step's
 decoder reads 29 targets a row where translation's reads 128, so a span step costs
-`step_ratio` = train_flops(S=128, T=29) / train_flops(S=128, T=128) of a translation step (0.71
-for the quickstart's model: the encoder, the embeddings and the output layer per target token
-are the same) and the scratch arm trains finetune_steps + round(span_steps x step_ratio) = 1500 +
-1071 = 2571 steps. Steps x rows x tokens are then equal on the inputs' side and the FLOPs equal
-overall; equal wall time is not claimed (on 2 CPU cores a span step measured about the same as
-a translation step, its data pipeline the larger share of the step). The scratch run's checkpoint
-at step 1500 is the quickstart itself (its schedule does not depend on train.steps).
+`step_ratio` = train_flops(S=128, T=29) / train_flops(S=128, T=128) of a translation step (0.514
+for the quickstart's model: the decoder's layers and the output layer work per target token) and
+the scratch arm trains finetune_steps + round(span_steps x step_ratio) = 1500 + 771 = 2271 steps.
+Input tokens seen are then unequal (the scratch arm reads fewer, 2271 x 4096 against 3000 x
+4096), model FLOPs equal; wall time follows the FLOPs here (measured: a span step about half a
+translation step). The scratch run's checkpoint at step 1500 is the quickstart itself (its
+schedule does not depend on train.steps), so its curve also shows the quickstart at equal steps.
 
 Figures: each translation run's final dev BLEU (sacreBLEU, first 200 dev verses, beam 4, as the
 quickstart's) and dev perplexity from `tfm eval` (the sweep's own command), mean and spread over
@@ -32,11 +32,12 @@ equivalent, the span runs' own perplexity is over their span targets and is left
 final BLEU beside it. Published into --publish (experiments/results/pretraining/) with each
 translation run's eval_dev_*.json.
 
-Time on the 2-core CPU (Intel Xeon, measured at nice -n 10 beside other jobs: see
-MEASURED_STEP_S): span runs 1500 x 0.9 s, fine-tuning 1500 x 0.9 s, scratch 2571 x 0.9 s: about
-5,571 steps a seed, so 2 seeds take about 2 x 5,571 x 0.9 s = 2.8 hours of training, plus the
-vocabulary, compiles and 4 `tfm eval`s (beam search over 200 verses: about 2 minutes each),
-about 3 hours in all. A rerun resumes: finished runs are skipped, interrupted ones continue.
+Time on the 2-core CPU (Intel Xeon, nice -n 10 beside other jobs at load ~6; 40-step runs of
+each config, steps 21-40): a span step 0.64-0.80 s, a translation step 1.28-1.68 s (MEASURED_STEP_S,
+the lower figures). A seed is 1500 x 0.7 + (1500 + 2271) x 1.3 s = 1.7 hours, so 2 seeds take
+about 3.4 hours of training, plus the vocabulary and token cache, compiles and 4 `tfm eval`s
+(beam search over 200 verses, a few minutes each): about 3.5 hours in all, the runs one after
+another. A rerun resumes: finished runs are skipped, interrupted ones continue.
 """
 
 from __future__ import annotations
@@ -62,7 +63,7 @@ from tfm.train.flops import train_flops
 
 SPAN_CONFIG, TRANSLATE_CONFIG = "configs/span_quickstart.py", "configs/quickstart.py"
 BLEU_VERSES = 200  # the quickstart's eval.bleu_examples
-MEASURED_STEP_S = {"span": 0.9, "translate": 0.9}  # s a step, 2-core CPU at nice -n 10, see above
+MEASURED_STEP_S = {"span": 0.7, "translate": 1.3}  # s a step, 2-core CPU at nice -n 10, see above
 
 
 @dataclasses.dataclass(frozen=True)
