@@ -295,11 +295,15 @@ class Experiment:
     """`wanted` decode rows rounded up to a multiple of the batch shards."""
     return -(-max(wanted, 1) // self.batch_shards) * self.batch_shards
 
-  def abstract_batch(self, rows: int, length: int) -> dict[str, jax.ShapeDtypeStruct]:
-    """A global packed batch [rows, length] of int32 as ShapeDtypeStructs on the batch sharding."""
+  def abstract_batch(self, rows: int, length: int,
+                     target_length: int | None = None) -> dict[str, jax.ShapeDtypeStruct]:
+    """A global packed batch of int32 as ShapeDtypeStructs on the batch sharding: inputs [rows,
+    length], targets [rows, target_length] (None: length; task span's targets are shorter, its
+    task's target_length)."""
     keys = BATCH_KEYS if self.config.model.has_encoder else tuple(
         k for k in BATCH_KEYS if k.startswith("targets"))
-    return {k: jax.ShapeDtypeStruct((rows, length), np.int32, sharding=self.batch_sharding)
+    wide = lambda k: target_length if k.startswith("targets") and target_length else length
+    return {k: jax.ShapeDtypeStruct((rows, wide(k)), np.int32, sharding=self.batch_sharding)
             for k in keys}
 
   def translate_fn(self, *, beam_size: int | None = None, length_penalty: float | None = None,

@@ -231,7 +231,8 @@ def test_task_and_text_key_mismatches_are_refused_in_one_line(lm_env):
                      r"data.text_key='en' \(monolingual text.*, got False$"):
     cfg.replace(packing=False)
   with pytest.raises(ValueError, match=r"^config keys task='translate' and data.text_key='en': "
-                     r"translation reads pairs \(data.text_key=None\), or set task='lm' or 'mlm'$"):
+                     r"translation reads pairs \(data.text_key=None\), or set task to 'lm', "
+                     r"'mlm' or 'span'$"):
     pipeline.train_iterator(cfg, source, tok, task=tasks.get("translate"))
   with pytest.raises(ValueError, match=r"^data.text_key='en' with no task given: the examples are "
                      r"read as translation pairs; pass the run's task"):

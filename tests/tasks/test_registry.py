@@ -73,3 +73,12 @@ def test_the_data_layers_check_is_the_tasks():
     tasks.get("mlm").check_data(pairs)
   with pytest.raises(ValueError, match=r"^config keys task='translate' and data.text_key='en': "):
     tasks.get("translate").check_data(text)
+
+
+def test_translations_refusal_names_the_registrys_monolingual_tasks(monkeypatch):
+  """The translate task's refusal of data.text_key suggests every monolingual task registered, a
+  new one too."""
+  new = type("Summary", (tasks.Task,), {"name": "summary", "architecture": "encoder_decoder"})()
+  monkeypatch.setattr(tasks, "ALL", tasks.ALL + (new,))
+  with pytest.raises(ValueError, match=r"or set task to 'lm', 'mlm', 'span' or 'summary'$"):
+    tasks.get("translate").check_text_key("en")

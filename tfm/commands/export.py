@@ -29,6 +29,7 @@ import tempfile
 from absl import flags
 from etils import epath
 
+from tfm import tasks
 from tfm.commands import (UsageError, announce_backend, define_trained_flags, refuse_config,
                           require_workdir)
 
@@ -146,10 +147,12 @@ def run(fv: flags.FlagValues, config):
     _check_ct2(fv.ct2_quantization)
   # pylint: disable=import-outside-toplevel
   from tfm.eval.restore import read_workdir_config
-  from tfm.export import ct2, marian, targets
+  from tfm.export import ct2, marian, refusals, targets
 
   # The class and its refusals, from the config alone: before anything is loaded or written.
-  model_cfg = read_workdir_config(fv.workdir).model
+  saved = read_workdir_config(fv.workdir)
+  refusals.check_task(tasks.get(saved.task), saved.data)  # a task that does not translate (span)
+  model_cfg = saved.model
   target = targets.check(model_cfg)
   if fv.ct2:
     why = ct2.refusal(target.name, model_cfg.d_k, model_cfg.d_model, model_cfg.num_heads)

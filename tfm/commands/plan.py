@@ -45,7 +45,8 @@ def _figures(plan, config) -> dict:
       topology=plan.topology, chips=plan.chips, hosts=plan.hosts, device_kind=plan.device_kind,
       mesh=plan.mesh, microbatches=config.train.microbatches, remat=config.model.remat,
       choices=_step_choices(config),
-      rows=plan.rows, length=plan.length, tokens_per_step=plan.tokens_per_step,
+      rows=plan.rows, length=plan.length, target_length=plan.target_length,
+      tokens_per_step=plan.tokens_per_step,
       rows_note=plan.rows_note, fits=plan.fits, hbm_bytes=plan.hbm_bytes,
       bytes_per_chip=plan.bytes_per_chip,
       bytes=dict(params=plan.params_bytes, optimizer=plan.optimizer_bytes, batch=plan.batch_bytes,
@@ -96,7 +97,9 @@ def _print_human(plan, config, remedies):
   print(f"{p.topology}: {p.chips} x {p.device_kind} ({p.hosts} host(s)), mesh {p.mesh}, "
         f"train.microbatches={config.train.microbatches}, model.remat={config.model.remat}, "
         + ", ".join(f"{k}={v}" for k, v in _step_choices(config).items()))
-  print(f"batch: {p.rows} rows x {p.length} tokens = {p.tokens_per_step:,} target tokens per step")
+  wide = (f"{p.length} tokens" if p.target_length == p.length
+          else f"{p.length} input and {p.target_length} target tokens")
+  print(f"batch: {p.rows} rows x {wide} = {p.tokens_per_step:,} target tokens per step")
   if p.rows_note:
     print(f"note: {p.rows_note}")
   rows = [("parameters", p.params_bytes), ("optimizer state", p.optimizer_bytes),

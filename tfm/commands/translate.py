@@ -23,6 +23,7 @@ import sys
 from absl import flags
 from etils import epath
 
+from tfm import tasks
 from tfm.commands import (UsageError, announce_backend, define_trained_flags, refuse_config,
                            require_workdir, text_lines)
 
@@ -76,6 +77,17 @@ def _check_flags(fv: flags.FlagValues):
     raise UsageError("--temperature, --top_k, --top_p and --seed apply with --sample only")
 
 
+def _refuse_non_translating(workdir: str, config) -> None:
+  """One line for a workdir whose model does not translate (lm, mlm, span), asked of its task,
+  before anything is read or loaded (--score too: a span model would score its decoder's targets,
+  not a translation)."""
+  task = tasks.get(config.task)
+  if not task.translates:
+    raise ValueError(f"--workdir={workdir}: tfm translate translates with a translation model "
+                     f"(task='translate'); this run's config.task is {config.task!r} "
+                     f"({task.not_translating()})")
+
+
 def run(fv: flags.FlagValues, config):
   refuse_config(config)
   require_workdir(fv)
@@ -87,6 +99,7 @@ def run(fv: flags.FlagValues, config):
   from tfm.eval import decoding
   from tfm.eval.restore import load_trained, read_workdir_config
 
+  _refuse_non_translating(fv.workdir, read_workdir_config(fv.workdir))
   if fv.input:
     try:
       lines = text_lines(epath.Path(fv.input).read_text(encoding="utf-8"))

@@ -153,6 +153,10 @@ class DataConfig:
   mask_random_rate: float = 0.1  # of the selected: replaced by a uniformly random ordinary piece
   noise_density: float = 0.15  # task span: the share of a raw row's tokens in noise spans (T5)
   mean_noise_span_length: float = 3.0  # task span: the mean length of a noise span (T5)
+  # Task translate: ids kept above the SentencePiece pieces and never in its data, the sentinels
+  # of the span run it starts from (train.init_from), so that its ids and model.vocab_size are
+  # that run's; data.vocab_size counts them. 0 otherwise; task span counts its own from its rows.
+  sentinels: int = 0
 
   def __post_init__(self):
     # Mappings held as FrozenDicts, eval_sets as ((name, spec), ...): a frozen config is hashable
@@ -243,6 +247,9 @@ def validate_data_config(cfg: DataConfig) -> None:
   if cfg.cache_dir is not None and "://" in cfg.cache_dir:
     _fail("cache_dir", "a local directory (the token cache is memory-mapped) or None",
           cfg.cache_dir)
+  if not sections.is_int(cfg.sentinels) or not 0 <= cfg.sentinels <= cfg.vocab_size - 8:
+    _fail("sentinels", f"an integer in [0, data.vocab_size - 8 = {cfg.vocab_size - 8}] (ids kept "
+          "above 8 or more SentencePiece pieces)", cfg.sentinels)
   if cfg.eval_max_examples is not None and (not sections.is_int(cfg.eval_max_examples)
                                             or cfg.eval_max_examples < 1):
     _fail("eval_max_examples", "a positive integer or None", cfg.eval_max_examples)

@@ -17,7 +17,8 @@ size never reuses a wrong file, even one at the same path in a shared data.vocab
 text (data.text_key; tasks lm, mlm, span) is named `spm_<dataset>_<text_key>_<size>.model`,
 `..._<size>_mask.model` for mlm, so a vocabulary without `<mask>` is never read for mlm, nor one
 with it for lm. Task span's sentinels are ids above the pieces, not pieces: its <size> is
-data.vocab_size less them, lm's model of that many pieces. Training writes a local temporary file, copies it next to the target and renames
+data.vocab_size less them, lm's model of that many pieces; a translation run started from a span
+run keeps them (data.sentinels, counted alike). Training writes a local temporary file, copies it next to the target and renames
 it there, so a reader never sees a half-written model.
 
 A trained model's vocabulary of text files is found by that name while the train files are
@@ -94,8 +95,10 @@ def _masked(task) -> bool:
 
 
 def _sentinels(cfg, task) -> int:
-  """The ids the vocabulary of `task` reserves at its top (task span's sentinels; else 0)."""
-  return 0 if task is None else task.sentinels(cfg)
+  """The ids the vocabulary of `task` reserves at its top: task span's sentinels, or those a
+  translation run keeps of the span run it starts from (data.sentinels; also for task None,
+  translation pairs); else 0."""
+  return cfg.sentinels if task is None else task.sentinels(cfg)
 
 
 def pieces(cfg, task=None) -> int:
@@ -107,10 +110,11 @@ def pieces(cfg, task=None) -> int:
 def _langs_and_size(cfg, task=None) -> str:
   """'<lang>-<lang>_<size>' (pairs), '<text_key>_<size>' (monolingual), '..._mask' (task mlm);
   the size is the pieces', so task span (sentinels above the pieces) reads lm's model of as many
-  pieces."""
+  pieces, and a translation run that keeps a span run's sentinels (data.sentinels) names its copy
+  of that run's model by its pieces too."""
   if cfg.text_key is not None:
     return f"{cfg.text_key}_{pieces(cfg, task)}" + ("_mask" if _masked(task) else "")
-  return f"{'-'.join(sorted((cfg.source_lang, cfg.target_lang)))}_{cfg.vocab_size}"
+  return f"{'-'.join(sorted((cfg.source_lang, cfg.target_lang)))}_{pieces(cfg, task)}"
 
 
 def _named_as_written(cfg) -> str:

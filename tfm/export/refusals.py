@@ -86,6 +86,18 @@ def refusals(cfg: ModelConfig) -> list[str]:
   return out
 
 
+def check_task(task, data) -> None:
+  """Raises ValueError (one line naming config key task) for an encoder-decoder whose task does not
+  translate (span): MarianMTModel is a translation model, and such a vocabulary's top ids are
+  sentinels (task.sentinels) MarianTokenizer's SentencePiece model lacks. task: the run's
+  tfm/tasks object; data: its data section."""
+  if task.architecture == "encoder_decoder" and not task.translates:
+    raise ValueError(f"config key task: expected 'translate' to export to MarianMTModel (a "
+                     f"translation model), got {task.name!r}: its model does not translate, and "
+                     f"its vocabulary's top {task.sentinels(data)} ids are sentinels "
+                     "MarianTokenizer's SentencePiece model lacks")
+
+
 def check(cfg: ModelConfig) -> None:
   """Raises ValueError with the first refusal's line, and how many more there are."""
   found = refusals(cfg)

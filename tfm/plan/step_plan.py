@@ -16,10 +16,10 @@ Memory per chip (bytes), from the partitioned program:
           tfm/plan/oom.py) and total <= the chip's HBM (tfm/train/tpu_chips.py)
 
 FLOPs per chip and HBM bytes accessed per chip are XLA's cost analysis of the per-chip program;
-flops_per_step = flops per chip x chips. model_flops_per_step = rows x train_flops(S=T=max_length)
-(tfm/train/flops.py), which counts the matmuls and attention products of the model only. The step
-time is a roofline estimate (tfm/plan/roofline.py: no collectives), made only for a step without
-train.microbatches: a microbatched step is a loop, whose body XLA's cost analysis counts once, so
+flops_per_step = flops per chip x chips. model_flops_per_step = rows x train_flops(S=max_length,
+T=the task's target length: max_length, or task span's shorter targets) (tfm/train/flops.py),
+which counts the matmuls and attention products of the model only. The step time is a roofline
+estimate (tfm/plan/roofline.py: no collectives), made only for a step without train.microbatches: a microbatched step is a loop, whose body XLA's cost analysis counts once, so
 its FLOPs and HBM traffic would be a fraction of the step's (`estimate_note` says so instead).
 """
 
@@ -32,6 +32,7 @@ from typing import Any
 
 import jax
 
+from tfm import tasks
 from tfm.config import Config
 from tfm.experiment import Experiment
 from tfm.plan.oom import OutOfMemory, is_out_of_memory, parse_out_of_memory
@@ -57,8 +58,9 @@ class StepPlan:
   device_kind: str
   mesh: dict[str, int]
   rows: int
-  length: int
-  tokens_per_step: int  # target tokens: rows x length
+  length: int  # inputs (and targets but task span's)
+  target_length: int  # the targets' row: length, or task span's shorter one
+  tokens_per_step: int  # target tokens: rows x target_length
   rows_note: str | None  # set when the configured rows were rounded up to split
   params_bytes: int
   optimizer_bytes: int
@@ -120,6 +122,15 @@ def topology_hosts(devices) -> int:
   return len({(getattr(d, "slice_index", 0), d.process_index) for d in devices})
 
 
+def abstract_batch(config: Config, exp: Experiment, hosts: int):
+  """(rows, inputs length, targets length, the abstract global train batch) of `config`'s step:
+  rows of data.max_length inputs, and targets as long as its task's rows (task span's: T5's
+  targets length, a fifth or so of the inputs)."""
+  rows, length = exp.train_rows(hosts), config.data.max_length
+  targets = tasks.get(config.task).target_length(config.data)
+  return rows, length, targets, exp.abstract_batch(rows, length, targets)
+
+
 def plan_step(config: Config, topology: Topology) -> StepPlan:
   """Compiles config's train step for `topology` (see the module docstring) and measures it.
 
@@ -128,17 +139,17 @@ def plan_step(config: Config, topology: Topology) -> StepPlan:
   plus the temporaries it names (the program's own size unknown)."""
   exp = Experiment(config, devices=topology.devices)
   hosts = topology_hosts(topology.devices)
-  rows, length = exp.train_rows(hosts), config.data.max_length
-  state, batch = exp.abstract_state, exp.abstract_batch(rows, length)
+  rows, length, targets, batch = abstract_batch(config, exp, hosts)
+  state = exp.abstract_state
   params, optimizer = shard_bytes(state.params), shard_bytes(state.opt_state)
   figures = dict(
       topology=topology.name, chips=topology.chips, hosts=hosts,
       device_kind=topology.devices[0].device_kind, mesh=dict(exp.mesh.shape), rows=rows,
-      length=length, tokens_per_step=rows * length, rows_note=exp.rows_note(hosts),
+      length=length, target_length=targets, tokens_per_step=rows * targets, rows_note=exp.rows_note(hosts),
       params_bytes=params, optimizer_bytes=optimizer, batch_bytes=shard_bytes(batch),
       other_state_bytes=shard_bytes(state) - params - optimizer,
       hbm_bytes=topology.chip.hbm_bytes, peak_flops=topology.chip.peak_bf16_flops,
-      model_flops_per_step=float(rows * train_flops(config.model, length, length)))
+      model_flops_per_step=float(rows * train_flops(config.model, length, targets)))
   start = time.perf_counter()
   with captured_stderr() as log:
     try:

@@ -23,5 +23,8 @@ class LanguageModel(Task):
   dev_ppl_note = ("every piece, EOS included, predicted from the pieces before it in its row of "
                   "data.max_length")
 
+  def not_translating(self) -> str:
+    return "a language model continues text: tfm generate continues prompts with it"
+
 
 TASK = LanguageModel()

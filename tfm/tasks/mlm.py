@@ -29,5 +29,8 @@ class MaskedLanguageModel(Task):
   def not_generating(self) -> str:
     return "a masked language model fills in masked tokens; it does not continue text"
 
+  def not_translating(self) -> str:
+    return "a masked language model fills in masked tokens; it does not translate"
+
 
 TASK = MaskedLanguageModel()

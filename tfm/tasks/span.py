@@ -41,6 +41,9 @@ class SpanCorruption(Task):
   def stream_length(self, data) -> int:
     return spans.geometry(data)[0]
 
+  def target_length(self, data) -> int:
+    return spans.geometry(data)[1]
+
   def corrupter(self, data, tokenizer, *, seed: int, process_index: int = 0):
     return spans.SpanCorrupter.of(data, tokenizer, seed=seed, process_index=process_index)
 
@@ -92,6 +95,10 @@ class SpanCorruption(Task):
 
   def not_generating(self) -> str:
     return "a span-corruption model fills in dropped spans; it does not continue text"
+
+  def not_translating(self) -> str:
+    return ("a span-corruption model fills in dropped spans; it does not translate: start a "
+            "translation run from it (train.init_from)")
 
 
 TASK = SpanCorruption()

@@ -9,7 +9,8 @@ into raw rows of `stream_length` tokens), `corrupter` (what turns a stream batch
 batch: mlm's BERT masking, span's T5 span corruption), `eval_stream` (the evaluation batches of
 a monolingual split's token stream), `has_inputs` (lm's batches carry zero inputs),
 `mask_vocabulary` (the vocabulary holds `<mask>` at id 3), `sentinels` (ids the vocabulary
-reserves above its pieces), `check_data` and `name` (for messages).
+reserves above its pieces: span's own, or the span run's a translation run starts from,
+data.sentinels), `check_data` and `name` (for messages).
 """
 
 from __future__ import annotations
@@ -30,6 +31,8 @@ class Task:
   scored at other context lengths (eval.context_lengths, tfm eval --context_lengths). generates:
   tfm generate continues prompts with it. dev_ppl_note: what a language model's dev PPL is per
   piece of, in a sweep report's legend (None: the report has its own translation legend).
+  keeps_sentinels: its vocabulary keeps data.sentinels ids above its pieces, never in its data
+  (translate: those of the span run it starts from, train.init_from); the others refuse the key.
   """
 
   name: str
@@ -42,6 +45,7 @@ class Task:
   scores_context_lengths: bool = False
   generates: bool = False
   dev_ppl_note: str | None = None
+  keeps_sentinels: bool = False
 
   def __repr__(self) -> str:
     return f"<task {self.name!r}>"
@@ -64,6 +68,10 @@ class Task:
     corrupter: data.max_length, the rows the model reads."""
     return data.max_length
 
+  def target_length(self, data) -> int:
+    """The length of a train batch's target rows (its inputs' is data.max_length): the same."""
+    return data.max_length
+
   def eval_stream(self, tokens, rows: int, length: int, data, tokenizer) -> list[dict]:
     """The global evaluation batches of a monolingual split: `tokens` (int32 [n], its texts each
     ending with EOS, concatenated) cut into batches of rows x length (the last padded), every token
@@ -78,6 +86,11 @@ class Task:
     model.architecture, data.text_key, eval.context_lengths and train.best_metric."""
     self.check_architecture(config.model.architecture)
     self.check_text_key(config.data.text_key)
+    if config.data.sentinels and not self.keeps_sentinels:
+      raise ValueError(f"config keys task={self.name!r} and data.sentinels="
+                       f"{config.data.sentinels}: data.sentinels keeps a span run's sentinels in "
+                       f"a translation run started from it (train.init_from); {self.name} "
+                       "reserves no ids by it; set data.sentinels=0")
     lengths = config.eval.context_lengths
     if lengths and not self.scores_context_lengths:
       raise ValueError(f"config keys task={self.name!r} and eval.context_lengths={lengths}: "
@@ -119,6 +132,11 @@ class Task:
     tfm/eval/dev_loss.py's one-line refusal)."""
     del data
     return "no text"
+
+  def not_translating(self) -> str:
+    """What the run is for instead, in tfm translate's refusal of a task that does not
+    translate."""
+    raise NotImplementedError(f"task {self.name!r} translates")
 
   def not_generating(self) -> str:
     """What the run is for instead, in tfm generate's refusal of a task that does not generate."""

@@ -5,7 +5,11 @@ schedule) with the parameters replaced by those of the source's last checkpoint,
 (train.init_checkpoint='best', tfm/train/checkpoint/best.py); train.init_optimizer=True takes the source's
 whole state instead: its Adam moments, its step (the schedule and the dropout key go on from it)
 and its parameters. The model must be the same shape: the first parameter (or optimizer array)
-whose shape differs, or that one side lacks, is named with both shapes in one line. A run that
+whose shape differs, or that one side lacks, is named with both shapes in one line.
+Across tasks: a run starts from one of another task on the same model.architecture (a translation
+run from a span-corruption run, T5's pretraining; both encoder-decoders), taking its vocabulary;
+a span run's sentinels stay the top ids of a translation run started from it (data.sentinels),
+never in its data. Another architecture is refused in one line before anything is written. A run that
 keeps an EMA of its parameters (train.ema_decay) starts it from the parameters it starts from, or,
 with init_optimizer, takes the source's EMA where the source kept one.
 WORKDIR/init_from.json records where the run started ({"workdir", "checkpoint", "step",
@@ -28,6 +32,7 @@ from tfm.train.checkpoint import compat as checkpoint_compat
 from tfm.train.ema import init_ema
 
 RECORD = "init_from.json"
+KEY = "config key train.init_from"
 
 
 def source_checkpoint(source: str, which: str) -> tuple[epath.Path, int]:
@@ -44,17 +49,45 @@ def source_checkpoint(source: str, which: str) -> tuple[epath.Path, int]:
 
 def share_vocabulary(config, workdir: str) -> str:
   """The source's vocabulary for a run that starts from it (tfm/data/vocabulary.py's from_run);
-  returns its SHA-256, which the tokenizer the run prepares must have (check_tokenizer)."""
+  returns its SHA-256, which the tokenizer the run prepares must have (check_tokenizer). A source
+  of another architecture, or whose vocabulary reserves other ids above its pieces, is refused
+  first (`check_source`), before anything is written."""
   source = config.train.init_from
-  key = "config key train.init_from"
   try:
     their_config = config_lib.build(ckpt_lib.read_config(source))
   except (OSError, ValueError) as e:
-    raise ValueError(f"{key}: {source}/config.json cannot be read as a run's config "
+    raise ValueError(f"{KEY}: {source}/config.json cannot be read as a run's config "
                      f"({' '.join(str(e).split())}); expected the workdir of a trained "
                      "run") from None
+  check_source(config, their_config)
   return vocabulary.from_run(source, their_config.data, tasks.get(their_config.task), config.data,
-                             workdir, tasks.get(config.task), key)
+                             workdir, tasks.get(config.task), KEY)
+
+
+def check_source(config, theirs) -> None:
+  """Raises ValueError (one line naming train.init_from) unless the source run's config `theirs`
+  can start the run of `config`: the same model.architecture (a decoder-only lm, an encoder-only
+  mlm and an encoder-decoder are other parameter trees, and no mapping between them is made
+  here), and a vocabulary with as many ids above its pieces (a span run's sentinels: a
+  translation run started from one keeps them, data.sentinels, so that its ids and
+  model.vocab_size are the source's). Shapes are compared later, parameter by parameter."""
+  source = config.train.init_from
+  their_task, task = tasks.get(theirs.task), tasks.get(config.task)
+  arch, their_arch = config.model.architecture, theirs.model.architecture
+  if arch != their_arch:
+    raise ValueError(f"{KEY}: {source} is a run of task {their_task.name!r} on "
+                     f"model.architecture={their_arch!r}, this run's is {arch!r}: another "
+                     "parameter tree, which tfm maps to no other; start from a run of "
+                     f"{arch!r}")
+  theirs_n, ours_n = their_task.sentinels(theirs.data), task.sentinels(config.data)
+  if theirs_n != ours_n:
+    fix = (f"set data.sentinels={theirs_n} (kept above the pieces, never in this run's data)"
+           if task.keeps_sentinels else
+           f"task {task.name!r} reserves its own {ours_n}; start from a run whose vocabulary "
+           "holds as many")
+    raise ValueError(f"{KEY}: {source}'s vocabulary (task {their_task.name!r}) holds {theirs_n} "
+                     f"sentinel ids above its pieces and this run's {ours_n}, so the ids would "
+                     f"differ; {fix}")
 
 
 def check_tokenizer(config, tokenizer, sha256: str) -> None:
