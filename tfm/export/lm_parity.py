@@ -44,7 +44,7 @@ def logits(t, model, torch, batches) -> dict[str, Any]:
   positions, the largest logit, and (mlm) how many <mask> positions have the same argmax."""
   params = jax.device_get(t.params)
   apply = jax.jit(t.experiment.model.apply)
-  mlm = t.config.task == "mlm"
+  mlm = t.config.model.architecture == "encoder_only"  # a masked LM reads inputs, no targets
   largest, scale, masked, same, positions = 0.0, 0.0, 0, 0, 0
   for batch in batches:
     real = batch["targets_segmentation"] != 0
