@@ -29,8 +29,9 @@ The protocol, fixed before any run; no encoding is tuned on its own:
   * Seeds: 2 a row (tfm sweep --seeds=2; more where stacks make them cheap).
   * Dev perplexity every 250 steps on the short dev verses (the curve); the by-length figures
     once at the end, by the sweep's `tfm eval`. The sweep's plain BLEU column is the first 200
-    dev verses with their sources cut at 32 pieces, as in training: the by-length table's 1-32
-    bucket is the comparable figure.
+    dev verses, translated whole (the sinusoidal row's, scored before tfm eval translated sources
+    whole, cut them at 32 pieces); the by-length table's 1-32 bucket is the figure at the
+    training lengths.
 
 The lm form asks the same of a language model (config.task='lm'), where ALiBi's paper measured it:
 
