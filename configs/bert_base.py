@@ -36,9 +36,9 @@ None changes the count.
 
 GELU: model.gelu's default, 'tanh', the approximation google-research/bert's modeling.py computes;
 transformers' bert-base-uncased says hidden_act "gelu", the exact erf form (transformers calls it
-that repository's original), which is model.gelu='erf'. Either exports to BertForMaskedLM exactly (hidden_act "gelu_new" or
-"gelu"), and neither changes the count; a pre-LN variant (model.norm='pre', exported as
-RobertaPreLayerNormForMaskedLM, whose head's GELU is the exact one) needs 'erf'.
+that repository's original), which is model.gelu='erf'. Either exports to BertForMaskedLM exactly
+(hidden_act "gelu_new" or "gelu"), and neither changes the count; a pre-LN variant (model.norm=
+'pre', exported as RobertaPreLayerNormForMaskedLM, whose head's GELU is the exact one) needs 'erf'.
 
 Data: BERT trained on BooksCorpus (800M words, no longer distributed) and English Wikipedia
 (2,500M words). Here English Wikipedia alone, TFDS's `wikipedia/20230601.en` (its `text` feature

@@ -147,7 +147,8 @@ def test_pre_ln_mlm_files_are_roberta_prelayernorms(changes):
   files, params, difference, scale = _mlm_case(cfg)
   assert difference < 1e-4 and scale > 0.5, difference
   conf = json.loads(files["config.json"])
-  assert conf["architectures"] == ["RobertaPreLayerNormForMaskedLM"] and conf["hidden_act"] == "gelu"
+  assert conf["architectures"] == ["RobertaPreLayerNormForMaskedLM"]
+  assert conf["hidden_act"] == "gelu"
   assert conf["max_position_embeddings"] == 13
   state = load(files["model.safetensors"])
   assert not state["roberta_prelayernorm.embeddings.position_embeddings.weight"][0].any()
