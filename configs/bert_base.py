@@ -31,9 +31,14 @@ prediction, which tfm does not train) and without the MLM head: 109,514,298 - 62
 
 What tfm does not reproduce: the WordPiece vocabulary (tfm trains a SentencePiece BPE of the same
 size, with <mask> at id 3), next-sentence prediction and the segment pairs it needs, BERT's
-initialisation (truncated N(0, 0.02)), its unscaled embeddings (tfm multiplies by sqrt(d_model)),
-and the exact GELU (tfm's is the tanh approximation, as BERT's released code; transformers' BERT
-computes the erf form). None changes the count.
+initialisation (truncated N(0, 0.02)) and its unscaled embeddings (tfm multiplies by sqrt(d_model)).
+None changes the count.
+
+GELU: model.gelu's default, 'tanh', the approximation google-research/bert's modeling.py computes;
+transformers' bert-base-uncased says hidden_act "gelu", the exact erf form (transformers calls it
+that repository's original), which is model.gelu='erf'. Either exports to BertForMaskedLM exactly
+(hidden_act "gelu_new" or "gelu"), and neither changes the count; a pre-LN variant (model.norm=
+'pre', exported as RobertaPreLayerNormForMaskedLM, whose head's GELU is the exact one) needs 'erf'.
 
 Data: BERT trained on BooksCorpus (800M words, no longer distributed) and English Wikipedia
 (2,500M words). Here English Wikipedia alone, TFDS's `wikipedia/20230601.en` (its `text` feature

@@ -39,7 +39,7 @@ SECTIONS = ("model", "data", "train", "mesh", "eval")
 # out at that value, so runs published before it keep matching (tfm/sweep/publish.py).
 ADDED_LATER = {"model.matmul_precision": "default", "model.norm_kind": "layer",
                "model.share_embeddings": False, "model.token_types": 0,
-               "model.embedding_norm": False, "model.mlm_head": False,
+               "model.embedding_norm": False, "model.mlm_head": False, "model.gelu": "tanh",
                "eval.length_buckets": (),
                "eval.context_lengths": (),
                "data.train_files": None, "data.dev_files": None, "data.test_files": None,

@@ -30,7 +30,7 @@ def gelu_erf(x):  # transformers' GELUActivation ("gelu"): x Phi(x)
   return 0.5 * x * (1.0 + np.vectorize(math.erf)(x / math.sqrt(2.0)))
 
 
-ACTIVATIONS = {"gelu_new": gelu_tanh, "relu": lambda x: np.maximum(x, 0.0),
+ACTIVATIONS = {"gelu_new": gelu_tanh, "gelu": gelu_erf, "relu": lambda x: np.maximum(x, 0.0),
                "silu": lambda x: x / (1.0 + np.exp(-x))}
 
 
@@ -109,10 +109,10 @@ def llama_logits(files, ids):
   return x @ output.T
 
 
-def mlm_logits(files, ids, head_gelu=None):
+def mlm_logits(files, ids):
   """BertForMaskedLM or RobertaPreLayerNormForMaskedLM (config.json's class) (ids, attention_mask=
-  ids != pad).logits: ids [b, s] -> [b, s, vocab]. head_gelu: RoBERTa-PreLayerNorm's head
-  activation (its code's exact GELU unless given)."""
+  ids != pad).logits: ids [b, s] -> [b, s, vocab]. BERT's head transform uses hidden_act,
+  RoBERTa-PreLayerNorm's the exact GELU whatever hidden_act is (its code calls `gelu`)."""
   conf, sd = _state(files)
   pre = conf["architectures"] == ["RobertaPreLayerNormForMaskedLM"]
   base, eps, heads = "roberta_prelayernorm" if pre else "bert", conf["layer_norm_eps"], conf["num_attention_heads"]
@@ -140,7 +140,7 @@ def mlm_logits(files, ids, head_gelu=None):
     x = x + f if pre else norm(x + f, f"{name}.output.LayerNorm")
   if pre:
     x = norm(x, f"{base}.LayerNorm")
-    h = norm((head_gelu or gelu_erf)(lin(x, "lm_head.dense")), "lm_head.layer_norm")
+    h = norm(gelu_erf(lin(x, "lm_head.dense")), "lm_head.layer_norm")
     head = "lm_head"
   else:
     h = norm(act(lin(x, "cls.predictions.transform.dense")), "cls.predictions.transform.LayerNorm")

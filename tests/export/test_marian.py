@@ -33,6 +33,8 @@ def _layer_norm(x, weight, bias, eps):
 def _activation(name):
   if name == "relu":
     return lambda x: np.maximum(x, 0.0)
+  if name == "gelu":  # transformers' GELUActivation: the exact form, x Phi(x)
+    return lambda x: 0.5 * x * (1.0 + np.vectorize(math.erf)(x / math.sqrt(2.0)))
   assert name == "gelu_new"  # transformers' NewGELUActivation: the tanh approximation
   return lambda x: 0.5 * x * (1.0 + np.tanh(math.sqrt(2.0 / math.pi) * (x + 0.044715 * x**3)))
 
@@ -110,7 +112,8 @@ def _pieces(vocab_size):
 @pytest.mark.parametrize("changes", [
     {},  # the paper's layout: tied embeddings, biases, ReLU
     dict(tie_embeddings=False, use_bias=False, ffn="gelu", scan_layers=True),
-], ids=["tied", "untied-nobias-gelu-scanned"])
+    dict(ffn="gelu", gelu="erf"),
+], ids=["tied", "untied-nobias-gelu-scanned", "gelu-erf"])
 def test_exported_files_compute_tfm_logits(changes):
   cfg = ModelConfig(**{**TINY, **changes})
   rng = np.random.default_rng(0)
@@ -137,6 +140,8 @@ def test_exported_files_compute_tfm_logits(changes):
   difference = np.abs(theirs - ours[..., order])[real].max()
   assert difference < 1e-4, difference
   assert np.abs(ours).max() > 1.0  # logits large enough that the check means something
+  assert json.loads(files["config.json"])["activation_function"] == (
+      "relu" if cfg.ffn == "relu" else {"tanh": "gelu_new", "erf": "gelu"}[cfg.gelu])
   # The tokenizer takes every input the export translates as tfm does (its output, up to the
   # input + eval.max_extra_length 5 after the start token, within the 1024 positions): not only
   # data.max_length's 12, the training rows, past which transformers warned on every input.

@@ -76,8 +76,9 @@ def test_fingerprint_ignores_machine_paths_and_sees_everything_else():
   for key in ("input", "saves", "guard", "dropout_prng"):
     del values["train"][key]
   del values["model"]["matmul_precision"]  # added later: left out at its earlier value
-  for key in ("norm_kind", "share_embeddings", "token_types", "embedding_norm", "mlm_head"):
-    del values["model"][key]  # T5's and BERT's parts, added later, off
+  for key in ("norm_kind", "share_embeddings", "token_types", "embedding_norm", "mlm_head",
+              "gelu"):
+    del values["model"][key]  # T5's and BERT's parts, added later, off; GELU's form, tanh
   for key in ("train_files", "dev_files", "test_files", "eval_sets"):  # so were these
     del values["data"][key]
   del values["eval"]["length_buckets"]
@@ -104,6 +105,8 @@ def test_fingerprint_ignores_machine_paths_and_sees_everything_else():
   # One of T5's parts is another model.
   rms = load_config("configs/quickstart.py", ["model.norm_kind=rms"])
   assert publish.fingerprint(rms, "v", 200) != publish.fingerprint(base, "v", 200)
+  erf = load_config("configs/quickstart.py", ["model.gelu=erf"])  # every key it holds counts
+  assert publish.fingerprint(erf, "v", 200) != publish.fingerprint(base, "v", 200)
   # Early stopping or another start is another run.
   for change in ("train.best_metric=dev_ppl", "train.init_from=/elsewhere"):
     other = load_config("configs/quickstart.py", [change])

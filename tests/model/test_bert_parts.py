@@ -7,6 +7,7 @@ import math
 import flax.linen as nn
 import jax
 import numpy as np
+import pytest
 
 from tests.model.helpers import draw, tiny
 from tfm.model import masks
@@ -29,11 +30,16 @@ def _gelu_tanh(x):
   return 0.5 * x * (1.0 + np.tanh(math.sqrt(2.0 / math.pi) * (x + 0.044715 * x**3)))
 
 
-def test_embeddings_and_the_mlm_head_are_berts_formulas():
+def _gelu_erf(x):
+  return 0.5 * x * (1.0 + np.vectorize(math.erf)(x / math.sqrt(2.0)))
+
+
+@pytest.mark.parametrize("gelu, form", [("tanh", _gelu_tanh), ("erf", _gelu_erf)])
+def test_embeddings_and_the_mlm_head_are_berts_formulas(gelu, form):
   """x_0 = LayerNorm(E[token] sqrt(d) + P[position] + T[0]) enters the first layer (every token
   of type 0: tfm reads no sentence pairs); logits = LayerNorm(GELU(h W + b)) E^T + b_out from
-  the encoder's output h, E the tied embedding."""
-  model, variables = draw(tiny(**BERT_PARTS), TOKENS, None)
+  the encoder's output h, E the tied embedding, GELU model.gelu's form."""
+  model, variables = draw(tiny(**BERT_PARTS, gelu=gelu), TOKENS, None)
 
   @jax.jit
   def run(variables):
@@ -60,10 +66,13 @@ def test_embeddings_and_the_mlm_head_are_berts_formulas():
   norm = inputs["embedding_norm"]
   np.testing.assert_allclose(seen["x0"], _layer_norm(summed, norm["scale"], norm["bias"]),
                              rtol=1e-5, atol=1e-5)
-  hidden = _gelu_tanh(seen["encoded"] @ head["transform"]["kernel"] + head["transform"]["bias"])
+  transformed = seen["encoded"] @ head["transform"]["kernel"] + head["transform"]["bias"]
   norm = head["transform_norm"]
-  logits = _layer_norm(hidden, norm["scale"], norm["bias"]) @ table.T + head["output_bias"]
-  np.testing.assert_allclose(seen["logits"], logits, rtol=1e-5, atol=1e-5)
+  logits = lambda gelu: (_layer_norm(gelu(transformed), norm["scale"], norm["bias"]) @ table.T
+                         + head["output_bias"])
+  np.testing.assert_allclose(seen["logits"], logits(form), rtol=1e-5, atol=1e-5)
+  other = _gelu_erf if form is _gelu_tanh else _gelu_tanh
+  assert np.abs(seen["logits"] - logits(other)).max() > 4e-4  # the form asked for (8e-4 apart)
 
 
 def test_berts_parameters_and_where_they_are():

@@ -10,6 +10,8 @@ CASES = [
     (dict(attention_dropout_rate=-0.1), "model.attention_dropout_rate"),
     (dict(d_model=511), "model.d_model"),
     (dict(ffn="tanh"), "model.ffn"),
+    (dict(gelu="exact"), "model.gelu"),
+    (dict(gelu=True), "model.gelu"),
     (dict(norm="sandwich"), "model.norm"),
     (dict(architecture="mixture"), "model.architecture"),
     (dict(d_k=0), "model.d_k"),
@@ -100,11 +102,14 @@ def test_later_parts_are_off_by_default_and_read_so_from_older_configs():
   ADDED_LATER at their defaults, so sweeps' fingerprints and resumes are unchanged."""
   from tfm import config as config_lib  # pylint: disable=import-outside-toplevel
   default = ModelConfig()
-  for key in ("norm_kind", "share_embeddings", "token_types", "embedding_norm", "mlm_head"):
+  for key in ("norm_kind", "share_embeddings", "token_types", "embedding_norm", "mlm_head",
+              "gelu"):
     assert config_lib.ADDED_LATER[f"model.{key}"] == getattr(default, key), key
-  assert (default.norm_kind, default.ffn, default.token_types) == ("layer", "relu", 0)
+  assert (default.norm_kind, default.ffn, default.token_types, default.gelu) == (
+      "layer", "relu", 0, "tanh")
   assert not (default.share_embeddings or default.embedding_norm or default.mlm_head)
   older = load_config("configs/quickstart.py").to_dict()
-  for key in ("norm_kind", "share_embeddings", "token_types", "embedding_norm", "mlm_head"):
+  for key in ("norm_kind", "share_embeddings", "token_types", "embedding_norm", "mlm_head",
+              "gelu"):
     del older["model"][key]
   assert config_lib.build(older).model == load_config("configs/quickstart.py").model

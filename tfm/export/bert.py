@@ -18,12 +18,13 @@ pre-LN, x = x + Sublayer(LayerNorm(x)), with a final LayerNorm. Keys and what be
                        max_length rows); rope, alibi, relative, none are refused. RoBERTa numbers
                        positions from pad_token_id + 1 = 1 (pad, tfm's 0, takes row 0), so its
                        table is tfm's shifted down a row, a zero row 0 in front
-  ffn                  gelu -> hidden_act "gelu_new" (the tanh approximation, flax's nn.gelu, in the
-                       layers and in BERT's head transform alike); relu, swiglu, gated_gelu are
-                       refused (the head's activation is hidden_act too, and tfm's head is GELU).
-                       RoBERTa-PreLayerNorm's head calls the exact (erf) GELU whatever the config
-                       says: exported anyway, its logits differ from tfm's by that (`HEAD_GELU`;
-                       docs/export.md measures it)
+  ffn                  gelu exports; relu, swiglu, gated_gelu are refused (BERT's head's
+                       activation is hidden_act too, and tfm's head is GELU)
+  gelu                 hidden_act "gelu_new" with 'tanh' (the tanh approximation), "gelu" with
+                       'erf' (the exact form), in the layers and in BERT's head transform alike.
+                       RoBERTa-PreLayerNorm's layers read hidden_act, but its head calls the exact
+                       GELU whatever the config says (`HEAD_GELU`): 'tanh' is refused there, so
+                       that every export computes tfm's logits
   num_kv_heads, d_k, d_v: one key/value head a query head, d_model / num_heads wide
   use_bias             False exports with zero biases
   tie_embeddings       True -> the word embeddings are the output projection; False -> the
@@ -45,7 +46,9 @@ from tfm.export.spm_tokenizer import tokenizer_files
 from tfm.model.config import ModelConfig
 
 BERT, ROBERTA = "BertForMaskedLM", "RobertaPreLayerNormForMaskedLM"
-HEAD_GELU = {BERT: "gelu_new", ROBERTA: "gelu (erf), fixed in transformers"}
+# The masked-LM head's GELU: BERT's is hidden_act (model.gelu's either way); RoBERTa-PreLayerNorm's
+# head calls transformers' exact gelu, fixed in modeling_roberta_prelayernorm.py.
+HEAD_GELU = {BERT: None, ROBERTA: "erf"}
 
 
 def target_class(cfg: ModelConfig) -> str:
@@ -73,6 +76,9 @@ def refusals(cfg: ModelConfig) -> list[str]:
   if cfg.ffn != "gelu":
     refuse("ffn", "'gelu' (one activation, hidden_act, serves the layers and the head, and tfm's "
            "head is GELU)", cfg.ffn)
+  elif HEAD_GELU[name] not in (None, cfg.gelu):
+    refuse("gelu", f"{HEAD_GELU[name]!r} (the class's masked-LM head calls the exact GELU "
+           "whatever its config says: another form's logits would not be tfm's)", cfg.gelu)
   if cfg.kv_heads != cfg.num_heads:
     refuse("num_kv_heads", f"None or model.num_heads={cfg.num_heads} (a key and value head for "
            "every query head)", cfg.num_kv_heads)
@@ -153,7 +159,7 @@ def model_config(cfg: ModelConfig) -> dict:
       "model_type": "roberta-prelayernorm" if pre else "bert", "dtype": "float32",
       "vocab_size": cfg.vocab_size, "hidden_size": cfg.d_model,
       "num_hidden_layers": cfg.num_encoder_layers, "num_attention_heads": cfg.num_heads,
-      "intermediate_size": cfg.d_ff, "hidden_act": "gelu_new",
+      "intermediate_size": cfg.d_ff, "hidden_act": layout.activation(cfg.ffn, cfg.gelu),
       "hidden_dropout_prob": cfg.dropout_rate,
       "attention_probs_dropout_prob": cfg.attention_dropout_rate,
       "max_position_embeddings": cfg.max_length + (1 if pre else 0),
@@ -176,7 +182,8 @@ def export_files(config, params: Mapping[str, Any], spm_model: bytes, pieces: li
   name = target_class(cfg)
   record = {**provenance, "class": name, "input_ids": "SentencePiece ids + [1] (EOS); <mask> 3",
             "word_embeddings": "sqrt(d_model) x tfm's embedding",
-            "head_gelu": HEAD_GELU[name], "tfm_head_gelu": "tanh approximation"}
+            "gelu": f"{cfg.gelu} (hidden_act {layout.activation(cfg.ffn, cfg.gelu)}: the layers' "
+                    "and the head's)"}
   return {
       "config.json": layout.to_json(model_config(cfg)),
       "model.safetensors": save(state_dict(params, cfg), metadata={"format": "pt"}),

@@ -12,8 +12,9 @@ Keys and what becomes of them:
                        for positions 0 .. model.max_length - 1 (tfm's take any position, the export
                        model.max_length of them); rope exports to LlamaForCausalLM (llama.py), the
                        rest are refused (tfm/export/targets.py)
-  ffn                  gelu -> "gelu_new" (flax's nn.gelu is the tanh approximation, as gelu_new is),
-                       relu -> "relu"; swiglu and gated_gelu are refused (one input projection)
+  ffn                  gelu -> activation_function "gelu_new" with model.gelu 'tanh' (GPT-2's own,
+                       the same formula), "gelu" with 'erf'; relu -> "relu"; swiglu and gated_gelu
+                       are refused (one input projection)
   num_kv_heads         None or num_heads; fewer key/value heads are refused
   d_k, d_v             must be d_model / num_heads (GPT-2's head width)
   use_bias             False exports with zero biases (the same function)
@@ -40,7 +41,6 @@ from tfm.export.spm_tokenizer import tokenizer_files
 from tfm.model.config import GATED_FFNS, ModelConfig
 
 CLASS = "GPT2LMHeadModel"
-ACTIVATIONS = {"relu": "relu", "gelu": "gelu_new"}
 
 
 def refusals(cfg: ModelConfig) -> list[str]:
@@ -113,7 +113,7 @@ def model_config(cfg: ModelConfig) -> dict:
       "architectures": [CLASS], "model_type": "gpt2", "dtype": "float32",
       "vocab_size": cfg.vocab_size, "n_positions": cfg.max_length, "n_embd": cfg.d_model,
       "n_layer": cfg.num_decoder_layers, "n_head": cfg.num_heads, "n_inner": cfg.d_ff,
-      "activation_function": ACTIVATIONS[cfg.ffn], "layer_norm_epsilon": cfg.norm_epsilon,
+      "activation_function": layout.activation(cfg.ffn, cfg.gelu), "layer_norm_epsilon": cfg.norm_epsilon,
       "resid_pdrop": cfg.dropout_rate, "embd_pdrop": cfg.dropout_rate,
       "attn_pdrop": cfg.attention_dropout_rate, "scale_attn_weights": True,
       "scale_attn_by_inverse_layer_idx": False, "reorder_and_upcast_attn": False,

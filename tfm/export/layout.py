@@ -9,6 +9,8 @@
   (`view(..., heads, head_dim)`).
 - Biases: a tfm model with model.use_bias=False has none; a class whose layers always carry one
   gets zeros (`bias`), the same function.
+- Activations: transformers' name for tfm's one-projection FFN activation (`activation`), GELU
+  in model.gelu's form: 'tanh' is "gelu_new" (NewGELUActivation), 'erf' "gelu" (GELUActivation).
 - Embedding scale: tfm multiplies its token embedding by sqrt(d_model) on the way in
   (tfm/model/embedding.py) and not on the way out (logits = h E^T). The language-model classes
   look their embeddings up unscaled, so the export writes sqrt(d_model) E as the input table. With
@@ -25,6 +27,14 @@ import math
 from typing import Any, Mapping
 
 import numpy as np
+
+
+GELU_NAMES = {"tanh": "gelu_new", "erf": "gelu"}  # model.gelu -> transformers' ACT2FN name
+
+
+def activation(ffn: str, gelu: str) -> str:
+  """transformers' ACT2FN name of model.ffn 'relu' or 'gelu' (the latter in model.gelu's form)."""
+  return "relu" if ffn == "relu" else GELU_NAMES[gelu]
 
 
 def f32(x) -> np.ndarray:

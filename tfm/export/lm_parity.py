@@ -24,9 +24,10 @@ import numpy as np
 
 def dev_rows(t, *, most: int | None = None) -> list[dict[str, np.ndarray]]:
   """The run's dev batches (host numpy), at most `most` rows in all."""
+  from tfm import tasks  # pylint: disable=import-outside-toplevel
   from tfm.data import pipeline  # pylint: disable=import-outside-toplevel
   batches = pipeline.stream_eval_batches(t.config.data, t.experiment.data_source, t.tokenizer,
-                                         "dev", task=t.config.task)
+                                         "dev", task=tasks.get(t.config.task))
   out, rows = [], 0
   for batch in batches:
     keep = batch["targets_segmentation"].any(1)

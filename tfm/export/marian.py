@@ -43,11 +43,11 @@ from typing import Any, Mapping
 
 import numpy as np
 
+from tfm.export import layout
 from tfm.export.layout import unrolled as _unrolled
 from tfm.model.config import ModelConfig
 
 EPSILON = 1e-5  # MarianMTModel's LayerNorm epsilon (torch.nn.LayerNorm's default, not configurable)
-ACTIVATIONS = {"relu": "relu", "gelu": "gelu_new"}  # flax's nn.gelu is the tanh approximation
 UNUSED = "<tfm_unused_{}>"  # the piece name of an embedding row past the vocabulary's pieces
 
 
@@ -153,7 +153,7 @@ def model_config(cfg: ModelConfig, *, data_max_length: int, max_extra_length: in
       "encoder_layers": cfg.num_encoder_layers, "decoder_layers": cfg.num_decoder_layers,
       "encoder_attention_heads": cfg.num_heads, "decoder_attention_heads": cfg.num_heads,
       "encoder_ffn_dim": cfg.d_ff, "decoder_ffn_dim": cfg.d_ff,
-      "activation_function": ACTIVATIONS[cfg.ffn],
+      "activation_function": layout.activation(cfg.ffn, cfg.gelu),
       "dropout": cfg.dropout_rate, "attention_dropout": cfg.attention_dropout_rate,
       "activation_dropout": cfg.ffn_dropout_rate,
       "encoder_layerdrop": 0.0, "decoder_layerdrop": 0.0,

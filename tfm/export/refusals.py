@@ -15,9 +15,9 @@ two-layer feed-forward with one activation, a bias on every Linear. Keys and wha
                        not survive), rope, alibi, relative and none are refused
   num_kv_heads         None or num_heads exports; fewer key/value heads (GQA, MQA) are refused
   d_k, d_v             must be d_model / num_heads (Marian's head width); otherwise refused
-  ffn                  relu -> "relu", gelu -> "gelu_new" (flax's gelu is the tanh approximation,
-                       as gelu_new is); swiglu and gated_gelu are refused (Marian's feed-forward
-                       has one input projection)
+  ffn                  relu -> "relu", gelu -> "gelu_new" with model.gelu 'tanh' (the same
+                       formula), "gelu" with 'erf'; swiglu and gated_gelu are refused (Marian's
+                       feed-forward has one input projection)
   tie_embeddings       True -> one shared matrix (share_encoder_decoder_embeddings and
                        tie_word_embeddings); False -> three matrices, both flags False
   share_embeddings     False exports; True (one input table, the output untied) is refused: its

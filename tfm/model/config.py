@@ -20,6 +20,10 @@ NORM_KINDS = ("layer", "rms")  # LayerNorm (tfm/model/layer_norm.py) or RMS norm
 POSITIONS = ("sinusoidal", "learned", "rope", "alibi", "relative", "none")
 FFNS = ("relu", "gelu", "swiglu", "gated_gelu")
 GATED_FFNS = ("swiglu", "gated_gelu")  # two input projections, one through the activation
+# GELU's two forms (model.gelu): 'tanh', 0.5 x (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3))), flax's
+# nn.gelu, GPT-2's, the released BERT code's and T5 v1.1's (transformers' "gelu_new"); 'erf', the
+# exact x Phi(x) = 0.5 x (1 + erf(x / sqrt(2))) (transformers' "gelu"). They differ by under 5e-4.
+GELUS = ("tanh", "erf")
 ATTENTION_IMPLS = ("auto", "einsum", "xla", "cudnn")
 DTYPES = ("float32", "bfloat16")  # no float16: it would need loss scaling, which tfm has not
 REMAT = ("none", "full", "dots", "offload")  # policies: tfm/model/remat.py
@@ -45,6 +49,8 @@ class ModelConfig:
   a table; every token reads row 0), embedding_norm (a norm of the summed embeddings, BERT's),
   mlm_head (BERT's masked-LM head: a dense layer, GELU and a norm before the output projection, and
   a bias on the logits). T5's relative bias is positions='relative' (one table a stack).
+  gelu: the form of every GELU of the model (the 'gelu' and 'gated_gelu' FFNs', the MLM head's),
+  'tanh' or 'erf' (GELUS).
   """
 
   vocab_size: int = 37000
@@ -66,6 +72,7 @@ class ModelConfig:
   relative_buckets: int = 32
   relative_max_distance: int = 128
   ffn: str = "relu"
+  gelu: str = "tanh"  # every GELU's form: 'tanh' (approximation) or 'erf' (exact); see GELUS
   tie_embeddings: bool = True
   share_embeddings: bool = False  # untied: one input table for both stacks (T5 v1.1)
   use_bias: bool = True
@@ -88,6 +95,11 @@ class ModelConfig:
   @property
   def kv_heads(self) -> int:
     return self.num_heads if self.num_kv_heads is None else self.num_kv_heads
+
+  @property
+  def gelu_approximate(self) -> bool:
+    """Whether the model's GELUs are the tanh approximation (jax.nn.gelu's `approximate`)."""
+    return self.gelu == "tanh"
 
   @property
   def compute_dtype(self):
@@ -124,7 +136,7 @@ def validate(cfg: ModelConfig) -> None:
       _fail(key, "a non-negative integer", value)
   for key, allowed in (("architecture", ARCHITECTURES), ("norm", NORMS), ("norm_kind", NORM_KINDS),
                        ("positions", POSITIONS),
-                       ("ffn", FFNS), ("attention_impl", ATTENTION_IMPLS), ("dtype", DTYPES),
+                       ("ffn", FFNS), ("gelu", GELUS), ("attention_impl", ATTENTION_IMPLS), ("dtype", DTYPES),
                        ("remat", REMAT), ("layer_norm_grad", LAYER_NORM_GRADS),
                        ("matmul_precision", MATMUL_PRECISIONS)):
     if getattr(cfg, key) not in allowed:

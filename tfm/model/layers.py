@@ -38,7 +38,8 @@ def attention(cfg: ModelConfig, name: str, is_cross: bool = False) -> Attention:
 
 
 def feed_forward(cfg: ModelConfig) -> FeedForward:
-  return FeedForward(cfg.d_ff, cfg.ffn, cfg.dtype, cfg.use_bias, cfg.ffn_dropout_rate, name="ffn")
+  return FeedForward(cfg.d_ff, cfg.ffn, cfg.dtype, cfg.use_bias, cfg.ffn_dropout_rate,
+                     cfg.gelu_approximate, name="ffn")
 
 
 def norm(cfg: ModelConfig, name: str) -> LayerNorm | RMSNorm:

@@ -24,6 +24,8 @@ model.scan_layers the per-layer leaves are [b, N, ...]: tfm/model/layer_stack.py
 
 from __future__ import annotations
 
+import functools
+
 import flax.linen as nn
 import jax
 import jax.numpy as jnp
@@ -33,6 +35,7 @@ from tfm.model import partitioning as P
 from tfm.model.config import ModelConfig
 from tfm.model.dense import vocab_projection
 from tfm.model.embedding import Embed
+from tfm.model.layers import norm
 from tfm.model.mlm_head import MlmHead
 from tfm.model.stacks import Decoder, Encoder
 
@@ -85,7 +88,8 @@ class Transformer(nn.Module):
       self.output = output if output is not None else vocab_projection(cfg.vocab_size,
                                                                        cfg.compute_dtype)
       if cfg.mlm_head:
-        self.mlm_head = MlmHead(cfg, name="mlm_head")
+        self.mlm_head = MlmHead(cfg.vocab_size, functools.partial(norm, cfg), cfg.dtype,
+                                cfg.use_bias, cfg.gelu_approximate, name="mlm_head")
 
   def encode(self, inputs, inputs_segmentation=None, inputs_positions=None, *,
              train: bool = False):
