@@ -67,7 +67,8 @@ from tfm.train.optimizer import make_optimizer
 from tfm.train.sharding import (OnMesh, axes_size, batch_row_multiple, batch_sharding, batch_spec,
                                 rules_for_model)
 from tfm.train.ema import EmaSettings
-from tfm.train.state import abstract_params, abstract_train_state, make_init
+from tfm.train.state import (abstract_params, abstract_train_state, check_default_prng,
+                             make_init)
 from tfm.train.step import make_eval_step, make_train_step
 
 
@@ -133,6 +134,7 @@ class Experiment:
 
   def __init__(self, config: Config, *, model: nn.Module | None = None,
                devices: Sequence | None = None, compiler_options: dict | None = None):
+    check_default_prng()  # every key threefry's, whatever the process's default
     self.config = config
     self._model = model
     self._devices = devices

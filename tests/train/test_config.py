@@ -3,6 +3,8 @@
 import dataclasses
 import re
 
+import jax
+import numpy as np
 import pytest
 
 from configs import base, bible_base, big, quickstart, table3
@@ -54,6 +56,16 @@ def test_project_configs_validate(config):
 def test_train_errors_name_the_key(changes, key):
   with pytest.raises(ValueError, match=key.replace(".", r"\.")):
     TrainConfig(**changes)
+
+
+def test_a_seed_past_the_keys_32_bits_is_refused():
+  """PRNGKey(seed) keeps the low 32 bits of the seed: 2**32 + 1 would start as seed 1."""
+  np.testing.assert_array_equal(jax.random.PRNGKey(2**32 + 1), jax.random.PRNGKey(1))
+  assert TrainConfig(seed=2**32 - 1).seed == 2**32 - 1
+  for seed in (2**32, 2**32 + 1, -1):
+    with pytest.raises(ValueError, match=r"^config key train\.seed: expected an integer in "
+                                         r"\[0, 2\*\*32\), got " + str(seed)):
+      TrainConfig(seed=seed)
 
 
 def test_unknown_keys_are_named_and_absent_keys_take_the_defaults():

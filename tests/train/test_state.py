@@ -3,6 +3,7 @@
 import jax
 import jax.numpy as jnp
 import numpy as np
+import pytest
 
 from tests.train.helpers import experiment_config, mesh_cfg, train_cfg
 from tfm import experiment as experiment_lib
@@ -39,3 +40,20 @@ def test_inference_parameters_need_no_optimizer():
                                 params, state_params)
   assert jax.tree_util.tree_structure(params) == jax.tree_util.tree_structure(state_params)
   assert all(jax.tree_util.tree_leaves(same))
+
+
+@pytest.mark.parametrize("impl", ["rbg", "unsafe_rbg"])
+def test_an_experiment_refuses_a_default_prng_other_than_threefry(impl):
+  """Under another default PRNG (jax_default_prng_impl, JAX_DEFAULT_PRNG_IMPL) PRNGKey(train.seed)
+  is a key of 4 words: the run's init and checkpointed rng would follow a setting its config.json
+  does not record (a resume without it cannot restore the rng), and a step with
+  train.dropout_prng=rbg fails on it. Refused in one line, before anything is built."""
+  cfg = ModelConfig(vocab_size=64, d_model=16, d_ff=32, num_heads=2, d_k=8, d_v=8,
+                    num_encoder_layers=1, num_decoder_layers=1)
+  config = experiment_config(cfg, train_cfg(dropout_prng="rbg"), mesh_cfg())
+  with jax.default_prng_impl(impl):
+    assert jax.random.PRNGKey(0).shape == (4,)  # the key such a run would start from
+    with pytest.raises(ValueError, match=rf"^jax_default_prng_impl='{impl}' "
+                                         r"\(JAX_DEFAULT_PRNG_IMPL\): tfm's keys are"):
+      Experiment(config)
+  assert Experiment(config).key.step_train.dropout_prng == "rbg"  # threefry's default: accepted

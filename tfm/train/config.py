@@ -220,9 +220,11 @@ def validate_train_config(train: TrainConfig) -> None:
               "average_checkpoints", "microbatches"):
     if not is_int(getattr(train, key)) or getattr(train, key) < 1:
       fail(f"train.{key}", "a positive integer", getattr(train, key))
-  for key in ("warmup_steps", "seed"):
-    if not is_int(getattr(train, key)) or getattr(train, key) < 0:
-      fail(f"train.{key}", "a non-negative integer", getattr(train, key))
+  if not is_int(train.warmup_steps) or train.warmup_steps < 0:
+    fail("train.warmup_steps", "a non-negative integer", train.warmup_steps)
+  # PRNGKey keeps a seed's low 32 bits: 2**32 + s would start exactly as s (and 2**63 fails).
+  if not is_int(train.seed) or not 0 <= train.seed < 2**32:
+    fail("train.seed", "an integer in [0, 2**32)", train.seed)
   if train.schedule not in SCHEDULES:
     fail("train.schedule", f"one of {SCHEDULES}", train.schedule)
   profile = tuple(train.profile_steps)

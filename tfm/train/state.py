@@ -124,6 +124,27 @@ def abstract_train_state(model: nn.Module, tx: optax.GradientTransformation, mes
                    mesh, rules)
 
 
+THREEFRY = "threefry2x32"  # JAX's default PRNG, the one every tfm key is made by
+
+
+def check_default_prng() -> None:
+  """Refuses a process whose JAX default PRNG is not threefry (jax_default_prng_impl, set by
+  jax.config or the JAX_DEFAULT_PRNG_IMPL environment variable, e.g. 'rbg').
+
+  Under another default, PRNGKey(train.seed) makes that generator's key (uint32 [4] for rbg): the
+  init, the checkpointed TrainState.rng and every dropout mask would hang on a process setting the
+  run's config.json does not record (a resume without it cannot restore the rng), and
+  train.dropout_prng=rbg's dropout key (tfm/train/step.py: dropout_key) is made of a threefry
+  key's 2 words. Which generator draws the dropout masks is train.dropout_prng's to say.
+  """
+  impl = jax.config.jax_default_prng_impl
+  if impl != THREEFRY:
+    raise ValueError(f"jax_default_prng_impl={impl!r} (JAX_DEFAULT_PRNG_IMPL): tfm's keys are "
+                     f"{THREEFRY!r} keys, so that a run's init and dropout masks follow its config "
+                     "alone; unset it (train.dropout_prng=rbg draws the dropout masks with XLA's "
+                     "RngBitGenerator)")
+
+
 def make_init(model: nn.Module, tx: optax.GradientTransformation, mesh: Mesh, shardings: TrainState,
               compiler_options: dict | None = None):
   """`init(seed) -> TrainState`, jitted, creating every array in `shardings` (from
