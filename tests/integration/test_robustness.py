@@ -83,7 +83,9 @@ def test_nonfinite_stop_is_one_line(experiment, corpus, tmp_path, capsys, nan_af
   assert "learning_rate=nan" in err[0] and "Traceback" not in err[0]
 
 
-@pytest.mark.slow
+@pytest.mark.long  # its parts in the fast tier: the SIGTERM save (test_train_loop.py::
+# test_sigterm_saves_the_current_step) and the off-series saves' retention (tests/train/
+# test_checkpoint.py::test_saves_outside_the_series_are_kept_only_while_newest)
 def test_a_preemption_save_does_not_evict_the_averaged_series(experiment, tmp_path, capsys):
   """Runs stopped at steps 4, 5 and 7 (saves outside the every-3 series), then resumed to 12: the
   kept checkpoints, and tfm eval of their average, are those of an uninterrupted run."""

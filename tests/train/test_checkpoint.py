@@ -71,6 +71,22 @@ def test_keeps_the_last_k(tiny_setup, tmp_path):
   checkpointer.close()
 
 
+def test_saves_outside_the_series_are_kept_only_while_newest(tiny_setup, tmp_path):
+  """keep=3 of the every-3 series to step 12, with preemption saves at 4, 5 and 7 among them: each
+  off-series save stays while it is the newest (a resume needs it) and goes once a later one is on
+  disk, never taking a series checkpoint with it, so the run ends with the uninterrupted run's
+  [6, 9, 12] (the loop's case: tests/integration/test_robustness.py, long tier)."""
+  checkpointer = Checkpointer(tmp_path, keep=3, period=3, final_step=12)
+  seen = []
+  for step in (3, 4, 5, 6, 7, 9, 12):
+    checkpointer.save(step, jax.device_put(perturbed(tiny_setup.initial, step), tiny_setup.shardings))
+    checkpointer.wait()
+    seen.append(checkpointer.all_steps())
+  assert seen == [[3], [3, 4], [3, 5], [3, 6], [3, 6, 7], [3, 6, 9], [6, 9, 12]]
+  assert available_steps(tmp_path) == [6, 9, 12]
+  checkpointer.close()
+
+
 def test_corrupt_latest_falls_back_to_previous(tiny_setup, tmp_path, caplog):
   checkpointer = Checkpointer(tmp_path, keep=3)
   first, second = perturbed(tiny_setup.initial, 1), perturbed(tiny_setup.initial, 2)

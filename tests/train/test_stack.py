@@ -131,7 +131,11 @@ ROWS_OF_A_TABLE = [(0.1, 0.1, 1.0), (0.0, 0.1, 1.0), (0.2, 0.0, 3.0)]
 
 
 @pytest.mark.parametrize("dtype, train, rows, loss_rtol, params_atol", [
-    ("float32", {}, ROWS_OF_A_TABLE, 2e-6, 1e-4),
+    # long tier: its parts run fast in test_each_member_trains_as_its_solo_run (a stacked step is
+    # each member's), test_members_may_differ_in_their_seeds_dropout_and_smoothing_only (the
+    # scalars that differ), test_members_train_as_their_solo_runs_under_each_optimizer_with_an_ema
+    # (members at rates 1 and 3, dropout on) and tests/model/test_dropout.py (a keep probability)
+    pytest.param("float32", {}, ROWS_OF_A_TABLE, 2e-6, 1e-4, marks=pytest.mark.long),
     # bfloat16 activations (a member's keep probability divides in bfloat16, as its solo run's),
     # with decoupled weight decay and clipping under the learning-rate ratio, two members that
     # differ in all three scalars. The vmapped step's bfloat16 products round apart from the solo
