@@ -7,8 +7,6 @@ Needs the export-check extra (torch, transformers, ctranslate2): skipped where i
 failure under CI (TFM_CI=1). Long tier: it trains four runs and imports torch.
 """
 
-import os
-
 import pytest
 
 from tests.integration.conftest import _experiment, corpus, run_train  # noqa: F401  pylint: disable=unused-import
@@ -30,19 +28,6 @@ KINDS = {
     "RobertaPreLayerNormForMaskedLM": MLM + ["model.norm=pre", "model.gelu=erf"],
 }
 NEW = 12  # new tokens a greedy continuation
-
-
-@pytest.fixture(scope="module")
-def libraries():
-  try:
-    import ctranslate2  # pylint: disable=import-outside-toplevel
-    import torch  # pylint: disable=import-outside-toplevel
-    import transformers  # pylint: disable=import-outside-toplevel
-  except ImportError as e:
-    if os.environ.get("TFM_CI"):
-      pytest.fail(f"the export-check extra is missing in CI ({e}): .ci/run installs it")
-    pytest.skip(f"the export-check extra is not installed ({e}): pip install -e '.[export-check]'")
-  return torch, transformers, ctranslate2
 
 
 @pytest.fixture(scope="module", params=list(KINDS))

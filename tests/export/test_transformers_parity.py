@@ -21,19 +21,6 @@ pytestmark = pytest.mark.long
 
 
 @pytest.fixture(scope="module")
-def libraries():
-  try:
-    import ctranslate2  # pylint: disable=import-outside-toplevel
-    import torch  # pylint: disable=import-outside-toplevel
-    import transformers  # pylint: disable=import-outside-toplevel
-  except ImportError as e:
-    if os.environ.get("TFM_CI"):
-      pytest.fail(f"the export-check extra is missing in CI ({e}): .ci/run installs it")
-    pytest.skip(f"the export-check extra is not installed ({e}): pip install -e '.[export-check]'")
-  return torch, transformers, ctranslate2
-
-
-@pytest.fixture(scope="module")
 def exported(corpus, tmp_path_factory):  # noqa: F811  pylint: disable=redefined-outer-name
   from tfm import cli  # pylint: disable=import-outside-toplevel
   root = tmp_path_factory.mktemp("export")
