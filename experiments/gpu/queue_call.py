@@ -16,23 +16,23 @@ SLACK = 0.05  # a table job is planned 5% longer than the table predicts (none w
 
 @dataclasses.dataclass(frozen=True)
 class Options:
-  """The command's flags (experiments/gpu_queue.py says what each is), and the monotonic and wall
-  clocks at the process's start: a call's deadline counts from `start`."""
+  """The command's flags (experiments/gpu_queue.py defines each, with its default), and the
+  monotonic and wall clocks at the process's start: a call's deadline counts from `start`."""
   start: float
   epoch0: float
-  deadline: float = 9.5
-  quick: bool = False
-  jobs: tuple[str, ...] = ()
-  rows: tuple[str, ...] | None = None
-  slots: int | None = None
-  seconds: Path = ROOT / "experiments" / "gpu" / "seconds.json"
-  results: Path = ROOT / "experiments" / "results"
-  bundles: Path = ROOT / "experiments" / "gpu"
-  carry_dir: Path = ROOT / "experiments" / "gpu" / "carry"
-  root: Path = Path("/tmp/tfm_queue")
-  set: tuple[str, ...] = ()
-  mps: str = "auto"
-  platform_choices: Path = ROOT / "tfm" / "train" / "platform_choices.py"
+  deadline: float
+  quick: bool
+  jobs: tuple[str, ...]
+  rows: tuple[str, ...] | None
+  slots: int | None
+  seconds: Path
+  results: Path
+  bundles: Path
+  carry_dir: Path
+  root: Path
+  set: tuple[str, ...]
+  mps: str
+  platform_choices: Path
 
   def bundle(self, name: str) -> Path:
     """The bundle folder `name` (bundle_table3, bundle_positions, ...)."""
