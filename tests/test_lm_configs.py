@@ -13,16 +13,44 @@ QUICKSTART_CHANGES = {"task", "model.architecture", "model.num_encoder_layers",
 
 
 @pytest.mark.parametrize("name, task, architecture", [
-    ("lm_quickstart", "lm", "decoder_only"), ("mlm_quickstart", "mlm", "encoder_only")])
+    ("lm_quickstart", "lm", "decoder_only"), ("mlm_recipes.py:bert", "mlm", "encoder_only")])
 def test_a_quickstart_is_the_translation_quickstart_as_one_stack(name, task, architecture):
+  """The lm quickstart and the mlm's BERT recipe (its plateau reference): the translation
+  quickstart's model, data and schedule as one stack (the mlm's dev curve every 250 steps)."""
   base = load_config("configs/quickstart.py")
-  c = load_config(f"configs/{name}.py")
+  c = load_config(f"configs/{name}" if ".py" in name else f"configs/{name}.py")
   ours, theirs = flatten(c.to_dict()), flatten(base.to_dict())
-  assert {k for k in ours if ours[k] != theirs.get(k)} == QUICKSTART_CHANGES
+  changed = QUICKSTART_CHANGES | ({"train.eval_every"} if task == "mlm" else set())
+  assert {k for k in ours if ours[k] != theirs.get(k) and k not in ("row", "paper")} == changed
   assert (c.task, c.model.architecture, c.data.text_key) == (task, architecture, "en")
   layers = c.model.num_decoder_layers if task == "lm" else c.model.num_encoder_layers
   assert layers == base.model.num_encoder_layers + base.model.num_decoder_layers == 4
   assert c.train.label_smoothing == 0.0 and c.eval.bleu_every == 0
+
+
+def test_the_mlm_quickstart_is_berts_recipe_with_the_literatures_changes_alone():
+  """configs/mlm_quickstart.py = the BERT row with its docstring's changes and nothing else: pre-LN,
+  GELU, no dropout, AdamW (1e-3, warmup 6% of the steps, epsilon 1e-6), 40% masked in training and
+  15% in evaluation, rotary positions; the table's rows are the steps between them."""
+  rows = {row: flatten(load_config(f"configs/mlm_recipes.py:{row}").to_dict())
+          for row in ("bert", "bert_rope", "small", "quickstart")}
+  quick = flatten(load_config("configs/mlm_quickstart.py").to_dict())
+  assert {k: v for k, v in quick.items() if k not in ("row", "paper")} == {
+      k: v for k, v in rows["quickstart"].items() if k not in ("row", "paper")}
+
+  def changes(row):
+    return {k: rows[row][k] for k in rows[row]
+            if rows[row][k] != rows["bert"].get(k) and k not in ("row", "paper")}
+
+  small = {"model.norm": "pre", "model.ffn": "gelu", "model.dropout_rate": 0.0,
+           "train.optimizer": "adamw", "train.adam_eps": 1e-6, "train.schedule": "linear_cosine",
+           "train.learning_rate": 1e-3, "train.warmup_steps": 90, "data.mask_rate": 0.4,
+           "data.eval_mask_rate": 0.15, "train.weight_decay": 0.01}  # AdamW's default decay
+  assert changes("small") == small
+  assert changes("bert_rope") == {"model.positions": "rope"}
+  assert changes("quickstart") == {**small, "model.positions": "rope"}
+  assert rows["bert"]["train.steps"] * 0.06 == 90
+  assert decay_rate(load_config("configs/mlm_quickstart.py").train) == 0.01
 
 
 def test_gpt2_small_and_bert_base_batches_and_schedules():

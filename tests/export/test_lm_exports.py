@@ -252,7 +252,7 @@ def test_ct2_takes_the_causal_lms_only():
     ("configs/lm_quickstart.py", "config key model.norm: expected 'pre' (GPT-2's blocks are x + "
      "Sublayer(LayerNorm(x)), ending in a final LayerNorm) to export to GPT2LMHeadModel, got "
      "'post'"),
-    ("configs/mlm_quickstart.py", "config key model.embedding_norm: expected True (the class "
+    ("configs/mlm_recipes.py:bert", "config key model.embedding_norm: expected True (the class "
      "puts its summed embeddings through a LayerNorm) to export to BertForMaskedLM, got False"),
 ])
 def test_quickstart_language_models_are_refused_in_one_line(tmp_path, capsys, config, line):
@@ -274,7 +274,7 @@ def test_an_mlm_export_refuses_ct2_before_loading(tmp_path, capsys, monkeypatch)
   from tfm.train import checkpoint  # pylint: disable=import-outside-toplevel
   workdir = tmp_path / "run"
   workdir.mkdir()
-  config = load_config("configs/mlm_quickstart.py", [
+  config = load_config("configs/mlm_recipes.py:bert", [
       "model.embedding_norm=True", "model.mlm_head=True", "model.ffn=gelu",
       "model.positions=learned"])
   checkpoint.write_config(workdir, config.to_dict())  # no checkpoint: refused before loading

@@ -10,7 +10,7 @@ import pytest
 from tfm import tasks
 from tfm.config import Config
 from tfm.data import masking
-from tfm.data.config import DataConfig
+from tfm.data.config import DataConfig, validate_data_config
 from tfm.model.config import ARCHITECTURES
 
 
@@ -61,6 +61,37 @@ def test_mlm_alone_corrupts_its_stream_batches_and_as_bert_masking_does():
   assert all(np.array_equal(ours[k], theirs[k]) for k in ours)
   assert (ours["inputs"] == 3).any()  # 128 tokens at rate 0.15 x 0.8: some masked
   assert not np.array_equal(corrupt(batch, 8)["inputs"], ours["inputs"])  # the counter counts
+
+
+def test_mlm_evaluates_at_data_eval_mask_rate_and_trains_at_mask_rate():
+  """data.eval_mask_rate (Wettig et al.'s 40% in training, BERT's 15% scored): the evaluation
+  corrupter is the masker of eval_mask_rate with masking.EVAL_SEED, the train corrupter keeps
+  mask_rate; unset, evaluation masks at mask_rate as before."""
+  tok = types.SimpleNamespace(mask_id=3, first_ordinary_id=4, vocab_size=50)
+  ids = np.random.default_rng(1).integers(4, 50, (1, 4000)).astype(np.int32)
+  batch = {"targets": ids, "targets_segmentation": np.ones_like(ids),
+           "targets_position": np.arange(4000, dtype=np.int32)[None]}
+  mlm = tasks.get("mlm")
+
+  def direct(rate, seed):
+    return masking.Masker(rate=rate, token_rate=0.8, random_rate=0.1, mask_id=3,
+                          first_ordinary_id=4, vocab_size=50, seed=seed)(batch, 0)
+
+  both = DataConfig(text_key="en", mask_rate=0.4, eval_mask_rate=0.15)
+  evaluated = mlm.eval_corrupter(both, tok)(batch, 0)
+  assert np.array_equal(evaluated["targets"], direct(0.15, masking.EVAL_SEED)["targets"])
+  assert np.array_equal(mlm.eval_corrupter(DataConfig(text_key="en", eval_mask_rate=0.15), tok)(
+      batch, 0)["targets"], evaluated["targets"])  # the scored pieces whatever the train rate
+  share = (evaluated["targets"] != 0).mean()
+  assert abs(share - 0.15) < 6 * np.sqrt(0.15 * 0.85 / 4000)
+  trained = mlm.corrupter(both, tok, seed=5)(batch, 0)
+  assert np.array_equal(trained["targets"], direct(0.4, 5)["targets"])
+  unset = DataConfig(text_key="en", mask_rate=0.4)
+  assert np.array_equal(mlm.eval_corrupter(unset, tok)(batch, 0)["targets"],
+                        direct(0.4, masking.EVAL_SEED)["targets"])
+  with pytest.raises(ValueError, match=r"^config key data.eval_mask_rate: expected a number in "
+                     r"\[0, 1\], or None"):
+    validate_data_config(DataConfig(text_key="en", eval_mask_rate=1.5))
 
 
 def test_the_data_layers_check_is_the_tasks():

@@ -54,10 +54,15 @@ class Masker:
     self.seed, self.process_index = int(seed), int(process_index)
 
   @classmethod
-  def of(cls, cfg, tokenizer, *, seed: int, process_index: int = 0) -> "Masker":
-    """The masker of data config `cfg` (data.mask_rate, mask_token_rate, mask_random_rate) and a
-    vocabulary with `<mask>`."""
-    return cls(rate=cfg.mask_rate, token_rate=cfg.mask_token_rate,
+  def of(cls, cfg, tokenizer, *, seed: int, process_index: int = 0,
+         evaluation: bool = False) -> "Masker":
+    """The masker of data config `cfg` (data.mask_rate, mask_token_rate, mask_random_rate; with
+    `evaluation`, data.eval_mask_rate in place of mask_rate when set) and a vocabulary with
+    `<mask>`."""
+    rate = cfg.mask_rate
+    if evaluation and cfg.eval_mask_rate is not None:
+      rate = cfg.eval_mask_rate
+    return cls(rate=rate, token_rate=cfg.mask_token_rate,
                random_rate=cfg.mask_random_rate, mask_id=tokenizer.mask_id,
                first_ordinary_id=tokenizer.first_ordinary_id, vocab_size=tokenizer.vocab_size,
                seed=seed, process_index=process_index)

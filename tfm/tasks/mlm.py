@@ -23,8 +23,15 @@ class MaskedLanguageModel(Task):
   def corrupter(self, data, tokenizer, *, seed: int, process_index: int = 0):
     return masking.Masker.of(data, tokenizer, seed=seed, process_index=process_index)
 
+  def eval_corrupter(self, data, tokenizer):
+    """BERT's masking at data.eval_mask_rate (when set) with masking.EVAL_SEED: a run trained at
+    another rate is scored on the same masked pieces as the others."""
+    return masking.Masker.of(data, tokenizer, seed=masking.EVAL_SEED, evaluation=True)
+
   def unscorable(self, data) -> str:
-    return f"no piece masked at data.mask_rate={data.mask_rate}"
+    if data.eval_mask_rate is None:
+      return f"no piece masked at data.mask_rate={data.mask_rate}"
+    return f"no piece masked at data.eval_mask_rate={data.eval_mask_rate}"
 
   def not_generating(self) -> str:
     return "a masked language model fills in masked tokens; it does not continue text"

@@ -78,8 +78,12 @@ class Task:
     scored once; a corrupter's task corrupts the whole stream once, as one row, with
     masking.EVAL_SEED, before it is cut (mlm: the same masked pieces in every run and every
     evaluation, whatever the rows of a batch)."""
-    corrupt = self.corrupter(data, tokenizer, seed=masking.EVAL_SEED)
-    return stream.eval_stream_batches(tokens, rows, length, corrupt)
+    return stream.eval_stream_batches(tokens, rows, length, self.eval_corrupter(data, tokenizer))
+
+  def eval_corrupter(self, data, tokenizer):
+    """The corrupter of the evaluation sets: `corrupter` with masking.EVAL_SEED, the same for
+    every run and every evaluation."""
+    return self.corrupter(data, tokenizer, seed=masking.EVAL_SEED)
 
   def check(self, config) -> None:
     """Raises ValueError (one line, naming the keys) unless this task fits the Config's
