@@ -31,7 +31,11 @@ from the literature on training masked LMs on small budgets, nothing tuned here:
 
   tfm train --config=configs/mlm_quickstart.py --workdir=runs/mlm_quickstart
 
-Measured (experiments/results/mlm_recipes/, 2-core Intel Xeon (AVX-512)): see docs/lm.md#results.
+Measured (experiments/results/mlm_recipes/, one seed, 2-core Intel Xeon (AVX-512) beside other
+jobs, 22.7 minutes): dev perplexity 23.2 and accuracy 0.378 over the 1,075 masked pieces after
+1,500 steps (156.1 at step 250), where BERT's recipe ends at 278.9. Rotary positions alone, BERT's
+recipe otherwise (configs/mlm_recipes.py:bert_rope), end lower, at 18.1: this recipe's cosine
+schedule has decayed to zero by then. docs/lm.md#results has the curves.
 """
 
 from configs import quickstart

@@ -14,8 +14,8 @@ them apart, nothing else changed and nothing tuned on any row:
   quickstart  small with rotary positions: configs/mlm_quickstart.py itself
 
 Every row is scored on the same dev pieces (the first 200 held-out verses, 15% masked with a fixed
-seed: 1,075 pieces), perplexity and accuracy every 250 steps; one seed a row (the rows are ten
-minutes each on a 2-core CPU, the differences several times any seed's spread: add --seeds=2).
+seed: 1,075 pieces), perplexity and accuracy every 250 steps; one seed a row (15-23 minutes
+each on a 2-core CPU beside other jobs; --seeds=2 gives the spread).
 
   tfm sweep --config=configs/mlm_recipes.py --publish=experiments/results/mlm_recipes
 """

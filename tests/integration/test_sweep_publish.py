@@ -90,7 +90,8 @@ def test_fingerprint_ignores_machine_paths_and_sees_everything_else():
               "adafactor_epsilon", "adafactor_momentum"):
     del values["train"][key]
   for key in ("mixture", "mixture_weights", "text_key", "mask_rate", "mask_token_rate",
-              "mask_random_rate", "eval_mask_rate", "noise_density", "mean_noise_span_length", "sentinels"):
+              "mask_random_rate", "eval_mask_rate", "noise_density", "mean_noise_span_length",
+              "sentinels"):
     del values["data"][key]
   del values["task"]  # the task keys (translate, no text key, BERT's rates: read by mlm alone)
   for key in execute.MACHINE_KEYS:
