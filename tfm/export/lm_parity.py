@@ -5,9 +5,10 @@ The measurements behind tests/export/test_lm_parity.py and experiments/export_lm
 rows are the ones `tfm eval` scores (pipeline.stream_eval_batches: the dev texts as one stream
 cut into rows of data.max_length, mlm's masked with the fixed eval seed). A causal model reads
 [0] + row[:-1] (tfm's start token first); a masked model reads the masked row, pads masked out as
-keys. Greedy continuations are tfm's batched generator at temperature 0 (`tfm generate --greedy
---nostream`), pad never generated, and the classes' with bad_words_ids / suppress_sequences of
-pad; they compare token for token, EOS included.
+keys, and its predictions are compared at the scored pieces (targets != 0: <mask>, random and
+unchanged alike), where tfm's perplexity is taken too. Greedy continuations are tfm's batched
+generator at temperature 0 (`tfm generate --greedy --nostream`), pad never generated, and the
+classes' with bad_words_ids / suppress_sequences of pad; they compare token for token, EOS included.
 
 Needs torch and transformers (CTranslate2 for `ct2_greedy`): the export-check extra, imported by
 the caller and passed in.
@@ -40,38 +41,87 @@ def dev_rows(t, *, most: int | None = None) -> list[dict[str, np.ndarray]]:
   return out
 
 
-def logits(t, model, torch, batches) -> dict[str, Any]:
-  """tfm's and the class's float32 logits on `batches`: the largest difference over real
-  positions, the largest logit, and (mlm) how many <mask> positions have the same argmax."""
+def _logit_pairs(t, model, torch, batches):
+  """(batch, tfm's logits, the class's logits) for each of `batches`: float32 numpy [rows,
+  length, vocab] each. A causal model reads [0] + targets[:-1]; a masked one the masked inputs,
+  pads masked out as keys."""
   params = jax.device_get(t.params)
   apply = jax.jit(t.experiment.model.apply)
-  mlm = t.config.model.architecture == "encoder_only"  # a masked LM reads inputs, no targets
-  largest, scale, masked, same, positions = 0.0, 0.0, 0, 0, 0
   for batch in batches:
-    real = batch["targets_segmentation"] != 0
-    if mlm:
+    if _masked(t):  # a masked LM reads inputs, no targets
       inputs = batch["inputs"]
       ours = np.asarray(apply({"params": params}, inputs, None))
       with torch.no_grad():
         theirs = model(input_ids=torch.tensor(inputs, dtype=torch.long),
                        attention_mask=torch.tensor(inputs != 0, dtype=torch.long)).logits.numpy()
-      at = inputs == t.tokenizer.mask_id
-      masked += int(at.sum())
-      same += int((ours.argmax(-1) == theirs.argmax(-1))[at].sum())
     else:
       targets = batch["targets"]
       ours = np.asarray(apply({"params": params}, None, targets))
       fed = np.pad(targets, ((0, 0), (1, 0)))[:, :-1]
       with torch.no_grad():
         theirs = model(input_ids=torch.tensor(fed, dtype=torch.long)).logits.numpy()
+    yield batch, ours, theirs
+
+
+def _masked(t) -> bool:
+  return t.config.model.architecture == "encoder_only"
+
+
+def masked_counts(ours: np.ndarray, theirs: np.ndarray, targets: np.ndarray) -> dict[str, Any]:
+  """The scored pieces of one batch: ours, theirs [rows, length, vocab] logits, targets [rows,
+  length] int (the original piece where it is scored, 0 elsewhere, as mlm's batches hold them).
+  Returns masked_pieces (targets != 0), masked_argmax_identical (of those, where both logits'
+  argmax is the same entry) and nll (the sum over them of -log softmax(ours)[target], float64)."""
+  scored = targets != 0
+  same = ours.argmax(-1) == theirs.argmax(-1)
+  picked = ours[scored].astype(np.float64)  # [scored, vocab]
+  top = picked.max(-1)
+  log_z = top + np.log(np.exp(picked - top[:, None]).sum(-1))
+  nll = float((log_z - np.take_along_axis(picked, targets[scored][:, None], -1)[:, 0]).sum())
+  return {"masked_pieces": int(scored.sum()), "masked_argmax_identical": int(same[scored].sum()),
+          "nll": nll}
+
+
+def logits(t, model, torch, batches) -> dict[str, Any]:
+  """tfm's and the class's float32 logits on `batches` (dev_rows'): the largest absolute
+  difference over every vocabulary entry at every real position (targets_segmentation != 0), the
+  largest |logit| of tfm's there, rows and positions; for an mlm run masked_predictions' figures
+  too."""
+  largest, scale, positions = 0.0, 0.0, 0
+  counts = {"masked_pieces": 0, "masked_argmax_identical": 0, "nll": 0.0}
+  for batch, ours, theirs in _logit_pairs(t, model, torch, batches):
+    real = batch["targets_segmentation"] != 0
     largest = max(largest, float(np.abs(ours - theirs)[real].max()))
     scale = max(scale, float(np.abs(ours)[real].max()))
     positions += int(real.sum())
+    if _masked(t):
+      for key, value in masked_counts(ours, theirs, batch["targets"]).items():
+        counts[key] += value
   out = {"rows": sum(len(b["targets"]) for b in batches), "positions": positions,
          "largest_logit_difference": largest, "largest_logit": scale}
-  if mlm:
-    out.update(masked_pieces=masked, masked_argmax_identical=same)
+  if _masked(t):
+    nll = counts.pop("nll")
+    out.update(counts, dev_perplexity=float(np.exp(nll / max(counts["masked_pieces"], 1))))
   return out
+
+
+def masked_predictions(t, model, torch, batches) -> dict[str, Any]:
+  """An mlm run against its export (`model`, BertForMaskedLM or RobertaPreLayerNormForMaskedLM) on
+  `batches`: dev_rows(t)'s, the rows `tfm eval` scores (the dev stream masked once with
+  masking.EVAL_SEED at data.eval_mask_rate, else data.mask_rate), each {'inputs', 'targets',
+  'targets_segmentation', ...: int32 [rows, length]}. Both models read the masked inputs, pads
+  masked out as keys, and give [rows, length, vocab] float32 logits.
+
+  Returns rows, positions (real ones, targets_segmentation != 0), largest_logit_difference (the
+  largest |tfm's - the class's| over every vocabulary entry at every real position),
+  largest_logit (tfm's largest |logit| there, for scale), masked_pieces (the scored pieces,
+  targets != 0: <mask>, random and unchanged alike), masked_argmax_identical (of those, where both
+  argmaxes agree) and dev_perplexity (tfm's, exp of the mean NLL over the scored pieces: `tfm
+  eval`'s dev perplexity when `batches` are all the dev rows)."""
+  if not _masked(t):
+    raise ValueError(f"masked_predictions: expected an mlm run (model.architecture "
+                     f"'encoder_only'), got {t.config.model.architecture!r}")
+  return logits(t, model, torch, batches)
 
 
 def prompts(t, count: int, pieces: int) -> list[list[int]]:
