@@ -18,7 +18,7 @@ For each task lm workdir (float32, CPU, this machine's cores):
 For each task mlm workdir: `tfm export` (no --ct2: a masked LM has no CTranslate2 counterpart),
 the largest logit difference on the dev rows `tfm eval` scores (masked with the fixed evaluation
 seed) and the largest logit, how many of the scored pieces have the same argmax in both, and
-tfm's dev perplexity over them (lm_parity.masked_predictions); no greedy or speed figures.
+tfm's dev perplexity over them (lm_parity.logits); no greedy or speed figures.
 tfm/export/lm_parity.py computes each figure. The runs measured merge into --out's lm_parity.json
 (a name measured again replaces its entry, the others stay), lm_table.md is rebuilt from the
 merged file, and the commands run are logged (commands.log).
@@ -87,11 +87,10 @@ def measure(name: str, workdir: str, out: Path) -> dict:
   result = {"class": config["architectures"][0], "task": t.config.task, "steps": t.steps,
             "parameters": int(sum(p.numel() for p in model.parameters())),
             "tfm_parameters": int(sum(x.size for x in jax.tree_util.tree_leaves(t.params)))}
+  result.update(lm_parity.logits(t, model, torch, rows))
   if masked:
-    result.update(lm_parity.masked_predictions(t, model, torch, rows))
     _log(out, f"{name}: {result}")
     return result
-  result.update(lm_parity.logits(t, model, torch, rows))
   prompts = lm_parity.prompts(t, FLAGS.prompts, FLAGS.prompt_pieces)
   new = FLAGS.new_tokens
   ours, tfm_s = lm_parity.tfm_greedy(t, prompts, new)

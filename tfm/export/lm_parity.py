@@ -85,8 +85,11 @@ def masked_counts(ours: np.ndarray, theirs: np.ndarray, targets: np.ndarray) -> 
 def logits(t, model, torch, batches) -> dict[str, Any]:
   """tfm's and the class's float32 logits on `batches` (dev_rows'): the largest absolute
   difference over every vocabulary entry at every real position (targets_segmentation != 0), the
-  largest |logit| of tfm's there, rows and positions; for an mlm run masked_predictions' figures
-  too."""
+  largest |logit| of tfm's there, rows and positions. For an mlm run (both models read the
+  masked inputs, pads masked out as keys) also masked_pieces (the scored pieces, targets != 0:
+  <mask>, random and unchanged alike), masked_argmax_identical (of those, where both argmaxes
+  agree) and dev_perplexity (tfm's over them: `tfm eval`'s when `batches` are all the dev
+  rows)."""
   largest, scale, positions = 0.0, 0.0, 0
   counts = {"masked_pieces": 0, "masked_argmax_identical": 0, "nll": 0.0}
   for batch, ours, theirs in _logit_pairs(t, model, torch, batches):
@@ -103,25 +106,6 @@ def logits(t, model, torch, batches) -> dict[str, Any]:
     nll = counts.pop("nll")
     out.update(counts, dev_perplexity=float(np.exp(nll / max(counts["masked_pieces"], 1))))
   return out
-
-
-def masked_predictions(t, model, torch, batches) -> dict[str, Any]:
-  """An mlm run against its export (`model`, BertForMaskedLM or RobertaPreLayerNormForMaskedLM) on
-  `batches`: dev_rows(t)'s, the rows `tfm eval` scores (the dev stream masked once with
-  masking.EVAL_SEED at data.eval_mask_rate, else data.mask_rate), each {'inputs', 'targets',
-  'targets_segmentation', ...: int32 [rows, length]}. Both models read the masked inputs, pads
-  masked out as keys, and give [rows, length, vocab] float32 logits.
-
-  Returns rows, positions (real ones, targets_segmentation != 0), largest_logit_difference (the
-  largest |tfm's - the class's| over every vocabulary entry at every real position),
-  largest_logit (tfm's largest |logit| there, for scale), masked_pieces (the scored pieces,
-  targets != 0: <mask>, random and unchanged alike), masked_argmax_identical (of those, where both
-  argmaxes agree) and dev_perplexity (tfm's, exp of the mean NLL over the scored pieces: `tfm
-  eval`'s dev perplexity when `batches` are all the dev rows)."""
-  if not _masked(t):
-    raise ValueError(f"masked_predictions: expected an mlm run (model.architecture "
-                     f"'encoder_only'), got {t.config.model.architecture!r}")
-  return logits(t, model, torch, batches)
 
 
 def prompts(t, count: int, pieces: int) -> list[list[int]]:
