@@ -125,6 +125,9 @@ def main(argv=None, run: bool = True) -> int:
           file=sys.stderr)
     return 2
   try:
+    prepare = getattr(command, "prepare_config", None)  # flags that set config keys (train's)
+    if prepare is not None and loaded is not None:
+      loaded = prepare(fv, loaded)
     config = None if loaded is None else config_lib.build(loaded)
     if not run:
       return 0

@@ -172,3 +172,22 @@ def test_check_tokenizer_refuses_another_vocabulary(source, tmp_path):
                                        r"here.model is not .*'s \(SHA-256 aaaaaaaaaaaa against "
                                        r"bbbbbbbbbbbb\)"):
     init_from_lib.check_tokenizer(config, tokenizer, "b" * 64)
+
+
+def test_the_init_from_flag_is_the_config_key_before_the_config_is_checked(tmp_path, capsys):
+  """--init_from=SOURCE is train.init_from=SOURCE when the train section is validated, so the keys
+  that need a source (train.init_optimizer) take it; the flag and a different key are refused."""
+  flags = ["tfm", "train", "--config=configs/quickstart.py", f"--workdir={tmp_path / 'new'}",
+           "--config.train.init_optimizer=True"]
+  assert cli.main([*flags, f"--init_from={tmp_path / 'source'}"], run=False) == 0
+  assert cli.main([*flags, f"--config.train.init_from={tmp_path / 'source'}",
+                   f"--init_from={tmp_path / 'source'}"], run=False) == 0
+  assert cli.main(flags, run=False) == 1
+  assert capsys.readouterr().err.strip().splitlines()[-1] == (
+      "tfm train: error: config key train.init_optimizer: expected False without "
+      "train.init_from, got True")
+  assert cli.main([*flags, "--config.train.init_from=/elsewhere",
+                   f"--init_from={tmp_path / 'source'}"], run=False) == 2
+  assert capsys.readouterr().err.strip().splitlines()[-1] == (
+      f"tfm train: --init_from={tmp_path / 'source'} and --config.train.init_from=/elsewhere: "
+      "give one")

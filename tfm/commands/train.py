@@ -82,6 +82,18 @@ def read_members(path: str) -> tuple[list, list[str]]:
   return configs, workdirs
 
 
+def prepare_config(fv: flags.FlagValues, loaded: dict) -> dict:
+  """The config's sections before they are built and validated, with --init_from as
+  train.init_from: the train section's checks (train.init_optimizer needs a source) see it."""
+  if fv.init_from is None:
+    return loaded
+  train = dict(loaded["train"].items())
+  given = train.get("init_from")
+  if given is not None and given != fv.init_from:
+    raise UsageError(f"--init_from={fv.init_from} and --config.train.init_from={given}: give one")
+  return {**loaded, "train": {**train, "init_from": fv.init_from}}
+
+
 def run(fv: flags.FlagValues, config):
   if fv.members is not None:
     if config is not None or fv.workdir or fv.seeds:
@@ -98,12 +110,6 @@ def run(fv: flags.FlagValues, config):
   seeds = member_seeds(fv.seeds)
   # pylint: disable=import-outside-toplevel
   import dataclasses
-  if fv.init_from is not None:
-    given = config.train.init_from
-    if given is not None and given != fv.init_from:
-      raise UsageError(f"--init_from={fv.init_from} and --config.train.init_from={given}: give "
-                       "one")
-    config = config.replace(train=dataclasses.replace(config.train, init_from=fv.init_from))
   from tfm.loop import train, train_stack
   if seeds is None:
     train(config, fv.workdir)
