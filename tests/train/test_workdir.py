@@ -46,3 +46,15 @@ def test_a_resume_of_another_model_names_the_keys_and_their_values(tmp_path):
     with pytest.raises(ValueError, match=r"was trained with another model or data \(model\.d_ff: "
                        r"512 -> 1024\); its checkpoints cannot continue"):
       held.check_config(wider)
+
+
+def test_the_evaluation_masks_rate_is_resumable_and_the_training_rate_is_not():
+  """data.eval_mask_rate changes which dev pieces are scored, not what is trained (a config.json
+  written before it existed means None: data.mask_rate); data.mask_rate changes the training."""
+  mlm = load_config("configs/mlm_recipes.py:bert").to_dict()
+  old = load_config("configs/mlm_recipes.py:bert").to_dict()
+  del old["data"]["eval_mask_rate"]
+  scored = load_config("configs/mlm_recipes.py:bert", ["data.eval_mask_rate=0.3"]).to_dict()
+  assert incompatible_keys(old, scored) == [] and incompatible_keys(mlm, scored) == []
+  trained = load_config("configs/mlm_recipes.py:bert", ["data.mask_rate=0.4"]).to_dict()
+  assert incompatible_keys(mlm, trained) == ["data.mask_rate"]

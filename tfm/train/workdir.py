@@ -29,12 +29,12 @@ log = logging.getLogger(__name__)
 LOCK = ".lock"
 # Keys a resumed run may change; any other difference means another model or other data.
 # (data.cache / data.cache_dir / data.num_workers change how batches are made, not which; the
-# evaluation sets and the dev/test files what is evaluated, not what is trained;
+# evaluation sets, their masks' rate and the dev/test files what is evaluated, not what is trained;
 # model.layer_norm_grad how the same gradients are computed, and a config.json written before it
 # existed lacks it.)
 RESUMABLE_PREFIXES = ("train.", "eval.", "mesh.", "data.num_workers", "data.cache",
-                      "data.eval_max_examples", "data.eval_sets", "data.dev_files",
-                      "data.test_files", "data.data_dir", "data.manual_dir",
+                      "data.eval_max_examples", "data.eval_mask_rate", "data.eval_sets",
+                      "data.dev_files", "data.test_files", "data.data_dir", "data.manual_dir",
                       "data.vocab_dir", "model.layer_norm_grad", "rows", "row", "paper")
 
 
