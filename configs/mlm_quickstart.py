@@ -60,10 +60,9 @@ def baseline():
 
 def small_budget(c):
   """The small-budget choices of the docstring, positions aside, applied to config `c`."""
-  steps = c.train.steps
   c.model.update(norm="pre", ffn="gelu", dropout_rate=0.0)
   c.train.update(optimizer="adamw", adam_eps=1e-6, schedule="linear_cosine", learning_rate=1e-3,
-                 warmup_steps=round(0.06 * steps))
+                 warmup_steps=c.train.get_ref("steps") * 6 // 100)  # 6%, whatever train.steps
   c.data.update(mask_rate=0.4, eval_mask_rate=0.15)
   return c
 

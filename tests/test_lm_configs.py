@@ -50,6 +50,11 @@ def test_the_mlm_quickstart_is_berts_recipe_with_the_literatures_changes_alone()
   assert changes("bert_rope") == {"model.positions": "rope"}
   assert changes("quickstart") == {**small, "model.positions": "rope"}
   assert rows["bert"]["train.steps"] * 0.06 == 90
+  for steps, warmup in ((20, 1), (200, 12), (3000, 180)):  # 6% of whatever train.steps is
+    shorter = load_config("configs/mlm_quickstart.py", [f"train.steps={steps}"]).train
+    assert (shorter.steps, shorter.warmup_steps) == (steps, warmup)
+  assert load_config("configs/mlm_quickstart.py", ["train.steps=20", "train.warmup_steps=3"]
+                     ).train.warmup_steps == 3  # set, it is what is given
   assert decay_rate(load_config("configs/mlm_quickstart.py").train) == 0.01
 
 
