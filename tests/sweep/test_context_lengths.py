@@ -2,6 +2,7 @@
 older configs and fingerprints), `tfm eval`'s result names, and a sweep's results and report at
 each context length (the seeds' mean and sample std checked against `statistics`)."""
 
+import dataclasses
 import statistics
 
 import pytest
@@ -13,7 +14,7 @@ from tfm.config import Config
 from tfm.data.config import DataConfig
 from tfm.eval.config import EvalConfig
 from tfm.model.config import ModelConfig
-from tfm.sweep import hparams, publish, report
+from tfm.sweep import by_context, hparams, publish, report
 from tfm.sweep.result import RunResult
 
 LM = dict(model=ModelConfig(architecture="decoder_only", num_encoder_layers=0),
@@ -132,3 +133,55 @@ def test_runs_without_context_lengths_keep_the_table_as_it_was():
                                             perplexity=30.0, nll=1.0, loss=1.0, accuracy=0.3,
                                             target_tokens=10, word_perplexity=90.0, words=3))
   assert run.context_lengths is None and "ppl@" not in report.table_markdown([run])
+
+
+def _positions_runs():
+  """Two seeds each of a reference that breaks past 64, a row that holds to 256, a learned row
+  above the reference at 256 beyond the seeds' spread, and one seed of a row that is mixed."""
+  figures = {
+      "lm_sinusoidal": [{64: 30.0, 128: 45.0, 256: 90.0}, {64: 31.0, 128: 47.0, 256: 80.0}],
+      "lm_alibi": [{64: 29.0, 128: 26.0, 256: 25.0}, {64: 30.0, 128: 27.5, 256: 26.0}],
+      "lm_learned": [{64: 28.0, 128: 60.0, 256: 150.0}, {64: 29.0, 128: 70.0, 256: 170.0}],
+      "lm_rope": [{64: 30.0, 128: 29.0, 256: 33.0}, {64: 31.0, 128: 30.5, 256: 30.0}],
+  }
+  paper = {"lm_sinusoidal": dict(claim="Vaswani", reference=True),
+           "lm_learned": dict(claim="row E", hypothesis="Sinusoids extrapolate better"),
+           "lm_alibi": dict(claim="Press"), "lm_rope": {}}
+  results = []
+  for k, (group, seeds) in enumerate(figures.items()):
+    for s, f in enumerate(seeds):
+      run = _run(group, s, {n: (p, 3 * p) for n, p in f.items()})
+      results.append(dataclasses.replace(run, index=2 * k + s, paper=paper[group]))
+  return figures, results
+
+
+def test_the_report_says_where_each_row_stops_holding_and_answers_the_hypothesis(tmp_path):
+  figures, results = _positions_runs()
+  t = by_context.table(results[2:] + results[:2])  # the marked reference first, whatever the order
+  assert t.contexts == [64, 128, 256] and t.groups[0] == "lm_sinusoidal"
+  assert [by_context.reach(t, g) for g in t.groups] == [
+      "breaks at 128", "holds to 256", "breaks at 128", "mixed at 256"]
+  assert [by_context.verdict(t, g, "lm_sinusoidal") for g in t.groups[1:]] == [
+      "lower", "higher", "lower"]
+  lines = report.table_markdown(results).splitlines()
+  assert "## By context length" in lines
+  row = next(line for line in lines if line.startswith("| lm_learned | 2 |")).split(" | ")
+  learned = figures["lm_learned"]
+  for k, n in enumerate((64, 128, 256)):
+    values = [f[n] for f in learned]
+    assert row[2 + k] == f"{statistics.mean(values):.2f} ± {statistics.stdev(values):.2f}"
+  for k, n in enumerate((128, 256)):  # each seed's own change from 64, averaged
+    assert row[5 + k] == f"{100 * statistics.mean(f[n] / f[64] - 1 for f in learned):+.1f}%"
+  assert row[7] == "breaks at 128 |"
+  assert "| lm_alibi | 25.50 ± 0.71 | lower | Press |" in lines
+  assert ("**Sinusoids extrapolate better: yes** (perplexity per piece at 256: lm_sinusoidal "
+          "85.00 ± 7.07, lm_learned 160.00 ± 14.14).") in lines
+  paths = report.write_report(results, str(tmp_path))
+  assert (tmp_path / "by_context.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+  assert str(tmp_path / "by_context.png") in paths
+
+
+def test_one_context_length_or_none_has_no_section():
+  _, results = _positions_runs()
+  one = [dataclasses.replace(r, context_lengths=r.context_lengths[:1]) for r in results]
+  assert by_context.table(one) is None and "By context length" not in report.table_markdown(one)

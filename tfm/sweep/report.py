@@ -1,6 +1,7 @@
 """A sweep's results at a glance: results.jsonl, table.md (ours beside the paper's) and a figure;
 for runs evaluated by source length also their table by length (tfm/sweep/by_length.py) and
-by_length.png.
+by_length.png; for language models scored at several context lengths their table by context
+(tfm/sweep/by_context.py) and by_context.png.
 
 The statistics are tfm/sweep/compare.py's: per group the mean over its finished seeds with the
 sample standard deviation; for rows of configs/table3*.py, the paper's figures beside ours, each
@@ -19,7 +20,7 @@ import textwrap
 from typing import Sequence
 
 from tfm import storage, tasks
-from tfm.sweep import by_length, compare
+from tfm.sweep import by_context, by_length, compare
 from tfm.sweep.result import RunResult
 
 def _fmt(mean: float, std: float, digits: int) -> str:
@@ -111,6 +112,9 @@ def _language_model_table(rows: Sequence[compare.Group], results: Sequence[RunRe
          "per-word figures are in each run's eval_dev_*_ctx*.json)" if contexts else "")
       + "; accuracy in percent of the same pieces. No BLEU: these runs translate nothing."]
   out += _convergence_lines(rows)
+  contexts = by_context.table(results)
+  if contexts:
+    out += [""] + by_context.markdown(contexts)
   failed = [r for r in results if not r.ok]
   if failed:
     out += ["", "Failed runs:"] + [f"- {r.name}: {r.error}" for r in failed]
@@ -317,6 +321,7 @@ def _along_lines(c: compare.Comparison) -> list[str]:
 def write_report(results: Sequence[RunResult], root: str, command: str | None = None) -> list[str]:
   """Writes ROOT/results.jsonl, ROOT/table.md and the figure; returns their paths."""
   # pylint: disable=import-outside-toplevel
+  from tfm.figures import by_context as context_figure
   from tfm.figures import by_length as length_figure
   from tfm.figures import sweep as sweep_figure
   paths = [os.path.join(root, "results.jsonl"), os.path.join(root, "table.md")]
@@ -337,4 +342,7 @@ def write_report(results: Sequence[RunResult], root: str, command: str | None = 
   lengths = by_length.table(results)
   if lengths and length_figure.plot(lengths, os.path.join(root, "by_length.png")):
     paths.append(os.path.join(root, "by_length.png"))
+  contexts = by_context.table(results)
+  if contexts:
+    paths.append(context_figure.plot(contexts, os.path.join(root, "by_context.png")))
   return paths
