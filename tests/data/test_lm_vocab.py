@@ -120,6 +120,6 @@ def test_a_run_written_before_the_monolingual_keys_resumes():
   assert workdir.incompatible_keys(old, new) == []
   assert workdir.incompatible_keys(old, {**new, "data": {**new["data"], "mask_rate": 0.2}}) == [
       "data.mask_rate"]
-  config = config_lib.Config()
+  config = config_lib.load_config("configs/mlm_quickstart.py")  # a run that reads the rate
   assert publish.fingerprint(config, "v", 10) != publish.fingerprint(
-      config_lib.Config(data=config.data.replace(mask_rate=0.2)), "v", 10)
+      config.replace(data=config.data.replace(mask_rate=0.2)), "v", 10)

@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 
 from tfm import tasks
-from tfm.config import Config
+from tfm.config import Config, load_config
 from tfm.data import masking
 from tfm.data.config import DataConfig, validate_data_config
 from tfm.model.config import ARCHITECTURES
@@ -113,3 +113,28 @@ def test_translations_refusal_names_the_registrys_monolingual_tasks(monkeypatch)
   monkeypatch.setattr(tasks, "ALL", tasks.ALL + (new,))
   with pytest.raises(ValueError, match=r"or set task to 'lm', 'mlm', 'span' or 'summary'$"):
     tasks.get("translate").check_text_key("en")
+
+
+QUICKSTARTS = {"translate": "configs/quickstart.py", "lm": "configs/lm_quickstart.py",
+               "mlm": "configs/mlm_quickstart.py", "span": "configs/span_quickstart.py"}
+# the data keys one task alone reads, a value away from the default, and that task
+OWN_KEYS = [("mask_rate", 0.3, "mlm"), ("mask_token_rate", 0.5, "mlm"),
+            ("mask_random_rate", 0.2, "mlm"), ("eval_mask_rate", 0.15, "mlm"),
+            ("noise_density", 0.3, "span"), ("mean_noise_span_length", 2.0, "span")]
+
+
+@pytest.mark.parametrize("key,value,owner", OWN_KEYS)
+def test_a_key_one_task_reads_is_refused_by_the_others_in_one_line(key, value, owner):
+  """data.mask_rate on a translation run (or data.noise_density on an lm run) would be ignored
+  without a word: every other task refuses the key away from its default, the owner takes it."""
+  assert set(QUICKSTARTS) == set(tasks.NAMES)
+  for name, path in QUICKSTARTS.items():
+    if name == owner:
+      assert getattr(load_config(path, [f"data.{key}={value}"]).data, key) == value
+      continue
+    default = getattr(DataConfig(), key)
+    with pytest.raises(ValueError, match=rf"^config keys task='{name}' and data.{key}={value}: "
+                                         rf"only task '{owner}' reads data.{key}; a {name} run "
+                                         rf"would ignore it; leave it at {default}$"):
+      load_config(path, [f"data.{key}={value}"])
+    assert getattr(load_config(path, [f"data.{key}={default}"]).data, key) == default

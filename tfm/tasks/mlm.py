@@ -19,6 +19,7 @@ class MaskedLanguageModel(Task):
   architecture = "encoder_only"
   mask_vocabulary = True
   dev_ppl_note = "the masked pieces only, masked alike for every run"
+  data_keys = ("mask_rate", "mask_token_rate", "mask_random_rate", "eval_mask_rate")
 
   def corrupter(self, data, tokenizer, *, seed: int, process_index: int = 0):
     return masking.Masker.of(data, tokenizer, seed=seed, process_index=process_index)

@@ -34,6 +34,7 @@ class SpanCorruption(Task):
   architecture = "encoder_decoder"
   dev_ppl_note = ("the span targets' pieces, sentinels and EOS included, the dev spans alike for "
                   "every run")
+  data_keys = ("noise_density", "mean_noise_span_length")
 
   def sentinels(self, data) -> int:
     return spans.geometry(data)[2]

@@ -15,8 +15,16 @@ data.sentinels), `check_data` and `name` (for messages).
 
 from __future__ import annotations
 
+import dataclasses
+
 from tfm.data import masking
 from tfm.data import stream
+from tfm.data.config import DataConfig
+
+# data key -> the task that alone reads it (each subclass's `data_keys`): any other task's run
+# refuses a value other than the key's default, which it would silently ignore.
+_READ_BY: dict[str, str] = {}
+_DATA_DEFAULTS = {f.name: f.default for f in dataclasses.fields(DataConfig)}
 
 
 class Task:
@@ -33,6 +41,8 @@ class Task:
   piece of, in a sweep report's legend (None: the report has its own translation legend).
   keeps_sentinels: its vocabulary keeps data.sentinels ids above its pieces, never in its data
   (translate: those of the span run it starts from, train.init_from); the others refuse the key.
+  data_keys: the data keys it alone reads (mlm's masking rates, span's noise); a run of another
+  task refuses them away from their defaults.
   """
 
   name: str
@@ -46,6 +56,12 @@ class Task:
   generates: bool = False
   dev_ppl_note: str | None = None
   keeps_sentinels: bool = False
+  data_keys: tuple[str, ...] = ()
+
+  def __init_subclass__(cls, **kwargs):
+    super().__init_subclass__(**kwargs)
+    for key in cls.data_keys:
+      _READ_BY[key] = cls.name
 
   def __repr__(self) -> str:
     return f"<task {self.name!r}>"
@@ -95,6 +111,12 @@ class Task:
                        f"{config.data.sentinels}: data.sentinels keeps a span run's sentinels in "
                        f"a translation run started from it (train.init_from); {self.name} "
                        "reserves no ids by it; set data.sentinels=0")
+    for key, owner in _READ_BY.items():
+      value = getattr(config.data, key)
+      if owner != self.name and value != _DATA_DEFAULTS[key]:
+        raise ValueError(f"config keys task={self.name!r} and data.{key}={value!r}: only task "
+                         f"{owner!r} reads data.{key}; a {self.name} run would ignore it; leave "
+                         f"it at {_DATA_DEFAULTS[key]!r}")
     lengths = config.eval.context_lengths
     if lengths and not self.scores_context_lengths:
       raise ValueError(f"config keys task={self.name!r} and eval.context_lengths={lengths}: "
