@@ -185,3 +185,33 @@ def test_one_context_length_or_none_has_no_section():
   _, results = _positions_runs()
   one = [dataclasses.replace(r, context_lengths=r.context_lengths[:1]) for r in results]
   assert by_context.table(one) is None and "By context length" not in report.table_markdown(one)
+
+
+def test_a_sweep_part_way_or_of_mixed_lengths_reports_without_a_wrong_answer(tmp_path):
+  """The report is rewritten after each run: the reference failed (or not scored at every length)
+  answers no hypothesis against another row; runs of disjoint length sets leave the section out
+  rather than crash the sweep; a diverged seed (NaN) neither holds nor is compared."""
+  _, results = _positions_runs()
+  failed = [r.ended("failed", "boom") if r.group == "lm_sinusoidal" else r for r in results]
+  t = by_context.table(failed)
+  assert t.reference == "lm_sinusoidal" and "lm_sinusoidal" not in t.groups
+  assert by_context.verdict(t, "lm_learned", t.reference) == ""
+  lines = report.table_markdown(failed).splitlines()
+  assert "**Sinusoids extrapolate better: not scored (lm_sinusoidal has no run scored at every " \
+         "length yet)**" in lines
+  assert not any("(reference)" in line for line in lines)
+  report.write_report(failed, str(tmp_path / "failed"))
+  disjoint = [_run("a", 0, {64: (30.0, 90.0), 128: (40.0, 120.0)}),
+              dataclasses.replace(_run("b", 0, {64: (30.0, 90.0), 256: (50.0, 150.0)}), index=1)]
+  assert by_context.table(disjoint) is None
+  report.write_report(disjoint, str(tmp_path / "disjoint"))  # before: IndexError in markdown
+  assert "By context length" not in (tmp_path / "disjoint" / "table.md").read_text()
+  nan = float("nan")
+  diverged = [dataclasses.replace(r, context_lengths=[dict(e, perplexity=nan)
+                                                      for e in r.context_lengths])
+              if r.group == "lm_learned" else r for r in results]
+  t = by_context.table(diverged)
+  assert by_context.past_training(t, "lm_learned", 128) == "breaks"
+  assert by_context.verdict(t, "lm_learned", "lm_sinusoidal").startswith("not comparable")
+  assert "**Sinusoids extrapolate better: not scored (a non-finite perplexity)**" in \
+      report.table_markdown(diverged)

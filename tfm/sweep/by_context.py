@@ -32,6 +32,9 @@ class Table:
   seeds: dict[str, list[dict[int, float]]]
   claims: dict[str, str]
   hypotheses: dict[str, str] = dataclasses.field(default_factory=dict)
+  # the reference row (paper['reference'], else the sweep's first): absent from groups while none
+  # of its seeds is scored at every length (a sweep part-way, its report rewritten after each run)
+  reference: str = ""
 
   def values(self, group: str, n: int) -> tuple[float, ...]:
     return tuple(s[n] for s in self.seeds[group])
@@ -59,16 +62,20 @@ def table(results: Sequence[RunResult]) -> Table | None:
       claims[name] = paper["claim"]
     if paper.get("hypothesis"):
       hypotheses[name] = paper["hypothesis"]
+  reference = names[0]
   names = [n for n in names if seeds[n]]
+  if not names:  # no run scored at every length of the union (runs of other context_lengths)
+    return None
   return Table(contexts=contexts, groups=names, seeds={n: seeds[n] for n in names},
                claims={n: c for n, c in claims.items() if n in names},
-               hypotheses={n: h for n, h in hypotheses.items() if n in names})
+               hypotheses={n: h for n, h in hypotheses.items() if n in names},
+               reference=reference)
 
 
 def past_training(t: Table, group: str, n: int) -> str:
   """'holds', 'breaks' or 'mixed' at length n against the group's own seeds at L (module doc)."""
   short = t.contexts[0]
-  higher = [s[n] > s[short] for s in t.seeds[group]]
+  higher = [not s[n] <= s[short] for s in t.seeds[group]]  # a NaN (a diverged seed) never holds
   return "breaks" if all(higher) else "holds" if not any(higher) else "mixed"
 
 
@@ -86,7 +93,11 @@ def verdict(t: Table, group: str, reference: str) -> str:
   """The group's perplexity at the longest length against the reference's: 'lower', 'higher'
   (beyond the seeds' spread), 'within the seeds' spread', or '' (fewer than two seeds a side)."""
   n = t.contexts[-1]
+  if reference not in t.seeds or group == reference:
+    return ""
   mine, theirs = t.values(group, n), t.values(reference, n)
+  if not all(math.isfinite(v) for v in mine + theirs):
+    return "not comparable (a non-finite perplexity)"
   resolved = beyond_seeds(mine, theirs)
   if resolved is None:
     return ""
@@ -98,7 +109,8 @@ def verdict(t: Table, group: str, reference: str) -> str:
 # A hypothesis that the reference extrapolates better than a group: answered by the group's
 # perplexity at the longest length against the reference's (higher: the reference is better).
 ANSWERS = {"higher": "yes", "lower": "no", "within the seeds' spread": "within the seeds' spread",
-           "": "not scored (fewer than two seeds)"}
+           "": "not scored (fewer than two seeds)",
+           "not comparable (a non-finite perplexity)": "not scored (a non-finite perplexity)"}
 
 
 def _fmt(values: Sequence[float]) -> str:
@@ -115,7 +127,8 @@ def _change(t: Table, group: str, n: int) -> str:
 def markdown(t: Table) -> list[str]:
   """The report's section: the perplexity at each length, the change from L and where each group
   stops holding; then each group against the reference at the longest length, beside its claim."""
-  short, longest, reference = t.contexts[0], t.contexts[-1], t.groups[0]
+  short, longest, reference = t.contexts[0], t.contexts[-1], t.reference or t.groups[0]
+  missing = reference not in t.seeds
   head = (["row", "seeds"] + [f"ppl@{n}" for n in t.contexts]
           + [f"{n} vs {short}" for n in t.contexts[1:]] + [f"past {short}"])
   lines = ["## By context length", "",
@@ -132,13 +145,20 @@ def markdown(t: Table) -> list[str]:
         + [_change(t, name, n) for n in t.contexts[1:]] + [reach(t, name)]) + " |")
   lines += ["", f"Against {reference} at the longest context ({longest} pieces): whether its "
             f"perplexity is lower or higher than {reference}'s beyond the seeds' spread (every seed "
-            f"on one side of every seed of {reference}).", "",
+            f"on one side of every seed of {reference})."
+            + (f" {reference} has no run scored at every length yet." if missing else ""), "",
             f"| row | ppl@{longest} | vs {reference} | claim |", "|---|---|---|---|"]
   for name in t.groups:
     lines.append(f"| {name} | {_fmt(t.values(name, longest))} | "
                  + ("(reference)" if name == reference else verdict(t, name, reference))
                  + f" | {t.claims.get(name, '')} |")
   for name, hypothesis in t.hypotheses.items():
+    if name == reference:
+      continue
+    if missing:
+      lines += ["", f"**{hypothesis}: not scored ({reference} has no run scored at every length "
+                "yet)**"]
+      continue
     lines += ["", f"**{hypothesis}: {ANSWERS[verdict(t, name, reference)]}** (perplexity per "
               f"piece at {longest}: {reference} {_fmt(t.values(reference, longest))}, {name} "
               f"{_fmt(t.values(name, longest))})."]
