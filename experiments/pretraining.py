@@ -90,9 +90,14 @@ def plan(root: str, seeds: int, span_steps: int, finetune_steps: int,
          overrides: list[str]) -> tuple[list[Run], dict]:
   """The runs in order (every span run, then the fine-tuning runs, then the scratch runs) and the
   figures that fix them (step ratio, scratch steps, sentinels)."""
-  flags = [f"--config.{o}" for o in overrides]
+  # the span task's own keys (data.noise_density, ...) set the span runs alone: a translation run
+  # refuses them (tfm/tasks/task.py: data_keys)
+  own = {f"data.{k}" for k in tasks.get("span").data_keys}
+  mine = lambda o: o.split("=", 1)[0].strip() in own
+  flags = [f"--config.{o}" for o in overrides if not mine(o)]
+  span_flags = [f"--config.{o}" for o in overrides]
   span = load_config(SPAN_CONFIG, list(overrides) + [f"train.steps={span_steps}"])
-  translate = load_config(TRANSLATE_CONFIG, list(overrides))
+  translate = load_config(TRANSLATE_CONFIG, [o for o in overrides if not mine(o)])
   ratio = step_ratio(span, translate)
   equivalent = round(span_steps * ratio)
   sentinels = tasks.get(span.task).sentinels(span.data)
@@ -100,7 +105,7 @@ def plan(root: str, seeds: int, span_steps: int, finetune_steps: int,
   seeded = lambda s: [f"--config.train.seed={s}", f"--config.data.shuffle_seed={s}"]
   for s in range(seeds):
     runs.append(Run(f"span-s{s}", "span", s, [
-        "train", f"--config={SPAN_CONFIG}", *flags, *seeded(s),
+        "train", f"--config={SPAN_CONFIG}", *span_flags, *seeded(s),
         f"--config.train.steps={span_steps}"], span_steps))
   for s in range(seeds):
     runs.append(Run(f"pretrained-s{s}", "pretrained", s, [
@@ -248,7 +253,9 @@ def main(argv=None) -> int:
   p.add_argument("--span_steps", type=int, default=1500)
   p.add_argument("--finetune_steps", type=int, default=1500)
   p.add_argument("--override", action="append", default=[],
-                 help="KEY=VALUE for every run's config (e.g. data.manual_dir=...)")
+                 help="KEY=VALUE for every run's config (e.g. data.manual_dir=...); the span "
+                 "task's own keys (data.noise_density, data.mean_noise_span_length) for the span "
+                 "runs alone")
   p.add_argument("--dry_run", action="store_true", help="print the runs and the step counts")
   a = p.parse_args(argv)
   runs, figures = plan(a.root, a.seeds, a.span_steps, a.finetune_steps, a.override)

@@ -31,6 +31,17 @@ def test_the_full_plan_pairs_the_seeds_and_equalises_model_flops(tmp_path):
     assert f"--config.train.steps={figures['scratch_steps']}" in runs[4 + seed].train_argv
 
 
+def test_a_span_only_override_sets_the_span_runs_alone(tmp_path):
+  """data.noise_density is the span runs' (a translation run refuses it, tfm/tasks/task.py);
+  the fine-tuning runs keep the sentinels it gives."""
+  runs, figures = pretraining.plan(str(tmp_path), 1, 1500, 1500, ["data.noise_density=0.3"])
+  span = load_config("configs/span_quickstart.py", ["data.noise_density=0.3"])
+  assert figures["sentinels"] == tasks.get("span").sentinels(span.data) != 7
+  assert "--config.data.noise_density=0.3" in runs[0].train_argv
+  assert not any("noise_density" in a for r in runs[1:] for a in r.train_argv)
+  assert f"--config.data.sentinels={figures['sentinels']}" in runs[1].train_argv
+
+
 @pytest.mark.long
 def test_a_pilot_of_the_experiment_runs_end_to_end(corpus, tmp_path, capsys):
   overrides = [o for o in tiny_overrides(corpus) if not o.startswith("data.vocab_dir=")]
