@@ -134,7 +134,7 @@ def test_a_key_one_task_reads_is_refused_by_the_others_in_one_line(key, value, o
       continue
     default = getattr(DataConfig(), key)
     with pytest.raises(ValueError, match=rf"^config keys task='{name}' and data.{key}={value}: "
-                                         rf"only task '{owner}' reads data.{key}; a {name} run "
+                                         rf"only task '{owner}' reads data.{key}; task '{name}' "
                                          rf"would ignore it; leave it at {default}$"):
       load_config(path, [f"data.{key}={value}"])
     assert getattr(load_config(path, [f"data.{key}={default}"]).data, key) == default

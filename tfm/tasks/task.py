@@ -115,7 +115,7 @@ class Task:
       value = getattr(config.data, key)
       if owner != self.name and value != _DATA_DEFAULTS[key]:
         raise ValueError(f"config keys task={self.name!r} and data.{key}={value!r}: only task "
-                         f"{owner!r} reads data.{key}; a {self.name} run would ignore it; leave "
+                         f"{owner!r} reads data.{key}; task {self.name!r} would ignore it; leave "
                          f"it at {_DATA_DEFAULTS[key]!r}")
     lengths = config.eval.context_lengths
     if lengths and not self.scores_context_lengths:
