@@ -53,7 +53,7 @@ The lm form asks the same of a language model (config.task='lm'), where ALiBi's 
   * Length: LM_STEPS = 1,600 steps, about 6 epochs of the 1,050,064 training pieces with their
     EOS (256 steps an epoch), sized for the 2-core CPU: a row's two seeds as one stack took 0.65 s
     a step there (measured over 150 steps beside light other work), so the 6 stacks are 1.7 hours
-    of training, about 1.8 with vocabulary, compiles and evaluation.
+    of training, about 1.8 with vocabulary, compiles and evaluation; the 12 runs took 2.1 hours.
   * Seeds: 2 a row (tfm sweep --seeds=2).
 """
 
