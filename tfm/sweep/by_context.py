@@ -19,7 +19,7 @@ import math
 from typing import Sequence
 
 from tfm.sweep import compare
-from tfm.sweep.by_length import beyond_seeds
+from tfm.sweep.by_length import beyond_seeds, reference_first
 from tfm.sweep.result import RunResult
 
 
@@ -47,11 +47,7 @@ def table(results: Sequence[RunResult]) -> Table | None:
   contexts = sorted({int(e["context_length"]) for r in done for e in r.context_lengths})
   if len(contexts) < 2:
     return None
-  names = list(dict.fromkeys(r.group for r in sorted(results, key=lambda r: r.index)))
-  marked = [r.group for r in results if r.paper.get("reference")]
-  if marked:  # the config's reference row first (configs/positions.py: the paper's sinusoids)
-    names.remove(marked[0])
-    names.insert(0, marked[0])
+  names = reference_first(results)
   seeds, claims, hypotheses = {}, {}, {}
   for name in names:
     scored = [{int(e["context_length"]): float(e["perplexity"]) for e in r.context_lengths}

@@ -57,6 +57,17 @@ class Table:
   hypotheses: dict[str, str] = dataclasses.field(default_factory=dict)
 
 
+def reference_first(results: Sequence[RunResult]) -> list[str]:
+  """The sweep's groups in its order, the row its config marks as the reference first
+  (paper['reference']; configs/positions.py: the paper's sinusoids)."""
+  names = list(dict.fromkeys(r.group for r in sorted(results, key=lambda r: r.index)))
+  marked = [r.group for r in results if r.paper.get("reference")]
+  if marked:
+    names.remove(marked[0])
+    names.insert(0, marked[0])
+  return names
+
+
 def table(results: Sequence[RunResult]) -> Table | None:
   """The by-length table of the finished runs (None where none was evaluated by length)."""
   done = [r for r in results if r.ok and r.by_length]
@@ -65,11 +76,7 @@ def table(results: Sequence[RunResult]) -> Table | None:
   first = done[0].by_length
   buckets = [b["bucket"] for b in first]
   edges = [(b["min_length"] - 1, b["max_length"]) for b in first]
-  names = list(dict.fromkeys(r.group for r in sorted(results, key=lambda r: r.index)))
-  marked = [r.group for r in results if r.paper.get("reference")]
-  if marked:  # the config's reference row first (configs/positions.py: the paper's sinusoids)
-    names.remove(marked[0])
-    names.insert(0, marked[0])
+  names = reference_first(results)
   cells, claims, hypotheses = {}, {}, {}
   for name in names:
     runs = [r for r in done if r.group == name and [b["bucket"] for b in r.by_length] == buckets]
