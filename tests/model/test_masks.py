@@ -16,9 +16,11 @@ POSITIONS = ["sinusoidal", "learned", "rope", "alibi", "relative"]
 def _model(positions):
   """(variables, jitted apply) of the tiny model with `positions`, shared by this file's tests:
   each way of calling it below is traced and compiled once a model. The parameters' shapes do not
-  depend on the sequence length."""
+  depend on the sequence length. One layer a stack: every layer applies the stack's masks (and its
+  relative-position bias) to its own attention, and one layer compiles in about half the time."""
   tokens = jnp.ones((1, 6), jnp.int32)
-  model, v = draw(tiny(positions=positions), tokens, tokens)
+  model, v = draw(tiny(positions=positions, num_encoder_layers=1, num_decoder_layers=1), tokens,
+                  tokens)
   return v, jax.jit(model.apply)
 
 
