@@ -62,6 +62,9 @@ def test_infinite_stream_repeats_with_new_order(cfg, tok):
   assert it.stats()["examples_read"] >= 2 * train
 
 
+@pytest.mark.long  # its parts in the fast tier, with two workers: tests/data/test_workers.py::
+# test_two_workers_give_the_in_process_batches (the in-process batches and states) and
+# test_resume_mid_epoch_with_workers_is_exact (a resume with workers)
 def test_worker_processes_same_data_and_resumable(cfg, tok):
   cfg = cfg.replace(num_workers=1)
   it = pipeline.train_iterator(cfg, sources.DataSource.of(cfg), tok)
