@@ -105,11 +105,14 @@ def test_build_with_workers_writes_the_same_cache(cfg, tok, tmp_path):
 
 @pytest.mark.slow
 def test_cached_batches_with_workers_resume_exactly(cfg, tok, tmp_path):
+  """Cached batches read in process, then resumed with two workers reading the cache: the batches
+  tokenized on the fly. The state does not depend on the workers (tests/data/test_workers.py), so
+  the first leg runs in process: a worker start less."""
   cached = cfg.replace(cache=True, cache_dir=str(tmp_path), num_workers=2)
   # Built in process: 2 worker starts less.
   cache.open_cache(cached.replace(num_workers=0), sources.DataSource.of(cached), tok)
   want, _ = _take(cfg, tok, 12)  # in process, tokenizing on the fly
-  it = pipeline.train_iterator(cached, sources.DataSource.of(cached), tok)
+  it = pipeline.train_iterator(cached.replace(num_workers=0), sources.DataSource.of(cached), tok)
   try:
     first = [next(it) for _ in range(5)]
     state = it.get_state()
