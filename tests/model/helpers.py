@@ -25,8 +25,8 @@ def init(cfg: ModelConfig, inputs, targets, seed=0):
 def draw(cfg: ModelConfig, inputs, targets, seed=0):
   """(model, {"params": ...}): parameters of the shapes model.init builds, drawn with numpy.
 
-  For tests that need some parameters, not the initial distribution (test_embedding.py and
-  tests/train/test_scan_state.py check that): compiling model.init costs ~2 s a config on CPU, more
+  For tests that need some parameters, not the initial distribution (tests/train/test_scan_state.py
+  checks that): compiling model.init costs ~2 s a config on CPU, more
   than the computation under test (flax folds the key once per parameter, each fold a threefry
   kernel). Kernels ~ N(0, 1 / fan_in) with fan_in all axes but the last, layer-norm scales near 1,
   biases and tables near 0.

@@ -3,14 +3,17 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from tests.model.helpers import init, tiny
+from tests.model.helpers import draw, tiny
+from tfm.model.transformer import Transformer
 from tfm.model.embedding import Embed
 
 
 def test_one_shared_matrix_when_tied():
-  cfg = tiny()
+  # One layer a stack: the embedding is outside the stacks, and the gradient's paths to it (the
+  # source through the encoder, the targets, the softmax) are there with one layer.
+  cfg = tiny(num_encoder_layers=1, num_decoder_layers=1)
   inputs, targets = jnp.array([[5, 6, 1]]), jnp.array([[7, 1]])
-  model, v = init(cfg, inputs, targets)
+  model, v = draw(cfg, inputs, targets)  # the shapes of model.init's tree
   params = nn.meta.unbox(v["params"])
   embeddings = [path for path, _ in jax.tree_util.tree_flatten_with_path(params)[0]
                 if "embed" in jax.tree_util.keystr(path) or "logits" in jax.tree_util.keystr(path)]
@@ -28,7 +31,8 @@ def test_one_shared_matrix_when_tied():
 
 def test_untied_has_three_matrices():
   cfg = tiny(tie_embeddings=False)
-  _, v = init(cfg, jnp.array([[5, 1]]), jnp.array([[6, 1]]))
+  v = jax.eval_shape(Transformer(cfg).init, jax.random.PRNGKey(0), jnp.array([[5, 1]]),
+                     jnp.array([[6, 1]]))  # model.init's tree, traced
   params = nn.meta.unbox(v["params"])
   assert {"source_embedding", "target_embedding"} <= set(params)
   assert params["decoder"]["logits"]["kernel"].shape == (cfg.d_model, cfg.vocab_size)
