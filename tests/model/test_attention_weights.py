@@ -7,7 +7,7 @@ import jax
 import numpy as np
 import pytest
 
-from tests.model.helpers import random_tokens, tiny
+from tests.model.helpers import draw, random_tokens, tiny
 from tfm.model.attention_weights import attention_weights
 from tfm.model.scan_convert import stack_layers
 from tfm.model.transformer import Transformer
@@ -88,14 +88,9 @@ def _weights(cfg, params):
   return jax.jit(lambda p, i, t: attention_weights(Transformer(cfg), p, i, t))(params, INPUTS, TARGETS)
 
 
-def _params(cfg):
-  init = jax.jit(Transformer(cfg).init)
-  return nn.meta.unbox(init(jax.random.PRNGKey(0), INPUTS, TARGETS))["params"]
-
-
 @pytest.fixture(scope="module")
 def params():
-  return _params(tiny())
+  return draw(tiny(), INPUTS, TARGETS)[1]["params"]  # the shapes of model.init's tree
 
 
 def test_sown_weights_equal_an_independent_numpy_forward_pass(params):
@@ -133,11 +128,12 @@ def test_scanned_and_rematerialised_stacks_sow_the_same_weights(change, params):
 def test_requesting_weights_changes_neither_outputs_nor_parameters(impl):
   """The fused kernels expose no probabilities: requesting weights runs the einsum path, which
   gives the same logits to float rounding; init still creates parameters only."""
-  cfg = tiny(attention_impl=impl)
+  # One layer a stack: each layer's attention takes the einsum path when asked for its weights.
+  cfg = tiny(attention_impl=impl, num_encoder_layers=1, num_decoder_layers=1)
   model = Transformer(cfg)
-  variables = jax.jit(model.init)(jax.random.PRNGKey(0), INPUTS, TARGETS)
+  variables = jax.eval_shape(model.init, jax.random.PRNGKey(0), INPUTS, TARGETS)  # traced
   assert set(variables) == {"params"}
-  params = nn.meta.unbox(variables)["params"]
+  params = draw(cfg, INPUTS, TARGETS)[1]["params"]
   plain = jax.jit(model.apply)({"params": params}, INPUTS, TARGETS)
   logits, state = jax.jit(lambda v: model.apply(v, INPUTS, TARGETS, mutable=["intermediates"]))(
       {"params": params})
