@@ -47,14 +47,17 @@ class Recorder:
 
 
 def run(tmp_path, monkeypatch, *, steps, log_every, eval_every, checkpoint_every, bleu_every=0,
-        stop_at=None, skipped=(), nonfinite="stop", start=0, profile_steps=(), rec=None):
+        stop_at=None, skipped=(), nonfinite="stop", start=0, profile_steps=(), rec=None,
+        timed=False):
+  """The loop over stand-ins; timed: each step sleeps STEP_S and each evaluation EVAL_S (the tests
+  of what a window's time holds), otherwise they take no time (the tests of the order of work)."""
   monkeypatch.setattr(runner.flops_lib, "batch_flops", lambda model, batch: 1.0)
   rec = rec or Recorder()
 
   steps_run = []
 
   def train_step(state, batch):  # loss = the step number, NaN on the `skipped` steps
-    time.sleep(STEP_S)
+    time.sleep(STEP_S if timed else 0)
     steps_run.append(len(steps_run) + 1)
     bad = steps_run[-1] in skipped
     loss = np.float32("nan" if bad else steps_run[-1])
@@ -67,7 +70,7 @@ def run(tmp_path, monkeypatch, *, steps, log_every, eval_every, checkpoint_every
     def evaluate(params, k, eval_set):
       assert eval_set == "dev"
       rec.events.append(name)
-      time.sleep(EVAL_S)
+      time.sleep(EVAL_S if timed else 0)
       return {"nll": 1.0}
     return evaluate
 
@@ -93,7 +96,7 @@ def test_log_windows_hold_their_steps_time_and_not_the_evaluations(tmp_path, mon
   window, and a window's time per step is its steps' (>= STEP_S, the sleep each step takes), not
   an evaluation's share (a window of 1 or 2 steps holding an EVAL_S would give >= 0.3 s)."""
   rec = run(tmp_path, monkeypatch, steps=8, log_every=2, eval_every=3, checkpoint_every=100,
-            bleu_every=5)
+            bleu_every=5, timed=True)
   ends = [step for step, _ in rec.windows]
   assert ends == [2, 3, 4, 5, 6, 8]  # log steps, evaluation steps and the last
   assert sum(values["tokens"] for _, values in rec.windows) == 8 * TOKENS
