@@ -2,9 +2,11 @@
 read_scalars reads back (the last write of a step wins across files)."""
 
 import time
+import types
 
 import pytest
 
+from tfm.train.trackers import events
 from tfm.train.trackers.events import EventWriter, read_scalars
 
 
@@ -23,12 +25,15 @@ def test_written_scalars_read_back_by_tensorflow_and_by_us(tmp_path):
                                     "train/learning_rate": [(1, pytest.approx(1e-3))]}
 
 
-def test_a_resumed_run_overrides_repeated_steps_and_a_torn_record_is_ignored(tmp_path):
+def test_a_resumed_run_overrides_repeated_steps_and_a_torn_record_is_ignored(tmp_path,
+                                                                              monkeypatch):
   first = EventWriter(str(tmp_path))
   first.scalars(3, {"dev/nll": 2.0})
   first.scalars(6, {"dev/nll": 1.5})  # logged, then the run was killed before checkpointing 6
   first.close()
-  time.sleep(1.1)  # a later run: a later wall time and file name
+  # A later run: a later wall time and file name (the writer's clock 2 s on, not a wait).
+  later = time.time() + 2
+  monkeypatch.setattr(events, "time", types.SimpleNamespace(time=lambda: later))
   second = EventWriter(str(tmp_path))
   second.scalars(6, {"dev/nll": 1.25})
   second.close()
