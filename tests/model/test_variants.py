@@ -112,14 +112,18 @@ def test_every_table3_row_builds_its_exact_shapes(row):
   assert params["encoder"]["layer_0"]["ffn"]["wi"]["kernel"].shape == (cfg.d_model, cfg.d_ff)
 
 
+# big runs base's graph at other sizes (and another dropout rate), which base runs and the build
+# test above builds: its run is in the long tier.
 @pytest.mark.slow
-@pytest.mark.parametrize("row", _distinct_architectures())
+@pytest.mark.parametrize("row", [pytest.param(r, marks=pytest.mark.long) if r == "big" else r
+                                 for r in _distinct_architectures()])
 def test_table3_row_forward_backward(row):
   """Each distinct row's widths (d_model, d_ff, h, d_k, d_v, positions) forward and backward, one
   layer a stack: the layers of a stack are one module repeated (the build test above counts them),
-  and six would only multiply the compile time. The paper's two models run; the other rows differ
-  from base in sizes only, whose forward and backward are traced to their shapes (a row with
-  d_k != d_v takes the einsum kernel, which the d_k=4, d_v=12 variant above runs)."""
+  and six would only multiply the compile time. The paper's two models run (big in the long tier:
+  base's graph at other sizes); the other rows differ from base in sizes only, whose forward and
+  backward are traced to their shapes (a row with d_k != d_v takes the einsum kernel, which the
+  d_k=4, d_v=12 variant above runs)."""
   cfg = _row_model(row, "model.num_encoder_layers=1", "model.num_decoder_layers=1")
   if row in ("base", "big"):
     _forward_backward(cfg, batch=1, length=4)
