@@ -25,9 +25,11 @@ FULL_LENGTH = 32
 @functools.lru_cache(maxsize=None)
 def lm():
   """(model, params, a jitted full forward pass) of a tiny decoder-only model with learned positions
-  (the rotary and other positions' caches: tests/model/test_decode_cache.py)."""
-  cfg = tiny(architecture="decoder_only", num_encoder_layers=0, positions="learned",
-             max_length=FULL_LENGTH)
+  (the rotary and other positions' caches: tests/model/test_decode_cache.py). One layer: the
+  generator's prefill, steps and sampling take the model's cache whole, whatever its depth (that
+  each layer keeps its own is test_decode_cache.py's, with two)."""
+  cfg = tiny(architecture="decoder_only", num_encoder_layers=0, num_decoder_layers=1,
+             positions="learned", max_length=FULL_LENGTH)
   targets = jnp.ones((1, FULL_LENGTH), jnp.int32)
   model, v = draw(cfg, None, targets, seed=3)
   full = jax.jit(lambda p, t: model.apply({"params": p}, None, t))
