@@ -114,12 +114,15 @@ def test_autodiff_backward_gives_the_written_ones_gradients(shape):
 
 def test_auto_compiles_the_written_backward_into_the_cpu_train_step():
   """model.layer_norm_grad="auto" on the CPU: configs/quickstart.py's train step lowers to the
-  same program as with "written" (the backward it has always had), and not as with "autodiff"."""
+  same program as with "written" (the backward it has always had), and not as with "autodiff".
+  One layer a stack: every layer norm of the model takes the same backward."""
   from tfm.config import load_config  # pylint: disable=import-outside-toplevel
   from tfm.experiment import Experiment  # pylint: disable=import-outside-toplevel
   texts = {}
   for grad in ("auto", "written", "autodiff"):
-    exp = Experiment(load_config("configs/quickstart.py", [f"model.layer_norm_grad={grad}"]))
+    exp = Experiment(load_config("configs/quickstart.py", [
+        f"model.layer_norm_grad={grad}", "model.num_encoder_layers=1",
+        "model.num_decoder_layers=1"]))
     texts[grad] = exp.train_step.lower(exp.abstract_state, exp.abstract_batch(4, 16)).as_text()
   assert texts["auto"] == texts["written"]
   assert texts["autodiff"] != texts["written"]
