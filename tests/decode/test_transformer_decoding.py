@@ -44,7 +44,7 @@ def test_cached_beam_search_equals_uncached():
 
 def test_translate_scores_are_the_models_log_probability():
   model, params, inputs = _model()
-  tokens, scores = make_translate_fn(model, beam_size=1, max_extra_length=3)(params, inputs)
+  tokens, scores = _unrolled_translation((("beam_size", 1),))  # greedy, 8 past the input
   # Teacher-force the returned output and sum its log-probabilities independently.
   logits = jax.jit(model.apply)({"params": params}, inputs, tokens)
   logp = jax.nn.log_softmax(logits)
@@ -52,7 +52,7 @@ def test_translate_scores_are_the_models_log_probability():
   expected = jnp.sum(jnp.where(tokens != 0, picked, 0.0), axis=-1)
   np.testing.assert_allclose(scores, expected, rtol=1e-4, atol=1e-4)
   lengths = np.asarray((tokens != 0).sum(-1))
-  assert np.all(lengths <= np.asarray((inputs != 0).sum(-1)) + 3)
+  assert np.all(lengths <= np.asarray((inputs != 0).sum(-1)) + 8)
 
 
 def test_beam_invariant_leaves_kept_once_per_example_change_nothing():
@@ -94,7 +94,8 @@ RNG = jax.random.PRNGKey(5)
 def _unrolled_translation(search: tuple) -> tuple:
   """(tokens, scores) of make_translate_fn's `search` (sorted (name, value) pairs) on the unrolled
   model, 8 positions past the input, key RNG, one cache: the reference of the scanned model's
-  decodes and of the growing cache's (computed once for both)."""
+  decodes and of the growing cache's (computed once for both); greedy's scores are also checked
+  against the model's log-probabilities."""
   model, params, inputs = _model()
   return make_translate_fn(model, max_extra_length=8, **dict(search))(params, inputs, RNG)
 
