@@ -27,11 +27,6 @@ VARIANTS = {
 TWO_LAYERS = ("paper",)
 
 
-def _layers(name, two_layers):
-  n = 2 if name in two_layers else 1
-  return dict(num_encoder_layers=n, num_decoder_layers=n)
-
-
 def cached_logits(model, v, inputs, decoder_inputs, max_len):
   b, t = decoder_inputs.shape
   if model.cfg.architecture == "decoder_only":
@@ -55,7 +50,8 @@ def cached_logits(model, v, inputs, decoder_inputs, max_len):
 
 @pytest.mark.parametrize("name", list(VARIANTS))
 def test_cached_decoding_matches_full_forward(name):
-  cfg = tiny(**_layers(name, TWO_LAYERS), **VARIANTS[name])
+  layers = 2 if name in TWO_LAYERS else 1
+  cfg = tiny(num_encoder_layers=layers, num_decoder_layers=layers, **VARIANTS[name])
   inputs = jnp.array([[5, 6, 7, 1, 0, 0], [8, 9, 10, 11, 12, 1]])
   targets = jnp.array([[13, 14, 15, 1, 0], [16, 17, 1, 0, 0]])
   model, v = draw(cfg, None if cfg.architecture == "decoder_only" else inputs, targets)
@@ -93,8 +89,8 @@ def test_a_prefilled_cache_continues_as_the_full_forward_pass(name):
   pass into a fresh cache of 10 positions: its logits at each prompt's last position, and those of
   the decode_step after it (which reads every prompt key and value from the cache), are the full
   forward pass's at those positions, in float32 to 1e-5; the cache index is the prompt length."""
-  cfg = tiny(architecture="decoder_only", **{**_layers(name, PREFILL_TWO_LAYERS),
-                                             "num_encoder_layers": 0}, **PREFILL_VARIANTS[name])
+  cfg = tiny(architecture="decoder_only", num_encoder_layers=0,
+             num_decoder_layers=2 if name in PREFILL_TWO_LAYERS else 1, **PREFILL_VARIANTS[name])
   targets = jnp.array([[13, 14, 15, 16, 17, 18, 1], [19, 20, 21, 1, 0, 0, 0],
                        [22, 23, 24, 25, 26, 27, 28], [29, 30, 1, 0, 0, 0, 0]])
   lengths = jnp.array([4, 1, 5, 0], jnp.int32)
