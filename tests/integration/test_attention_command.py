@@ -86,7 +86,10 @@ def test_the_chosen_layer_heads_and_kinds_are_drawn(trained, drawn, monkeypatch,
   np.testing.assert_array_equal(cross.images[0].get_array(), result.weights["cross"][0, 1])
 
 
-@pytest.mark.slow
+@pytest.mark.long  # its parts in the fast tier: tfm convert stacks the parameters bit for bit
+# (tests/integration/test_scan_layers.py::test_convert_a_workdir) and a scanned stack sows the
+# unrolled one's weights from them (tests/model/test_attention_weights.py::
+# test_scanned_and_rematerialised_stacks_sow_the_same_weights)
 def test_a_scanned_workdir_draws_the_same_weights(trained, tmp_path):
   scanned = tmp_path / "scanned"
   assert cli.main(["tfm", "convert", f"--workdir={trained}", f"--out={scanned}",
