@@ -36,11 +36,13 @@ def trained(experiment_module, tmp_path_factory):
   return str(workdir)
 
 
-NAME = "eval_dev_6_avg1_first6"  # what a plain `tfm eval --limit=6` of `trained` writes
+# What a plain `tfm eval --limit=4` of `trained` writes: 4 dev sources, one batch (eval.batch_size),
+# so each search compiles for one input shape.
+NAME = "eval_dev_6_avg1_first4"
 
 
 def _eval(workdir, *flags):
-  assert cli.main(["tfm", "eval", f"--workdir={workdir}", "--limit=6", *flags]) == 0
+  assert cli.main(["tfm", "eval", f"--workdir={workdir}", "--limit=4", *flags]) == 0
 
 
 def _read(path):
@@ -50,7 +52,7 @@ def _read(path):
 
 @pytest.fixture(scope="module")
 def plain(trained, tmp_path_factory):
-  """The result of a plain `tfm eval --limit=6` of `trained`, saved apart (--out)."""
+  """The result of a plain `tfm eval --limit=4` of `trained`, saved apart (--out)."""
   path = tmp_path_factory.mktemp("plain") / "eval.json"
   _eval(trained, "--out", str(path))
   return _read(path)
@@ -101,13 +103,13 @@ def test_chrf_and_ter_are_sacrebleus_on_the_translations(trained, plain, tmp_pat
   for the same dev sources, against their references."""
   result = plain
   config = read_workdir_config(trained)  # the dev pairs; no parameters needed here
-  pairs = pipeline.eval_text_pairs(config.data, Experiment(config).data_source, "dev")[:6]
+  pairs = pipeline.eval_text_pairs(config.data, Experiment(config).data_source, "dev")[:4]
   (tmp_path / "in.txt").write_text("".join(s + "\n" for s, _ in pairs), encoding="utf-8")
   capsys.readouterr()
   assert cli.main(["tfm", "translate", f"--workdir={trained}", f"--input={tmp_path / 'in.txt'}"]) == 0
   hyps = capsys.readouterr().out.splitlines()
   refs = [[r for _, r in pairs]]
-  assert len(hyps) == 6
+  assert len(hyps) == 4
   assert result["chrf"] == pytest.approx(sacrebleu.corpus_chrf(hyps, refs).score, abs=1e-9)
   assert result["ter"] == pytest.approx(sacrebleu.corpus_ter(hyps, refs).score, abs=1e-9)
   assert result["bleu"] == pytest.approx(sacrebleu.corpus_bleu(hyps, refs).score, abs=1e-9)
@@ -229,7 +231,7 @@ def test_the_best_checkpoint_is_kept_apart_and_evaluated(trained, capsys):
   record = best_lib.read_record(trained)
   assert record["metric"] == "dev_ppl" and [s for s, _ in record["history"]] == [2, 4, 6]
   _eval(trained, "--checkpoint=best")
-  result = _read(f"{trained}/eval_dev_best{step}_first6.json")
+  result = _read(f"{trained}/eval_dev_best{step}_first4.json")
   assert result["checkpoints"] == [step] and result["checkpoint"] == "best"
   assert result["best"] == {"metric": "dev_ppl", "value": pytest.approx(curve[step], rel=1e-6)}
   assert result["perplexity"] == pytest.approx(curve[step], rel=1e-5)
