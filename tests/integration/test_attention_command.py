@@ -75,8 +75,10 @@ def test_a_panel_per_head_and_kind_labelled_with_pieces(trained, drawn, tmp_path
 def test_the_chosen_layer_heads_and_kinds_are_drawn(trained, drawn, monkeypatch, tmp_path):
   computed = _spy(monkeypatch, sentence_lib, "sentence_attention")
   out = tmp_path / "a.png"
+  # Greedy, as the panels' test: one search compiled for both (`tfm attention` with the run's own
+  # beam search: test_eval_commands.py::test_commands_that_read_a_run_work_on_a_read_only_workdir)
   assert cli.main(["tfm", "attention", f"--workdir={trained}", f"--text={TEXT}", f"--out={out}",
-                   "--layer=1", "--heads=2", "--kinds=encoder,cross"]) == 0  # beam search (2)
+                   "--layer=1", "--heads=2", "--kinds=encoder,cross", "--beam_size=1"]) == 0
   (result,) = computed
   encoder, cross = _panels(drawn[0])
   assert encoder.get_title(loc="left") == "head 2"
