@@ -103,7 +103,10 @@ def nine_steps(experiment_module, tmp_path_factory):
 
 @pytest.mark.parametrize("choices", [
     ("train.input=process", "train.saves=sync"),
-    ("train.guard=select", "train.saves=background"),
+    # long: its forms in the fast tier: background saves are the CPU's (every other run here,
+    # test_resume_is_exact among them), and the select guard's states are the branch's to the bit
+    # (tests/train/test_step.py::test_the_select_guard_applies_the_same_updates_as_the_branch)
+    pytest.param(("train.guard=select", "train.saves=background"), marks=pytest.mark.long),
 ])
 def test_every_input_saves_and_guard_form_trains_the_same_bits(experiment, tmp_path, choices,
                                                                nine_steps):
