@@ -128,7 +128,7 @@ def test_translate_decodes_a_source_longer_than_the_training_rows_whole(trained,
   assert cli.main(["tfm", "translate", f"--workdir={trained}", f"--input={tmp_path}/in.txt"]) == 0
   out = capsys.readouterr()
   order = sorted(range(3), key=lambda i: len(_source_ids(t, chosen[i])))
-  inputs = np.zeros((3, 32), np.int32)  # a batch of the 3 lines (eval.batch_size 4 or fewer)
+  inputs = np.zeros((4, 32), np.int32)  # the 3 lines in a batch of eval.batch_size 4 rows
   for row, i in enumerate(order):
     ids = _source_ids(t, chosen[i])
     inputs[row, :len(ids)] = ids
