@@ -115,6 +115,10 @@ def test_a_bad_file_is_refused_before_anything_is_written(text_corpus, tmp_path,
   assert not os.path.exists(tmp_path / "vocab") or not os.listdir(tmp_path / "vocab")
 
 
+@pytest.mark.long  # its parts in the fast tier: the builder's batches and dev pairs (tests/data/
+# test_any_tfds_builder.py::test_an_unlisted_builder_trains_and_evaluates), a test split's eval
+# batches (tests/data/test_eval.py), a run's named evaluation sets in its log and TensorBoard
+# (test_text_files_train_resume_and_evaluate_each_set); every tiny run here trains on TFDS data
 def test_an_unlisted_tfds_builder_trains_with_a_test_split_evaluation_set(tmp_path):
   import tensorflow_datasets as tfds  # pylint: disable=import-outside-toplevel
   model = [m for m in MODEL if not m.startswith("model.vocab_size")]
