@@ -44,7 +44,9 @@ def _config(root, *extra):
       "train.steps=6", "train.warmup_steps=4", "train.learning_rate=4.0", "train.log_every=3",
       "train.eval_every=3", "train.checkpoint_every=3", "train.keep_checkpoints=3",
       "train.average_checkpoints=2", "eval.bleu_every=0", "eval.beam_size=2",
-      "eval.max_extra_length=5", "eval.batch_size=4", "train.curves=False", *extra])
+      # tfm eval decodes each set (16 and 10 pairs) in one batch of 16: a search compiled for
+      # one or two input shapes, not one per length of 4 sentences
+      "eval.max_extra_length=5", "eval.batch_size=16", "train.curves=False", *extra])
   return config.replace(data=config.data.replace(
       eval_sets={"dev": "dev", "extra": str(root / "extra.tsv")}))
 
@@ -113,6 +115,10 @@ def test_a_bad_file_is_refused_before_anything_is_written(text_corpus, tmp_path,
   assert not os.path.exists(tmp_path / "vocab") or not os.listdir(tmp_path / "vocab")
 
 
+@pytest.mark.long  # its parts in the fast tier: the builder's batches and dev pairs (tests/data/
+# test_any_tfds_builder.py::test_an_unlisted_builder_trains_and_evaluates), a test split's eval
+# batches (tests/data/test_eval.py), a run's named evaluation sets in its log and TensorBoard
+# (test_text_files_train_resume_and_evaluate_each_set); every tiny run here trains on TFDS data
 def test_an_unlisted_tfds_builder_trains_with_a_test_split_evaluation_set(tmp_path):
   import tensorflow_datasets as tfds  # pylint: disable=import-outside-toplevel
   model = [m for m in MODEL if not m.startswith("model.vocab_size")]

@@ -75,8 +75,10 @@ def test_a_panel_per_head_and_kind_labelled_with_pieces(trained, drawn, tmp_path
 def test_the_chosen_layer_heads_and_kinds_are_drawn(trained, drawn, monkeypatch, tmp_path):
   computed = _spy(monkeypatch, sentence_lib, "sentence_attention")
   out = tmp_path / "a.png"
+  # Greedy, as the panels' test: one search compiled for both (`tfm attention` with the run's own
+  # beam search: test_eval_commands.py::test_commands_that_read_a_run_work_on_a_read_only_workdir)
   assert cli.main(["tfm", "attention", f"--workdir={trained}", f"--text={TEXT}", f"--out={out}",
-                   "--layer=1", "--heads=2", "--kinds=encoder,cross"]) == 0  # beam search (2)
+                   "--layer=1", "--heads=2", "--kinds=encoder,cross", "--beam_size=1"]) == 0
   (result,) = computed
   encoder, cross = _panels(drawn[0])
   assert encoder.get_title(loc="left") == "head 2"
@@ -86,7 +88,10 @@ def test_the_chosen_layer_heads_and_kinds_are_drawn(trained, drawn, monkeypatch,
   np.testing.assert_array_equal(cross.images[0].get_array(), result.weights["cross"][0, 1])
 
 
-@pytest.mark.slow
+@pytest.mark.long  # its parts in the fast tier: tfm convert stacks the parameters bit for bit
+# (tests/integration/test_scan_layers.py::test_convert_a_workdir) and a scanned stack sows the
+# unrolled one's weights from them (tests/model/test_attention_weights.py::
+# test_scanned_and_rematerialised_stacks_sow_the_same_weights)
 def test_a_scanned_workdir_draws_the_same_weights(trained, tmp_path):
   scanned = tmp_path / "scanned"
   assert cli.main(["tfm", "convert", f"--workdir={trained}", f"--out={scanned}",

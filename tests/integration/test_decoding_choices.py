@@ -3,7 +3,6 @@ TER beside BLEU, and the best checkpoint by dev perplexity, on a briefly trained
 
 import glob
 import json
-import math
 import os
 
 import jax
@@ -17,7 +16,8 @@ from tfm import cli
 from tfm.data import pipeline
 from tfm.decode.beam import length_penalty
 from tfm.decode.translate import uncached_step
-from tfm.eval.restore import load_trained
+from tfm.eval.restore import load_trained, read_workdir_config
+from tfm.experiment import Experiment
 from tfm.train.checkpoint import best as best_lib
 from tfm.train import checkpoint as ckpt_lib
 from tfm.train.trackers import events
@@ -25,16 +25,24 @@ from tfm.train.trackers import events
 
 @pytest.fixture(scope="module")
 def trained(experiment_module, tmp_path_factory):
-  """6 steps, dev perplexity every 2 and the best checkpoint by it; beam 2, alpha 0.6, +5."""
+  """6 steps, dev perplexity every 2 and the best checkpoint by it; beam 2, alpha 0.6, +5. The
+  last checkpoint alone is evaluated (averaging is tests/integration/test_eval_commands.py's):
+  each command here restores one checkpoint, not two."""
   workdir = tmp_path_factory.mktemp("trained")
   run_train(experiment_module("train.steps=6", "eval.beam_size=2", "eval.max_extra_length=5",
                               "eval.batch_size=4", "train.eval_every=2",
-                              "train.best_metric=dev_ppl"), workdir)
+                              "train.best_metric=dev_ppl", "train.average_checkpoints=1"),
+            workdir)
   return str(workdir)
 
 
+# What a plain `tfm eval --limit=4` of `trained` writes: 4 dev sources, one batch (eval.batch_size),
+# so each search compiles for one input shape.
+NAME = "eval_dev_6_avg1_first4"
+
+
 def _eval(workdir, *flags):
-  assert cli.main(["tfm", "eval", f"--workdir={workdir}", "--limit=6", *flags]) == 0
+  assert cli.main(["tfm", "eval", f"--workdir={workdir}", "--limit=4", *flags]) == 0
 
 
 def _read(path):
@@ -42,31 +50,35 @@ def _read(path):
     return json.load(f)
 
 
-def test_the_grid_holds_plain_evals_figures_at_the_runs_own_point(trained, capsys):
+@pytest.fixture(scope="module")
+def plain(trained, tmp_path_factory):
+  """The result of a plain `tfm eval --limit=4` of `trained`, saved apart (--out)."""
+  path = tmp_path_factory.mktemp("plain") / "eval.json"
+  _eval(trained, "--out", str(path))
+  return _read(path)
+
+
+def test_the_grid_holds_plain_evals_figures_at_the_runs_own_point(trained, plain, capsys):
   """A grid over beam {1, 2} x alpha {0, 0.6}: the point of the run's own settings (2, 0.6) is
   written where a plain `tfm eval` writes, with the same figures; every other point has its own
   file naming its settings; a plain `tfm eval --beam_size=1 --length_penalty=1`, a search of
   its own, gives the grid's greedy figures (greedy reads no alpha)."""
-  _eval(trained)
-  plain = _read(f"{trained}/eval_dev_6_avg2_first6.json")
-  os.remove(f"{trained}/eval_dev_6_avg2_first6.json")
+  assert not os.path.exists(f"{trained}/{NAME}.json")
   capsys.readouterr()
   _eval(trained, "--beam_size=1,2", "--length_penalty=0,0.6,1")
   out = capsys.readouterr().out
-  names = sorted(os.path.basename(p) for p in glob.glob(f"{trained}/eval_dev_6_avg2_first6*.json"))
-  assert names == ["eval_dev_6_avg2_first6.json", "eval_dev_6_avg2_first6_beam1_lp0.6_extra5.json",
-                   "eval_dev_6_avg2_first6_beam1_lp0_extra5.json",
-                   "eval_dev_6_avg2_first6_beam1_lp1_extra5.json",
-                   "eval_dev_6_avg2_first6_beam2_lp0_extra5.json",
-                   "eval_dev_6_avg2_first6_beam2_lp1_extra5.json"]
+  names = sorted(os.path.basename(p) for p in glob.glob(f"{trained}/{NAME}*.json"))
+  assert names == [f"{NAME}.json", f"{NAME}_beam1_lp0.6_extra5.json",
+                   f"{NAME}_beam1_lp0_extra5.json", f"{NAME}_beam1_lp1_extra5.json",
+                   f"{NAME}_beam2_lp0_extra5.json", f"{NAME}_beam2_lp1_extra5.json"]
   # Beam 2 at alphas 0 and 1: one compiled search, alpha its argument; the second compiles nothing.
-  traced = [_read(f"{trained}/eval_dev_6_avg2_first6_beam2_lp{a}_extra5.json") for a in ("0", "1")]
+  traced = [_read(f"{trained}/{NAME}_beam2_lp{a}_extra5.json") for a in ("0", "1")]
   assert traced[0]["decode_compile_s"] > 0 and traced[1]["decode_compile_s"] < 0.01
-  own = _read(f"{trained}/eval_dev_6_avg2_first6.json")
+  own = _read(f"{trained}/{NAME}.json")
   for key in ("bleu", "tokenized_bleu", "chrf", "ter", "perplexity", "checkpoints", "sentences"):
     assert own[key] == plain[key], key
   assert (own["beam_size"], own["length_penalty"], own["max_extra_length"]) == (2, 0.6, 5)
-  greedy = [_read(f"{trained}/eval_dev_6_avg2_first6_beam1_lp{a}_extra5.json") for a in ("0", "0.6")]
+  greedy = [_read(f"{trained}/{NAME}_beam1_lp{a}_extra5.json") for a in ("0", "0.6")]
   assert [(g["beam_size"], g["length_penalty"]) for g in greedy] == [(1, 0.0), (1, 0.6)]
   assert greedy[0]["bleu"] == greedy[1]["bleu"] and greedy[0]["chrf"] == greedy[1]["chrf"]
   lines = out.splitlines()
@@ -78,27 +90,26 @@ def test_the_grid_holds_plain_evals_figures_at_the_runs_own_point(trained, capsy
   assert float(rows[5][3]) == pytest.approx(traced[1]["bleu"], abs=0.005)
   # Greedy alone at alpha 1, decoded by a search of its own (the grid searched greedy once for
   # every alpha): the grid's greedy figures.
-  os.rename(f"{trained}/eval_dev_6_avg2_first6_beam1_lp1_extra5.json", f"{trained}/greedy.json")
+  os.rename(f"{trained}/{NAME}_beam1_lp1_extra5.json", f"{trained}/greedy.json")
   _eval(trained, "--beam_size=1", "--length_penalty=1")
-  single = _read(f"{trained}/eval_dev_6_avg2_first6_beam1_lp1_extra5.json")
+  single = _read(f"{trained}/{NAME}_beam1_lp1_extra5.json")
   assert single["decode_compile_s"] > 0  # searched anew, not read from the grid's search
   for key in ("bleu", "chrf", "ter", "tokenized_bleu"):
     assert single[key] == greedy[0][key], key
 
 
-def test_chrf_and_ter_are_sacrebleus_on_the_translations(trained, tmp_path, capsys):
+def test_chrf_and_ter_are_sacrebleus_on_the_translations(trained, plain, tmp_path, capsys):
   """The eval's chrF and TER are sacrebleu.corpus_chrf / corpus_ter of what `tfm translate` gives
   for the same dev sources, against their references."""
-  _eval(trained, "--out", str(tmp_path / "eval.json"))
-  result = _read(tmp_path / "eval.json")
-  t = load_trained(trained)
-  pairs = pipeline.eval_text_pairs(t.config.data, t.experiment.data_source, "dev")[:6]
+  result = plain
+  config = read_workdir_config(trained)  # the dev pairs; no parameters needed here
+  pairs = pipeline.eval_text_pairs(config.data, Experiment(config).data_source, "dev")[:4]
   (tmp_path / "in.txt").write_text("".join(s + "\n" for s, _ in pairs), encoding="utf-8")
   capsys.readouterr()
   assert cli.main(["tfm", "translate", f"--workdir={trained}", f"--input={tmp_path / 'in.txt'}"]) == 0
   hyps = capsys.readouterr().out.splitlines()
   refs = [[r for _, r in pairs]]
-  assert len(hyps) == 6
+  assert len(hyps) == 4
   assert result["chrf"] == pytest.approx(sacrebleu.corpus_chrf(hyps, refs).score, abs=1e-9)
   assert result["ter"] == pytest.approx(sacrebleu.corpus_ter(hyps, refs).score, abs=1e-9)
   assert result["bleu"] == pytest.approx(sacrebleu.corpus_bleu(hyps, refs).score, abs=1e-9)
@@ -185,7 +196,7 @@ def test_translate_prints_the_n_best_and_scores_given_targets(trained, tmp_path,
   t = load_trained(trained)
   targets = [np.array(t.tokenizer.encode(target)) for _, target in pairs]
   sources = [np.array(t.tokenizer.encode(s)) for s, _ in pairs]
-  reference = [_teacher_forced_logp(t, [s], [target])[0] for s, target in zip(sources, targets)]
+  reference = _teacher_forced_logp(t, sources, targets)
   assert [int(line[1]) for line in scored] == [len(target) for target in targets]
   for line, logp, target in zip(scored, reference, targets):
     assert float(line[0]) == pytest.approx(logp, abs=2e-4)
@@ -220,7 +231,7 @@ def test_the_best_checkpoint_is_kept_apart_and_evaluated(trained, capsys):
   record = best_lib.read_record(trained)
   assert record["metric"] == "dev_ppl" and [s for s, _ in record["history"]] == [2, 4, 6]
   _eval(trained, "--checkpoint=best")
-  result = _read(f"{trained}/eval_dev_best{step}_first6.json")
+  result = _read(f"{trained}/eval_dev_best{step}_first4.json")
   assert result["checkpoints"] == [step] and result["checkpoint"] == "best"
   assert result["best"] == {"metric": "dev_ppl", "value": pytest.approx(curve[step], rel=1e-6)}
   assert result["perplexity"] == pytest.approx(curve[step], rel=1e-5)

@@ -101,9 +101,9 @@ def test_a_stack_refuses_patience(experiment, tmp_path):
 
 def test_the_best_so_far_survives_a_resume(experiment, tmp_path):
   """Trained 4 steps, then resumed to 8, with the best checkpoint by dev perplexity (evaluated
-  every 2 steps): the record, the best step and its parameters are those of an uninterrupted
-  8-step run."""
-  args = ("train.best_metric=dev_ppl", "train.eval_every=2", "train.checkpoint_every=2")
+  every 2 steps, checkpointed every 4): the record, the best step and its parameters are those of
+  an uninterrupted 8-step run."""
+  args = ("train.best_metric=dev_ppl", "train.eval_every=2", "train.checkpoint_every=4")
   run_train(experiment(*args, "train.steps=4"), tmp_path / "resumed")
   run_train(experiment(*args, "train.steps=8"), tmp_path / "resumed")
   config = experiment(*args, "train.steps=8")

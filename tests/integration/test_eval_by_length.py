@@ -81,10 +81,10 @@ def test_buckets_hold_every_pair_and_their_perplexity_is_each_sentence_s(trained
     assert b["target_tokens"] == sum(len(target) for _, _, target in members)
     assert math.isclose(b["perplexity"], _perplexity(t, members), rel_tol=2e-4)
   # BLEU beyond the training lengths: sacreBLEU of the long bucket's sources, chosen here and
-  # translated in one batch of their own at the run's settings
+  # translated at the run's settings (batches of eval.batch_size: the shapes the eval compiled)
   chosen = [(s, g) for (s, g), e in zip(pairs, lengths) if 24 < e[0]]
   hyps, _ = translate_texts(translate, t.params, t.tokenizer, [s for s, _ in chosen],
-                            batch_size=8, max_input_length=2 * longest)
+                            batch_size=t.config.eval.batch_size, max_input_length=2 * longest)
   assert buckets[2]["bleu"] == pytest.approx(
       sacrebleu.corpus_bleu(hyps, [[g for _, g in chosen]]).score, abs=1e-9)
   assert all(b["bleu"] >= 0 and b["tokenized_bleu"] >= 0 for b in buckets)
@@ -128,7 +128,7 @@ def test_translate_decodes_a_source_longer_than_the_training_rows_whole(trained,
   assert cli.main(["tfm", "translate", f"--workdir={trained}", f"--input={tmp_path}/in.txt"]) == 0
   out = capsys.readouterr()
   order = sorted(range(3), key=lambda i: len(_source_ids(t, chosen[i])))
-  inputs = np.zeros((3, 32), np.int32)  # a batch of the 3 lines (eval.batch_size 4 or fewer)
+  inputs = np.zeros((4, 32), np.int32)  # the 3 lines in a batch of eval.batch_size 4 rows
   for row, i in enumerate(order):
     ids = _source_ids(t, chosen[i])
     inputs[row, :len(ids)] = ids

@@ -59,7 +59,7 @@ BEST = ("train.best_metric=dev_ppl", "train.eval_every=3")  # a best checkpoint 
 def _convert(experiment, tmp_path, capsys):
   """A (unrolled, a best checkpoint) trained 3 steps and converted to B (scanned): B holds A's
   parameters stacked, bit for bit, its best checkpoint and the record of it. (a, b, B's config,
-  A's config)."""
+  A's config, A's parameters stacked)."""
   a, b = str(tmp_path / "a"), str(tmp_path / "b")
   run_train(experiment(*DEPTH, *BEST, "train.steps=3"), a)
   before = _files(a)
@@ -81,14 +81,14 @@ def _convert(experiment, tmp_path, capsys):
   best = ckpt_lib.restore_params(best_lib.best_dir(b), 3, Experiment(config).abstract_params)
   assert all(np.array_equal(x, y) for x, y in zip(jax.tree.leaves(best), jax.tree.leaves(want)))
   assert best_lib.read_record(b) == best_lib.read_record(a)
-  return a, b, config, source_config
+  return a, b, config, source_config, want
 
 
 @pytest.mark.long  # the fast tier converts (test_convert_a_workdir); its step trains on alike in
 # tests/train/test_scan_state.py::test_converted_state_trains_on_like_the_original
 def test_a_converted_workdir_trains_on_as_its_source(experiment, tmp_path, capsys):
   """Both continue to step 6 alike: B resumes with its Adam moments, data position and rng."""
-  a, b, _, _ = _convert(experiment, tmp_path, capsys)
+  a, b, _, _, _ = _convert(experiment, tmp_path, capsys)
   _, log_a = run_train(experiment(*DEPTH, *BEST, "train.steps=6"), a)
   _, log_b = run_train(experiment(*DEPTH, *BEST, "train.steps=6", SCAN), b)
   assert "resumed from step 3" in log_b
@@ -96,42 +96,38 @@ def test_a_converted_workdir_trains_on_as_its_source(experiment, tmp_path, capsy
 
 
 def test_convert_a_workdir(experiment, tmp_path, capsys):
-  a, b, config, source_config = _convert(experiment, tmp_path, capsys)
+  a, b, config, _, want = _convert(experiment, tmp_path, capsys)
 
   # A workdir trained on fsdp x tensor = 2 x 2 devices converts on this one, data parallel, and B
-  # keeps that mesh for resuming where it ran.
-  moved = tmp_path / "moved"
+  # keeps that mesh for resuming where it ran. Its --out is what a conversion killed before it
+  # finished left (no config.json, its lock's process gone): converted again by the same command.
+  moved, d = tmp_path / "moved", tmp_path / "d"
   shutil.copytree(a, moved)
   config_json = json.loads((moved / "config.json").read_text())
   config_json["mesh"].update(fsdp=2, tensor=2)
   (moved / "config.json").write_text(json.dumps(config_json))
   best_lib.write_stopped(moved, 3, "early stop (train.patience)")  # as the loop writes it
-  assert cli.main(["tfm", "convert", "--workdir", str(moved), "--out", str(tmp_path / "d"),
-                   "--scan_layers", "true"]) == 0
-  assert "does not fit the 1 device(s) here: data parallel" in capsys.readouterr().err
-  d_config = build(json.load(open(tmp_path / "d" / "config.json")))
-  assert best_lib.stopped(tmp_path / "d") == {"step": 3, "reason": "early stop (train.patience)"}
-  assert (ckpt_lib.available_steps(best_lib.best_dir(tmp_path / "d"))
-          == ckpt_lib.available_steps(best_lib.best_dir(moved)))
-  assert (d_config.mesh.fsdp, d_config.mesh.tensor, d_config.model.scan_layers) == (2, 2, True)
-  moved_params = ckpt_lib.restore_params(str(tmp_path / "d"), 3, Experiment(config).abstract_params)
-  assert all(np.array_equal(x, y) for x, y in zip(jax.tree.leaves(moved_params),
-             jax.tree.leaves(stack_layers(ckpt_lib.restore_params(
-                 a, 3, Experiment(source_config).abstract_params)))))
-
-  # What a conversion killed before it finished left (no config.json, its lock's process gone) is
-  # converted again by the same command; a directory that holds anything else stays refused.
-  killed, other = tmp_path / "killed", tmp_path / "other"
-  (killed / "checkpoints" / "3").mkdir(parents=True)
+  (d / "checkpoints" / "3").mkdir(parents=True)
   gone = subprocess.Popen(["true"])  # pylint: disable=consider-using-with
   gone.wait()
   lock = json.dumps({"pid": gone.pid, "host": socket.gethostname(), "since": "then"})
-  (killed / ".lock").write_text(lock)
-  assert cli.main(["tfm", "convert", "--workdir", a, "--out", str(killed),
+  (d / ".lock").write_text(lock)
+  assert cli.main(["tfm", "convert", "--workdir", str(moved), "--out", str(d),
                    "--scan_layers", "true"]) == 0
-  assert ckpt_lib.available_steps(killed) == ckpt_lib.available_steps(a) == [3]
-  assert (killed / "config.json").exists() and not (killed / ".lock").exists()
-  capsys.readouterr()
+  assert "does not fit the 1 device(s) here: data parallel" in capsys.readouterr().err
+  assert ckpt_lib.available_steps(d) == ckpt_lib.available_steps(a) == [3]
+  assert (d / "config.json").exists() and not (d / ".lock").exists()
+  d_config = build(json.load(open(d / "config.json")))
+  assert best_lib.stopped(d) == {"step": 3, "reason": "early stop (train.patience)"}
+  assert (ckpt_lib.available_steps(best_lib.best_dir(d))
+          == ckpt_lib.available_steps(best_lib.best_dir(moved)))
+  assert (d_config.mesh.fsdp, d_config.mesh.tensor, d_config.model.scan_layers) == (2, 2, True)
+  moved_params = ckpt_lib.restore_params(str(d), 3, Experiment(config).abstract_params)
+  assert all(np.array_equal(x, y) for x, y in zip(jax.tree.leaves(moved_params),
+                                                  jax.tree.leaves(want)))
+
+  # A directory that holds anything else stays refused.
+  other = tmp_path / "other"
   other.mkdir()
   (other / ".lock").write_text(lock)
   (other / "notes.txt").write_text("mine")

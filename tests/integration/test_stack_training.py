@@ -29,14 +29,22 @@ def _figures(log: str, prefix: str, name: str, tag: str | None) -> dict[int, flo
       head + r"(\d+)\S* .*?\| " + re.escape(name) + r" ([-\d.e+]+)", log)}
 
 
-@pytest.mark.slow
-def test_each_member_is_its_solo_run(experiment, tmp_path):
-  solo = {s: run_train(_member(experiment, s), tmp_path / f"solo-s{s}") for s in SEEDS}
-  workdirs = [tmp_path / f"run-s{s}" for s in SEEDS]
+@pytest.fixture(scope="module")
+def stack(experiment_module, tmp_path_factory):
+  """(workdirs, final states, log) of the members trained to the end as one stack, never stopped:
+  what the tests compare solo runs and a killed stack's resume with."""
+  root = tmp_path_factory.mktemp("stack")
+  workdirs = [root / f"run-s{s}" for s in SEEDS]
   out = io.StringIO()
-  states = loop.train_stack([_member(experiment, s) for s in SEEDS], [str(w) for w in workdirs],
-                            stream=out)
-  log = out.getvalue()
+  states = loop.train_stack([_member(experiment_module, s) for s in SEEDS],
+                            [str(w) for w in workdirs], stream=out)
+  return workdirs, states, out.getvalue()
+
+
+@pytest.mark.slow
+def test_each_member_is_its_solo_run(experiment, tmp_path, stack):
+  solo = {s: run_train(_member(experiment, s), tmp_path / f"solo-s{s}") for s in SEEDS}
+  workdirs, states, log = stack
   assert "tfm: a stack of 2 runs" in log
   differences = []
   for s, state, workdir in zip(SEEDS, states, workdirs):
@@ -72,8 +80,8 @@ def test_a_stack_stopped_short_resumes_longer_bit_exact(experiment, tmp_path):
     assert helpers.max_diff(state, other) == 0.0
 
 
-# A child that trains a stack and is killed between its members' saves of step 6: member 0's
-# save written, member 1's never started (os._exit: no handler, no cleanup, as SIGKILL).
+# A child that trains a stack and is killed between its members' saves of step 6 (the last):
+# member 0's save written, member 1's never started (os._exit: no handler, no cleanup, as SIGKILL).
 _KILLED_MID_SAVE = """
 import json, os, sys
 from tfm import loop
@@ -95,16 +103,15 @@ loop.train_stack([load_config("configs/quickstart.py", o) for o in overrides], w
 
 @pytest.mark.slow
 def test_a_kill_between_the_members_saves_resumes_every_member_bit_exact(corpus, experiment,
-                                                                         tmp_path, caplog):
+                                                                         tmp_path, caplog, stack):
   """Killed after member 0 saved step 6 and before member 1 did: the stack resumes both at step 3,
   the newest step both hold (member 0's step 6 set aside, and gone once written again), and ends
-  at step 9 with the checkpoints of a stack that was never stopped, to the bit."""
+  at step 6 with the checkpoints of a stack that was never stopped, to the bit."""
   import json  # pylint: disable=import-outside-toplevel
   import subprocess  # pylint: disable=import-outside-toplevel
   import sys  # pylint: disable=import-outside-toplevel
   from tests.integration.conftest import tiny_overrides  # pylint: disable=import-outside-toplevel
-  nine = ("train.steps=9",)
-  overrides = [tiny_overrides(corpus, *CADENCE, *nine, f"train.seed={s}", f"data.shuffle_seed={s}")
+  overrides = [tiny_overrides(corpus, *CADENCE, f"train.seed={s}", f"data.shuffle_seed={s}")
                for s in SEEDS]
   workdirs = [str(tmp_path / f"run-s{s}") for s in SEEDS]
   child = subprocess.run([sys.executable, "-c", _KILLED_MID_SAVE, json.dumps(overrides),
@@ -112,15 +119,13 @@ def test_a_kill_between_the_members_saves_resumes_every_member_bit_exact(corpus,
                          check=False)
   assert child.returncode == 9, child.stderr[-2000:]
   assert [ckpt_lib.available_steps(w) for w in workdirs] == [[3, 6], [3]]
-  resumed = loop.train_stack([_member(experiment, s, *nine) for s in SEEDS], workdirs,
+  resumed = loop.train_stack([_member(experiment, s) for s in SEEDS], workdirs,
                              stream=io.StringIO())
   assert "checkpoint(s) [6] ahead of the step every member of the stack holds (3)" in caplog.text
   assert not list((tmp_path / "run-s0" / "checkpoints").glob("*.ahead*"))
-  straight = loop.train_stack([_member(experiment, s, *nine) for s in SEEDS],
-                              [str(tmp_path / f"straight-s{s}") for s in SEEDS],
-                              stream=io.StringIO())
+  _, straight, _ = stack
   for w, a, b in zip(workdirs, resumed, straight):
-    assert ckpt_lib.available_steps(w) == [3, 6, 9] and int(a.step) == 9
+    assert ckpt_lib.available_steps(w) == [3, 6] and int(a.step) == 6
     assert helpers.max_diff(a, b) == 0.0
 
 
