@@ -15,7 +15,6 @@ from tests.integration.conftest import MODEL, run_train
 from tfm import cli
 from tfm.config import load_config
 from tfm.figures import curves
-from tfm.train import checkpoint as ckpt_lib
 from tfm.train.trackers import events
 
 
