@@ -43,9 +43,7 @@ def _config(root, *extra):
       "train.steps=6", "train.warmup_steps=4", "train.learning_rate=4.0", "train.log_every=3",
       "train.eval_every=3", "train.checkpoint_every=3", "train.keep_checkpoints=3",
       "train.average_checkpoints=2", "eval.bleu_every=0", "eval.beam_size=2",
-      # tfm eval decodes each set (16 and 10 pairs) in one batch of 16: a search compiled for
-      # one or two input shapes, not one per length of 4 sentences
-      "eval.max_extra_length=5", "eval.batch_size=16", "train.curves=False", *extra])
+      "eval.max_extra_length=5", "eval.batch_size=4", "train.curves=False", *extra])
   return config.replace(data=config.data.replace(
       eval_sets={"dev": "dev", "extra": str(root / "extra.tsv")}))
 

@@ -37,9 +37,15 @@ def _same_params(a, b) -> bool:
                                                   jax.tree.leaves(jax.device_get(b.params))))
 
 
+# The steps built with a poisoned schedule, by its value (repr): a later test that poisons the
+# learning rate alike calls them (an equal config's pieces, tfm/experiment.py), traced once.
+_POISONED: dict[str, dict] = {}
+
+
 @pytest.fixture
 def nan_after_two_updates(monkeypatch):
   """The learning rate becomes `value` after two updates (the config itself rejects nan / inf)."""
+  installed = []
 
   def install(value):
     make_schedule = optimizer_lib.make_schedule
@@ -50,12 +56,17 @@ def nan_after_two_updates(monkeypatch):
 
     monkeypatch.setattr(optimizer_lib, "make_schedule", poisoned)
     experiment_lib.forget_shared()  # steps built before would keep the real schedule
+    shared = experiment_lib._shared  # pylint: disable=protected-access
+    shared.update(_POISONED.get(repr(value), {}))
+    installed.append(repr(value))
 
   # The real steps built before are put back afterwards: the next test calls them instead of
   # tracing them again.
   kept = dict(experiment_lib._shared)  # pylint: disable=protected-access
   yield install
-  experiment_lib.forget_shared()  # and the poisoned ones must not outlive this test
+  if installed:
+    _POISONED[installed[-1]] = dict(experiment_lib._shared)  # pylint: disable=protected-access
+  experiment_lib.forget_shared()  # and the poisoned ones must not reach another test's runs
   experiment_lib._shared.update(kept)  # pylint: disable=protected-access
 
 

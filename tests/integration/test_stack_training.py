@@ -142,7 +142,9 @@ def test_tfm_train_seeds_trains_a_stack_into_a_workdir_a_seed(corpus, tmp_path, 
   data.shuffle_seed; a bad --seeds is one line naming the flag, and nothing is written."""
   from tests.integration.conftest import tiny_flags  # pylint: disable=import-outside-toplevel
   from tfm import cli  # pylint: disable=import-outside-toplevel
-  flags = tiny_flags(corpus, "train.steps=2", "train.log_every=1", "train.eval_every=2")
+  # CADENCE's model (dropout 0.2): the stack's steps are those the module's other stacks built
+  flags = tiny_flags(corpus, "train.steps=2", "train.log_every=1", "train.eval_every=2",
+                     "model.dropout_rate=0.2")
   assert cli.main(["tfm", "train", *flags, f"--workdir={tmp_path / 'run'}", "--seeds=3,5"]) == 0
   for seed in (3, 5):
     saved = ckpt_lib.read_config(tmp_path / f"run-s{seed}")

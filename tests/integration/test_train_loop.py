@@ -95,12 +95,6 @@ def test_sigterm_saves_the_current_step(experiment, tmp_path, monkeypatch):
   assert ckpt_lib.available_steps(tmp_path) == [step], (log, os.listdir(tmp_path), os.listdir(tmp_path / "checkpoints"))
 
 
-@pytest.fixture(scope="module")
-def nine_steps(experiment_module, tmp_path_factory):
-  """The final state of the tiny experiment's 9 steps in the CPU's default forms."""
-  return run_train(experiment_module("train.steps=9"), tmp_path_factory.mktemp("nine_steps"))[0]
-
-
 @pytest.mark.parametrize("choices", [
     ("train.input=process", "train.saves=sync"),
     # long: its forms in the fast tier: background saves are the CPU's (every other run here,
@@ -109,15 +103,17 @@ def nine_steps(experiment_module, tmp_path_factory):
     pytest.param(("train.guard=select", "train.saves=background"), marks=pytest.mark.long),
 ])
 def test_every_input_saves_and_guard_form_trains_the_same_bits(experiment, tmp_path, choices,
-                                                               nine_steps):
+                                                               six_steps):
   """The forms accelerators may run (tfm/train/platform_choices.py) on a CPU: batches made in a
-  process of their own, saves waited for or in the background, the select guard. 6 steps with a
-  save every 3, then a resume to 9, give the CPU's default states and checkpoints to the bit."""
-  reference = nine_steps
-  run_train(experiment("train.steps=6", *choices), tmp_path / "b")
-  assert ckpt_lib.available_steps(tmp_path / "b") == [3, 6]
-  resumed, log = run_train(experiment("train.steps=9", *choices), tmp_path / "b")
-  assert "resumed from step 6" in log and int(resumed.step) == 9
+  process of their own, saves waited for or in the background, the select guard. 4 steps with a
+  save every 2, then a resume to 6, give the CPU's default state (the session's six-step run) to
+  the bit."""
+  reference = six_steps[1]
+  every = "train.checkpoint_every=2"  # a save in mid-run, then the last step's
+  run_train(experiment("train.steps=4", every, *choices), tmp_path / "b")
+  assert ckpt_lib.available_steps(tmp_path / "b") == [2, 4]
+  resumed, log = run_train(experiment("train.steps=6", every, *choices), tmp_path / "b")
+  assert "resumed from step 4" in log and int(resumed.step) == 6
   assert all(f"{c}" in log for c in choices), log[:2000]  # the log names the forms it ran
   assert _same_params(reference, resumed)
 
