@@ -1,26 +1,36 @@
-"""`tfm attention` on a briefly trained tiny model: the PNG's panels, their labels and weights."""
+"""`tfm attention` on a tiny model's workdir: the PNG's panels, their labels and weights."""
 
 import numpy as np
 import pytest
 
-from tests.integration.conftest import run_train
 from tests.integration.test_scan_layers import DEPTH
 from tfm import cli
 from tfm.data.vocabulary import get_tokenizer
 from tfm.eval import sentence_attention as sentence_lib
 from tfm.eval.restore import load_trained, read_workdir_config
+from tfm.experiment import Experiment
 from tfm.figures import attention as figure
+from tfm.loop import prepare_data
+from tfm.train import checkpoint as ckpt_lib
 
 TEXT = "In the beginning God created the heavens and the earth."
 
 
 @pytest.fixture(scope="module")
 def trained(experiment_module, tmp_path_factory):
-  """Two layers a stack, dropout off: the model tests/integration/test_scan_layers.py trains, so
-  either file finds the other's steps in the session's compilation cache."""
+  """A workdir as `tfm train` leaves one (config.json, the vocabulary, a checkpoint at train.steps)
+  of test_scan_layers.py's model (two layers a stack, dropout off), its parameters the initial
+  ones: what is tested is the figure of whatever parameters the command restores, not training
+  (as test_generate_command.py's lm_workdir)."""
   workdir = tmp_path_factory.mktemp("trained")
-  run_train(experiment_module("train.steps=3", "train.average_checkpoints=1", "eval.beam_size=2",
-                              "eval.max_extra_length=5", *DEPTH), workdir)
+  config = experiment_module("train.steps=3", "train.average_checkpoints=1", "eval.beam_size=2",
+                             "eval.max_extra_length=5", *DEPTH)
+  exp = Experiment(config)
+  prepare_data(config, exp.data_source, str(workdir))  # the dataset and vocabulary, as a run's
+  ckpt_lib.write_config(workdir, config.to_dict())
+  checkpointer = ckpt_lib.Checkpointer(workdir, keep=1, async_save=False)
+  checkpointer.save(config.train.steps, exp.init_state())
+  checkpointer.wait()
   return str(workdir)
 
 

@@ -3,6 +3,7 @@ source length, checked against a per-sentence computation of its own), and `tfm 
 `tfm eval`, which decode every source whole where the positions allow it and say what each figure
 scored, left out or cut."""
 
+import functools
 import glob
 import json
 import pathlib
@@ -41,16 +42,24 @@ def _lengths(t):
           for s, g in pairs]
 
 
+@functools.lru_cache(maxsize=None)
+def _logp_of(model_config):
+  """The model's log-softmax over one example's positions, jitted once a model config."""
+  model = Transformer(model_config)
+  return jax.jit(lambda p, x, y: jax.nn.log_softmax(
+      model.apply({"params": p}, x, y).astype(jnp.float32)))
+
+
 def _perplexity(t, examples) -> float:
   """exp(summed NLL / target tokens) of `examples`, each run through the model alone (a row of
   its own, padded with zeros to one shape for all: the model masks the padding)."""
-  model = Transformer(t.config.model)
-  # One program for every example (log-softmax included); each example's own positions are then
-  # picked in numpy (slices of a length of their own would each compile).
-  logp_of = jax.jit(lambda p, x, y: jax.nn.log_softmax(
-      model.apply({"params": p}, x, y).astype(jnp.float32)))
+  # One program for every example of every call (log-softmax included): rows as long as the dev
+  # set's longest source and target; each example's own positions are then picked in numpy
+  # (slices of a length of their own would each compile).
+  logp_of = _logp_of(t.config.model)
   pad = lambda ids, n: jnp.asarray([list(ids) + [0] * (n - len(ids))])
-  sources, targets = max(len(e[1]) for e in examples), max(len(e[2]) for e in examples)
+  every = _lengths(t)
+  sources, targets = max(len(e[1]) for e in every), max(len(e[2]) for e in every)
   nll, tokens = 0.0, 0
   for _, source, target in examples:
     logp = np.asarray(logp_of(t.params, pad(source, sources), pad(target, targets)))[0, :len(target)]
