@@ -29,9 +29,9 @@ def _batches(cfg, tok, n, state=None, state_after=None):
 
 
 def test_stream_starts_at_any_chunk_for_any_worker_count():
-  """In process from the start, then moved to a later chunk mid-stream; two worker processes (one
-  start: it costs seconds) from a later chunk, round-robin to the end (set_state closes whatever
-  runs, for any worker count, and the next next() starts afresh)."""
+  """In process from the start, then moved to a later chunk mid-stream; two worker processes moved
+  the same way: set_state closes whatever runs, for any worker count, and the next next() starts
+  afresh at the chunk asked for, round-robin to the end."""
   chunks = grain.MapDataset.range(50).shuffle(seed=3).batch(4, batch_fn=list)  # 13 chunks
   want = [chunks[i] for i in range(len(chunks))]
   in_process = workers.ChunkStream(chunks, num_workers=0)
@@ -41,7 +41,8 @@ def test_stream_starts_at_any_chunk_for_any_worker_count():
   assert list(in_process) == want[11:] and in_process.get_state() == {"next_index": 13}
   stream = workers.ChunkStream(chunks, num_workers=2)
   try:
-    stream.set_state({"next_index": 5})
+    assert [next(stream) for _ in range(2)] == want[:2]  # the workers run
+    stream.set_state({"next_index": 5})  # drops them; the next next() starts them at chunk 5
     assert list(stream) == want[5:] and stream.get_state() == {"next_index": 13}
   finally:
     stream.close()
